@@ -1,0 +1,68 @@
+/*
+ * lowbit/file.h — read-only file mappings, whole-file reads and atomic writes.
+ *
+ * Atomic write protocol (used by every lowbit writer): data goes to
+ * "<path>.tmp.<pid>.<n>" in the same directory, is fsync'ed, and is renamed
+ * over <path> only on lb_atomic_commit. lb_atomic_abort (or a crash) leaves
+ * at most a temp file, never a complete-looking <path>.
+ */
+#ifndef LOWBIT_FILE_H
+#define LOWBIT_FILE_H
+
+#include "lowbit/core.h"
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A read-only mapping of a whole file. data is NULL when size is 0. */
+typedef struct lb_mapped_file {
+    const uint8_t *data;
+    size_t size;
+    char *path; /* owned copy of the path */
+} lb_mapped_file;
+
+/* Map `path` read-only (MAP_PRIVATE). Errors: LB_ERR_IO naming the path. */
+lb_status lb_map_file(const char *path, lb_mapped_file *out);
+/* Unmap and free; safe on a zeroed struct. */
+void lb_unmap_file(lb_mapped_file *mf);
+
+/* Read a whole file into a NUL-terminated heap buffer (free with free()).
+ * Files larger than max_size are rejected with LB_ERR_RANGE. *size_out
+ * (optional) receives the length without the NUL. */
+lb_status lb_read_file(const char *path, size_t max_size, char **data_out,
+                       size_t *size_out);
+
+/* True if `path` names an existing regular file / directory. */
+bool lb_is_file(const char *path);
+bool lb_is_dir(const char *path);
+
+/* Join directory and file name into a malloc'd string (free with free()). */
+char *lb_path_join(const char *dir, const char *name);
+
+/* An output file written atomically. */
+typedef struct lb_atomic_file {
+    FILE *fp;       /* write through this (buffered)              */
+    char *path;     /* final path (owned)                         */
+    char *tmp_path; /* temp path in the same directory (owned)    */
+    bool failed;    /* set by lb_atomic_write on a short write    */
+} lb_atomic_file;
+
+/* Create the temp file for `path`. */
+lb_status lb_atomic_open(const char *path, lb_atomic_file *af);
+/* fwrite with error tracking; returns LB_ERR_IO on failure (and remembers
+ * it, so commit fails too). */
+lb_status lb_atomic_write(lb_atomic_file *af, const void *data, size_t size);
+/* Write `n` zero bytes (padding). */
+lb_status lb_atomic_pad(lb_atomic_file *af, size_t n);
+/* Flush, fsync, close and rename into place. On any failure the temp file
+ * is removed and the final path is untouched. */
+lb_status lb_atomic_commit(lb_atomic_file *af);
+/* Close and remove the temp file (safe after commit or on a zeroed struct). */
+void lb_atomic_abort(lb_atomic_file *af);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOWBIT_FILE_H */

@@ -1,0 +1,210 @@
+/* File mappings, whole-file reads and atomic (temp + rename) writes. */
+#include "lowbit/file.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+lb_status lb_map_file(const char *path, lb_mapped_file *out) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return lb_set_error(LB_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return lb_set_error(LB_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    void *p = NULL;
+    if (size > 0) {
+        p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return lb_set_error(LB_ERR_IO, "%s: mmap failed: %s", path,
+                                strerror(e));
+        }
+    }
+    close(fd);
+    out->data = p;
+    out->size = size;
+    out->path = lb_strdup(path);
+    if (!out->path) {
+        lb_unmap_file(out);
+        return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return LB_OK;
+}
+
+void lb_unmap_file(lb_mapped_file *mf) {
+    if (!mf) return;
+    if (mf->data && mf->size) munmap((void *)mf->data, mf->size);
+    free(mf->path);
+    memset(mf, 0, sizeof *mf);
+}
+
+lb_status lb_read_file(const char *path, size_t max_size, char **data_out,
+                       size_t *size_out) {
+    *data_out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return lb_set_error(LB_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(fp);
+        return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= max_size) {
+                free(buf);
+                fclose(fp);
+                return lb_set_error(LB_ERR_RANGE,
+                                    "%s: larger than the %zu-byte limit", path,
+                                    max_size);
+            }
+            size_t ncap = cap * 2 > max_size ? max_size : cap * 2;
+            if (ncap <= cap) ncap = cap + 1;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t n = fread(buf + len, 1, cap - len, fp);
+        len += n;
+        if (n == 0) break;
+    }
+    int err = ferror(fp);
+    fclose(fp);
+    if (err) {
+        free(buf);
+        return lb_set_error(LB_ERR_IO, "%s: read error", path);
+    }
+    if (len > max_size) {
+        free(buf);
+        return lb_set_error(LB_ERR_RANGE, "%s: larger than the %zu-byte limit",
+                            path, max_size);
+    }
+    buf[len] = '\0';
+    *data_out = buf;
+    if (size_out) *size_out = len;
+    return LB_OK;
+}
+
+bool lb_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool lb_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+char *lb_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    bool slash = a > 0 && dir[a - 1] != '/';
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    if (slash) p[a++] = '/';
+    memcpy(p + a, name, b + 1);
+    return p;
+}
+
+static atomic_uint tmp_counter = 0;
+
+lb_status lb_atomic_open(const char *path, lb_atomic_file *af) {
+    memset(af, 0, sizeof *af);
+    size_t n = strlen(path) + 64;
+    af->path = lb_strdup(path);
+    af->tmp_path = malloc(n);
+    if (!af->path || !af->tmp_path) {
+        lb_atomic_abort(af);
+        return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
+    }
+    snprintf(af->tmp_path, n, "%s.tmp.%ld.%u", path, (long)getpid(),
+             atomic_fetch_add(&tmp_counter, 1));
+    int fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        lb_status st = lb_set_error(LB_ERR_IO, "%s: cannot create: %s",
+                                    af->tmp_path, strerror(errno));
+        free(af->tmp_path);
+        af->tmp_path = NULL;
+        lb_atomic_abort(af);
+        return st;
+    }
+    af->fp = fdopen(fd, "wb");
+    if (!af->fp) {
+        close(fd);
+        lb_atomic_abort(af);
+        return lb_set_error(LB_ERR_IO, "%s: fdopen failed", path);
+    }
+    return LB_OK;
+}
+
+lb_status lb_atomic_write(lb_atomic_file *af, const void *data, size_t size) {
+    if (af->failed) return lb_set_error(LB_ERR_IO, "%s: earlier write failed", af->path);
+    if (size && fwrite(data, 1, size, af->fp) != size) {
+        af->failed = true;
+        return lb_set_error(LB_ERR_IO, "%s: write failed: %s", af->tmp_path,
+                            strerror(errno));
+    }
+    return LB_OK;
+}
+
+lb_status lb_atomic_pad(lb_atomic_file *af, size_t n) {
+    static const uint8_t zeros[256];
+    while (n > 0) {
+        size_t k = n > sizeof zeros ? sizeof zeros : n;
+        LB_TRY(lb_atomic_write(af, zeros, k));
+        n -= k;
+    }
+    return LB_OK;
+}
+
+lb_status lb_atomic_commit(lb_atomic_file *af) {
+    lb_status st = LB_OK;
+    if (af->failed) st = lb_set_error(LB_ERR_IO, "%s: a write failed", af->path);
+    if (st == LB_OK && fflush(af->fp) != 0)
+        st = lb_set_error(LB_ERR_IO, "%s: flush failed: %s", af->tmp_path,
+                          strerror(errno));
+    if (st == LB_OK && fsync(fileno(af->fp)) != 0)
+        st = lb_set_error(LB_ERR_IO, "%s: fsync failed: %s", af->tmp_path,
+                          strerror(errno));
+    if (af->fp && fclose(af->fp) != 0 && st == LB_OK)
+        st = lb_set_error(LB_ERR_IO, "%s: close failed: %s", af->tmp_path,
+                          strerror(errno));
+    af->fp = NULL;
+    if (st == LB_OK && rename(af->tmp_path, af->path) != 0)
+        st = lb_set_error(LB_ERR_IO, "%s: rename into place failed: %s",
+                          af->path, strerror(errno));
+    if (st == LB_OK) {
+        free(af->tmp_path);
+        af->tmp_path = NULL;
+    }
+    lb_atomic_abort(af);
+    return st;
+}
+
+void lb_atomic_abort(lb_atomic_file *af) {
+    if (!af) return;
+    if (af->fp) fclose(af->fp);
+    if (af->tmp_path) unlink(af->tmp_path);
+    free(af->tmp_path);
+    free(af->path);
+    memset(af, 0, sizeof *af);
+}

@@ -1,0 +1,79 @@
+/*
+ * Private helpers shared by lowbit's sources (not installed).
+ */
+#ifndef LB_INTERNAL_H
+#define LB_INTERNAL_H
+
+#include "lowbit/core.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define LB_UNUSED(x) ((void)(x))
+#define LB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LB_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define LB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Propagate a failing status. */
+#define LB_TRY(expr)                                                           \
+    do {                                                                       \
+        lb_status lb_try_st_ = (expr);                                         \
+        if (lb_try_st_ != LB_OK) return lb_try_st_;                            \
+    } while (0)
+
+/* Little-endian loads/stores from unaligned bytes. */
+static inline uint16_t lb_rd_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t lb_rd_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t lb_rd_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Inline fp16/bf16 conversions for hot loops (same semantics as the public
+ * lb_f16_to_f32 etc.). */
+static inline float lb_fp32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t lb_fp32_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float lb_bf16_to_f32_inline(uint16_t h) {
+    return lb_fp32_from_bits((uint32_t)h << 16);
+}
+/* Exact f16 -> f32 via the magic-number trick (Maratea/Giesen). */
+static inline float lb_f16_to_f32_inline(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = UINT32_C(0xE0) << 23;
+    const float exp_scale = 0x1.0p-112f;
+    const float normalized =
+        lb_fp32_from_bits((two_w >> 4) + exp_offset) * exp_scale;
+    const uint32_t magic_mask = UINT32_C(126) << 23;
+    const float magic_bias = 0.5f;
+    const float denormalized =
+        lb_fp32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
+    const uint32_t denormalized_cutoff = UINT32_C(1) << 27;
+    const uint32_t result =
+        sign | (two_w < denormalized_cutoff ? lb_fp32_to_bits(denormalized)
+                                            : lb_fp32_to_bits(normalized));
+    return lb_fp32_from_bits(result);
+}
+
+/* Duplicate a string (NULL on failure or NULL input). */
+char *lb_strdup(const char *s);
+
+#endif /* LB_INTERNAL_H */

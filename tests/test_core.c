@@ -1,0 +1,285 @@
+/* Core: errors, allocation, fp16/bf16, CPU features, thread pool, files. */
+#include "th.h"
+#include "lowbit/file.h"
+
+#include <stdatomic.h>
+#include <unistd.h>
+
+static void test_errors(void) {
+    lb_clear_error();
+    TH_CHECK_STR(lb_last_error(), "");
+    lb_status st = lb_set_error(LB_ERR_FORMAT, "bad %s at %d", "thing", 7);
+    TH_CHECK(st == LB_ERR_FORMAT);
+    TH_CHECK_STR(lb_last_error(), "bad thing at 7");
+    lb_error_context(st, "file.bin");
+    TH_CHECK_STR(lb_last_error(), "file.bin: bad thing at 7");
+    TH_CHECK_STR(lb_status_name(LB_ERR_NOT_FOUND), "LB_ERR_NOT_FOUND");
+    TH_CHECK_STR(lb_status_name((lb_status)99), "LB_ERR_UNKNOWN");
+}
+
+static void test_alloc(void) {
+    for (size_t n = 0; n < 300; n += 37) {
+        void *p = lb_alloc(n);
+        TH_CHECK(p != NULL);
+        TH_CHECK(((uintptr_t)p % 64) == 0);
+        lb_free(p);
+    }
+    unsigned char *z = lb_calloc(100, 3);
+    TH_CHECK(z != NULL);
+    int nz = 0;
+    for (int i = 0; i < 300; i++) nz += z[i] != 0;
+    TH_CHECK_INT(nz, 0);
+    lb_free(z);
+    lb_clear_error();
+    TH_CHECK(lb_calloc(SIZE_MAX / 2, 4) == NULL);
+    TH_CHECK(strstr(lb_last_error(), "overflow") != NULL);
+    size_t r;
+    TH_CHECK(!lb_mul_ok(SIZE_MAX, 2, &r));
+    TH_CHECK(lb_mul_ok(3, 5, &r) && r == 15);
+    TH_CHECK(!lb_add_ok(SIZE_MAX, 1, &r));
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Reference f32 -> f16 by exhaustive nearest search with ties to even,
+ * computed independently from the tested code: every f16 value is exactly
+ * representable as f32, so compare distances in double. */
+static uint16_t ref_f32_to_f16(float f) {
+    if (isnan(f)) return 0x7e00;
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    double a = fabs((double)f);
+    if (a >= 65520.0) return sign | 0x7c00; /* rounds to Inf */
+    uint16_t best = 0;
+    double bestd = INFINITY;
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        double v = lb_f16_to_f32((uint16_t)h);
+        double d = fabs(v - a);
+        if (d < bestd || (d == bestd && (h & 1) == 0)) {
+            bestd = d;
+            best = (uint16_t)h;
+        }
+    }
+    return sign | best;
+}
+
+static void test_fp16(void) {
+    /* Known values. */
+    TH_CHECK_INT(lb_f32_to_f16(1.0f), 0x3c00);
+    TH_CHECK_INT(lb_f32_to_f16(-2.0f), 0xc000);
+    TH_CHECK_INT(lb_f32_to_f16(65504.0f), 0x7bff);
+    TH_CHECK_INT(lb_f32_to_f16(65520.0f), 0x7c00);   /* ties up to Inf */
+    TH_CHECK_INT(lb_f32_to_f16(65519.99f), 0x7bff);
+    TH_CHECK_INT(lb_f32_to_f16(INFINITY), 0x7c00);
+    TH_CHECK_INT(lb_f32_to_f16(-INFINITY), 0xfc00);
+    TH_CHECK_INT(lb_f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
+    TH_CHECK_INT(lb_f32_to_f16(0x1p-25f), 0x0000);  /* tie -> even (0) */
+    TH_CHECK_INT(lb_f32_to_f16(0x1.8p-24f), 0x0002); /* 1.5 ulp tie -> 2 */
+    TH_CHECK_INT(lb_f32_to_f16(-0.0f), 0x8000);
+    /* 1 + 2^-11 is exactly halfway between 1 and 1+2^-10: ties to even. */
+    TH_CHECK_INT(lb_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    TH_CHECK_INT(lb_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    uint16_t hn = lb_f32_to_f16(NAN);
+    TH_CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0);
+    TH_CHECK(isnan(lb_f16_to_f32(0x7e00)));
+    TH_CHECK(isinf(lb_f16_to_f32(0xfc00)) && lb_f16_to_f32(0xfc00) < 0);
+    /* Every f16 round-trips exactly through f32. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = lb_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            if ((h & 0x7c00) != 0x7c00 || (h & 0x3ff) == 0) bad++;
+            if (!isnan(lb_f16_to_f32(lb_f32_to_f16(f)))) bad++;
+            continue;
+        }
+        if (lb_f32_to_f16(f) != h) bad++;
+    }
+    TH_CHECK_INT(bad, 0);
+    /* Random f32 values against the brute-force reference. */
+    uint32_t s = 12345;
+    bad = 0;
+    for (int i = 0; i < 300; i++) {
+        s = s * 1664525u + 1013904223u;
+        /* exponents in the f16 range and around it */
+        uint32_t e = 100 + (s >> 24) % 50;
+        uint32_t u = (s & 0x807fffffu) | (e << 23);
+        float f = from_bits(u);
+        if (lb_f32_to_f16(f) != ref_f32_to_f16(f)) bad++;
+    }
+    TH_CHECK_INT(bad, 0);
+}
+
+static void test_bf16(void) {
+    TH_CHECK_INT(lb_f32_to_bf16(1.0f), 0x3f80);
+    /* 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties to even. */
+    TH_CHECK_INT(lb_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    TH_CHECK_INT(lb_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+    TH_CHECK_INT(lb_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    TH_CHECK_INT(lb_f32_to_bf16(INFINITY), 0x7f80);
+    TH_CHECK_INT(lb_f32_to_bf16(-INFINITY), 0xff80);
+    TH_CHECK_INT(lb_f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80); /* overflow */
+    uint16_t n = lb_f32_to_bf16(from_bits(0x7f800001u)); /* sNaN, tiny payload */
+    TH_CHECK((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0);
+    TH_CHECK(bits(lb_bf16_to_f32(0x3f80)) == 0x3f800000u);
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = lb_bf16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        if (lb_f32_to_bf16(f) != h) bad++;
+    }
+    TH_CHECK_INT(bad, 0);
+    float src[5] = {1.0f, -3.5f, 0.1f, 1e30f, -0.0f};
+    uint16_t mid[5];
+    float back[5];
+    lb_f32_to_bf16_row(src, mid, 5);
+    lb_bf16_to_f32_row(mid, back, 5);
+    TH_CHECK(back[0] == 1.0f && back[1] == -3.5f);
+    TH_CHECK(fabsf(back[2] - 0.1f) < 1e-3f);
+}
+
+static void test_cpu(void) {
+    const lb_cpu_features *f = lb_cpu_get();
+    TH_CHECK(f == lb_cpu_get());
+    /* Implications that must hold if detection is coherent. */
+    if (f->avx2) TH_CHECK(f->avx && f->os_avx);
+    if (f->avx512f) TH_CHECK(f->os_avx512 && f->os_avx);
+    if (f->avx512_vnni) TH_CHECK(f->avx512f);
+    if (f->amx_int8) TH_CHECK(f->os_amx && f->amx_tile);
+    char buf[256];
+    lb_cpu_describe(buf, sizeof buf);
+    fprintf(stderr, "  cpu: %s\n", buf);
+    TH_CHECK(strlen(buf) < sizeof buf);
+    /* Cross-check AVX2 against /proc/cpuinfo (Linux x86-64). */
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (fp) {
+        char line[8192];
+        int has_avx2 = -1;
+        while (fgets(line, sizeof line, fp))
+            if (strncmp(line, "flags", 5) == 0) {
+                has_avx2 = strstr(line, " avx2") != NULL;
+                break;
+            }
+        fclose(fp);
+        if (has_avx2 >= 0) TH_CHECK_INT(f->avx2, has_avx2);
+    }
+}
+
+typedef struct {
+    atomic_int hits[64];
+    atomic_int phase_errors;
+    atomic_int stage;
+    long sum[16];
+    int nth_seen;
+} pool_ctx;
+
+static void pool_job(void *p, int ith, int nth) {
+    pool_ctx *c = p;
+    c->nth_seen = nth;
+    size_t b, e;
+    lb_split_range(64, ith, nth, &b, &e);
+    for (size_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static lb_pool *g_pool;
+static void pool_barrier_job(void *p, int ith, int nth) {
+    pool_ctx *c = p;
+    for (int round = 0; round < 50; round++) {
+        atomic_fetch_add(&c->stage, 1);
+        lb_pool_barrier(g_pool);
+        /* After the barrier every worker has incremented for this round. */
+        if (atomic_load(&c->stage) < (round + 1) * nth)
+            atomic_fetch_add(&c->phase_errors, 1);
+        lb_pool_barrier(g_pool);
+    }
+    c->sum[ith] = ith;
+}
+
+static void test_pool(void) {
+    for (int n = 1; n <= 4; n++) {
+        lb_pool *pool = lb_pool_create(n);
+        TH_CHECK(pool != NULL);
+        TH_CHECK_INT(lb_pool_size(pool), n);
+        for (int rep = 0; rep < 200; rep++) {
+            pool_ctx c;
+            memset(&c, 0, sizeof c);
+            lb_pool_run(pool, pool_job, &c);
+            int bad = 0;
+            for (int i = 0; i < 64; i++) bad += atomic_load(&c.hits[i]) != 1;
+            TH_CHECK_INT(bad, 0);
+            TH_CHECK_INT(c.nth_seen, n);
+            if (rep % 50 == 0) usleep(2000); /* let workers fall asleep */
+        }
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        g_pool = pool;
+        lb_pool_run(pool, pool_barrier_job, &c);
+        TH_CHECK_INT(atomic_load(&c.phase_errors), 0);
+        TH_CHECK_INT(atomic_load(&c.stage), 50 * n);
+        lb_pool_free(pool);
+    }
+    /* NULL pool runs inline. */
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    lb_pool_run(NULL, pool_job, &c);
+    TH_CHECK_INT(c.nth_seen, 1);
+    size_t b, e, total = 0;
+    for (int i = 0; i < 7; i++) {
+        lb_split_range(100, i, 7, &b, &e);
+        total += e - b;
+        TH_CHECK(e - b == 14 || e - b == 15);
+    }
+    TH_CHECK_INT(total, 100);
+}
+
+static void test_files(void) {
+    const char *dir = th_tmpdir();
+    char *path = lb_path_join(dir, "atomic.bin");
+    lb_atomic_file af;
+    TH_CHECK_OK(lb_atomic_open(path, &af));
+    TH_CHECK_OK(lb_atomic_write(&af, "hello", 5));
+    TH_CHECK_OK(lb_atomic_pad(&af, 3));
+    TH_CHECK(!lb_is_file(path)); /* not visible before commit */
+    TH_CHECK_OK(lb_atomic_commit(&af));
+    TH_CHECK(lb_is_file(path));
+    lb_mapped_file mf;
+    TH_CHECK_OK(lb_map_file(path, &mf));
+    TH_CHECK_INT(mf.size, 8);
+    TH_CHECK(memcmp(mf.data, "hello\0\0\0", 8) == 0);
+    lb_unmap_file(&mf);
+    /* Abort leaves the old file untouched and no temp behind. */
+    TH_CHECK_OK(lb_atomic_open(path, &af));
+    char *tmp = strdup(af.tmp_path);
+    TH_CHECK_OK(lb_atomic_write(&af, "XX", 2));
+    lb_atomic_abort(&af);
+    TH_CHECK(!lb_is_file(tmp));
+    char *data;
+    size_t n;
+    TH_CHECK_OK(lb_read_file(path, 100, &data, &n));
+    TH_CHECK_INT(n, 8);
+    free(data);
+    TH_CHECK_FAILS(lb_read_file(path, 4, &data, &n), LB_ERR_RANGE);
+    TH_CHECK_FAILS(lb_map_file("/nonexistent/x", &mf), LB_ERR_IO);
+    TH_CHECK(strstr(lb_last_error(), "/nonexistent/x") != NULL);
+    free(tmp);
+    unlink(path);
+    free(path);
+}
+
+int main(void) {
+    TH_RUN(test_errors);
+    TH_RUN(test_alloc);
+    TH_RUN(test_fp16);
+    TH_RUN(test_bf16);
+    TH_RUN(test_cpu);
+    TH_RUN(test_pool);
+    TH_RUN(test_files);
+    return th_report();
+}

@@ -1,0 +1,60 @@
+/*
+ * cli.h — shared pieces of the lowbit command-line tool: the command table,
+ * argument helpers, error printing and the TTY progress line.
+ * Only tools/ prints; the library reports through lb_status/lb_last_error.
+ */
+#ifndef LB_CLI_H
+#define LB_CLI_H
+
+#include "lowbit/core.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Every subcommand: int cmd_NAME(int argc, char **argv), argv[0] = NAME.
+ * Returns the process exit code (0 ok, 1 failure, 2 usage error). */
+#define LB_CMD(name, summary) int cmd_##name(int argc, char **argv);
+#include "commands.h"
+#undef LB_CMD
+
+/* Global flags shared by commands. */
+typedef struct cli_global {
+    bool quiet; /* --quiet: no progress, no info logs   */
+    bool json;  /* --json: machine-readable output      */
+    int verbose;
+} cli_global;
+extern cli_global g_cli;
+
+/* Print "lowbit NAME: <lb_last_error()>" to stderr and return 1. */
+int cli_fail(const char *cmd, lb_status st);
+/* Print a usage error and return 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Parse helpers: return false (after printing) on a malformed number. */
+bool cli_parse_int(const char *cmd, const char *opt, const char *s, long lo,
+                   long hi, long *out);
+bool cli_parse_float(const char *cmd, const char *opt, const char *s,
+                     double lo, double hi, double *out);
+/* Value of option argv[*i] (advances *i). NULL (after printing) when absent. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* Progress: a single updating line on stderr when it is a TTY (with rate and
+ * ETA), nothing when --quiet or not a TTY. Usable as an lb_progress. */
+typedef struct cli_progress {
+    double t_start;
+    double t_last;
+    char stage[128];
+    bool active;
+} cli_progress;
+lb_progress cli_progress_make(cli_progress *p);
+/* Finish the line (newline) if one is being shown. */
+void cli_progress_done(cli_progress *p);
+
+/* Install the stderr log printer (respecting --quiet / -v). */
+void cli_install_logger(void);
+
+/* JSON string escaping to a FILE (for --json output). */
+void cli_json_string(FILE *fp, const char *s);
+
+#endif

@@ -1,0 +1,2 @@
+/* The subcommand table: LB_CMD(name, one-line summary). One line each. */
+LB_CMD(version, "print version and detected CPU features")
