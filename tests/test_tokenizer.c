@@ -11,6 +11,7 @@
 
 #include "lowbit/file.h"
 #include "lowbit/tokenizer.h"
+#include "tokenizer/tok_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -165,7 +166,317 @@ static void test_golden_llama3(void) { run_golden(&golden_sets[1]); }
 static void test_golden_mistral(void) { run_golden(&golden_sets[2]); }
 static void test_golden_tinystories(void) { run_golden(&golden_sets[3]); }
 
+
+/* ------------------------------------------------------------------------ */
+/* Unit tests                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Write `json` to a fresh file in the scratch dir; returns its path. */
+static const char *write_json(const char *name, const char *json) {
+    static char path[8][1024];
+    static int slot;
+    char *p = path[slot++ & 7];
+    snprintf(p, sizeof path[0], "%s/%s", th_tmpdir(), name);
+    FILE *f = fopen(p, "wb");
+    if (!f) return p;
+    fputs(json, f);
+    fclose(f);
+    return p;
+}
+
+static void test_bytelevel_map(void) {
+    /* GPT-2 bytes_to_unicode: a bijection; printable bytes map to
+     * themselves; ' ' -> U+0120 'Ġ', '\n' -> U+010A 'Ċ', 0xAD -> U+0143. */
+    int seen[400] = {0};
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = tok_byte_to_cp((uint8_t)b);
+        if (cp >= 400 || seen[cp]++) bad++;
+        if (tok_cp_to_byte(cp) != b) bad++;
+    }
+    TH_CHECK_INT(bad, 0);
+    TH_CHECK_INT(tok_byte_to_cp(' '), 0x120);
+    TH_CHECK_INT(tok_byte_to_cp('\n'), 0x10A);
+    TH_CHECK_INT(tok_byte_to_cp('a'), 'a');
+    TH_CHECK_INT(tok_byte_to_cp(0xAD), 0x143);
+    TH_CHECK_INT(tok_byte_to_cp(0xFF), 0xFF);
+    TH_CHECK_INT(tok_cp_to_byte(0x100), 0);
+    TH_CHECK_INT(tok_cp_to_byte(0x144), -1);
+    TH_CHECK_INT(tok_cp_to_byte(' '), -1);
+}
+
+static void test_utf8_lossy(void) {
+    /* Rust from_utf8_lossy: one U+FFFD per maximal invalid subpart */
+    tok_buf b = {0};
+    TH_CHECK(tok_utf8_lossy(&b, "a\xF0\x9F\x98" "b\xFF\xC3", 7));
+    TH_CHECK_INT(b.n, 1 + 3 + 1 + 3 + 3);
+    TH_CHECK(b.p && !memcmp(b.p, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD", b.n));
+    tok_buf_free(&b);
+    TH_CHECK(tok_utf8_valid("\xED\x9F\xBF", 3));  /* U+D7FF */
+    TH_CHECK(!tok_utf8_valid("\xED\xA0\x80", 3)); /* surrogate */
+    TH_CHECK(!tok_utf8_valid("\xC0\x80", 2));     /* overlong */
+    TH_CHECK(tok_utf8_valid("\xF4\x8F\xBF\xBF", 4));
+    TH_CHECK(!tok_utf8_valid("\xF4\x90\x80\x80", 4));
+}
+
+static const char *tiny_bpe(const char *merges, const char *extra) {
+    static char json[4096];
+    snprintf(json, sizeof json,
+             "{\"version\":\"1.0\",\"added_tokens\":[%s],\"normalizer\":null,"
+             "\"pre_tokenizer\":null,\"post_processor\":null,\"decoder\":null,"
+             "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,"
+             "\"vocab\":{\"<unk>\":0,\"a\":1,\"b\":2,\"c\":3,\"ab\":4,\"bc\":5,\"abc\":6,"
+             "\" \":7,\"<X>\":8},\"merges\":%s}}",
+             extra, merges);
+    return json;
+}
+
+static void encode_expect(lb_tokenizer *tok, const char *text, unsigned flags,
+                          const int32_t *want, size_t nwant) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    TH_CHECK_OK(lb_tokenizer_encode_ex(tok, text, strlen(text), flags, &ids, NULL, &n));
+    bool eq = ids && n == nwant && (n == 0 || !memcmp(ids, want, n * sizeof *ids));
+    TH_CHECK_MSG(eq, "encode('%s') gave %zu ids (first %d), want %zu", text, n,
+                 n ? ids[0] : -1, nwant);
+    free(ids);
+}
+
+static void test_merge_ranks(void) {
+    lb_tokenizer *tok = NULL;
+    /* "b c" outranks "a b": abc -> a bc -> abc */
+    TH_CHECK_OK(lb_tokenizer_load_hf(write_json("r1.json", tiny_bpe("[\"b c\",\"a b\",\"a bc\"]", "")), &tok));
+    encode_expect(tok, "abc", 0, (int32_t[]){6}, 1);
+    encode_expect(tok, "abcab", 0, (int32_t[]){6, 4}, 2);
+    lb_tokenizer_free(tok);
+    /* "a b" first and no "ab c" merge: abc -> ab c (stuck) */
+    TH_CHECK_OK(lb_tokenizer_load_hf(write_json("r2.json", tiny_bpe("[[\"a\",\"b\"],[\"b\",\"c\"],[\"a\",\"bc\"]]", "")), &tok));
+    encode_expect(tok, "abc", 0, (int32_t[]){4, 3}, 2);
+    /* unknown characters fuse into one <unk> (fuse_unk) */
+    encode_expect(tok, "axyb", 0, (int32_t[]){1, 0, 2}, 3);
+    /* no decoder: tokens joined with spaces */
+    char *txt = NULL;
+    TH_CHECK_OK(lb_tokenizer_decode(tok, (int32_t[]){4, 3}, 2, false, &txt, NULL));
+    TH_CHECK_STR(txt, "ab c");
+    free(txt);
+    TH_CHECK_FAILS(lb_tokenizer_decode(tok, (int32_t[]){4, 99}, 2, false, &txt, NULL), LB_ERR_RANGE);
+    TH_CHECK_STR(lb_tokenizer_id_to_piece(tok, 5), "bc");
+    TH_CHECK(lb_tokenizer_id_to_piece(tok, 9) == NULL);
+    TH_CHECK_INT(lb_tokenizer_token_to_id(tok, "abc"), 6);
+    TH_CHECK_INT(lb_tokenizer_token_to_id(tok, "zz"), -1);
+    lb_tokenizer_free(tok);
+}
+
+static void test_added_tokens(void) {
+    lb_tokenizer *tok = NULL;
+    const char *added =
+        "{\"id\":8,\"content\":\"<X>\",\"single_word\":false,\"lstrip\":true,"
+        "\"rstrip\":true,\"normalized\":false,\"special\":true},"
+        "{\"id\":9,\"content\":\"ab\",\"single_word\":true,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":false},"
+        "{\"id\":10,\"content\":\"<X><X>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true},"
+        "{\"id\":11,\"content\":\"ca\",\"single_word\":true,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":false}";
+    TH_CHECK_OK(lb_tokenizer_load_hf(write_json("a1.json", tiny_bpe("[\"a b\",\"b c\",\"a bc\"]", added)), &tok));
+    if (!tok) return;
+    /* "<X>" is already in the model vocab (id 8); "ab" too (4: the model
+     * id wins over the file's id, as AddedVocabulary assigns it); "<X><X>"
+     * and "ca" get the next ids (9, 10) */
+    TH_CHECK_INT(lb_tokenizer_n_vocab(tok), 11);
+    TH_CHECK_INT(lb_tokenizer_token_to_id(tok, "ca"), 10);
+    /* lstrip/rstrip swallow the spaces around <X> */
+    encode_expect(tok, "a <X> b", 0, (int32_t[]){1, 8, 2}, 3);
+    /* longest match: <X><X> is one token */
+    encode_expect(tok, "a<X><X>b", 0, (int32_t[]){1, 9, 2}, 3);
+    /* single_word: "ca" followed by a word character is not matched */
+    encode_expect(tok, "ca", 0, (int32_t[]){10}, 1);
+    encode_expect(tok, "ca b", 0, (int32_t[]){10, 7, 2}, 3);
+    encode_expect(tok, "cab", 0, (int32_t[]){3, 4}, 2);
+    encode_expect(tok, "bca", 0, (int32_t[]){5, 1}, 2);
+    /* special tokens as plain text: <X> goes through the model (<unk>) */
+    encode_expect(tok, "<X>", LB_TOK_PLAIN_SPECIAL, (int32_t[]){0}, 1);
+    encode_expect(tok, "<X>", 0, (int32_t[]){8}, 1);
+    TH_CHECK(lb_tokenizer_is_special(tok, 8));
+    TH_CHECK(!lb_tokenizer_is_special(tok, 4));
+    /* skip_special drops the special added token strings */
+    char *txt = NULL;
+    TH_CHECK_OK(lb_tokenizer_decode(tok, (int32_t[]){1, 8, 2}, 3, true, &txt, NULL));
+    TH_CHECK_STR(txt, "a b");
+    free(txt);
+    lb_tokenizer_free(tok);
+}
+
+static lb_tokenizer *load_shared(const char *rel) {
+    lb_tokenizer *tok = NULL;
+    lb_status st = lb_tokenizer_load_hf(th_shared(rel), &tok);
+    if (st != LB_OK) th_skip("shared tokenizer missing");
+    return tok;
+}
+
+static void test_config_and_pieces(void) {
+    lb_tokenizer *ts = load_shared("models/tinystories-656k");
+    TH_CHECK_INT(lb_tokenizer_bos(ts), 1);
+    TH_CHECK_INT(lb_tokenizer_eos(ts), 2);
+    TH_CHECK_STR(lb_tokenizer_bos_text(ts), "<|start_story|>");
+    TH_CHECK(lb_tokenizer_add_bos(ts));
+    TH_CHECK(lb_tokenizer_chat_template(ts) == NULL);
+    /* a normalized added token reports its normalized form, as tokenizers */
+    TH_CHECK_STR(lb_tokenizer_id_to_piece(ts, 0), "\xE2\x96\x81<unk>");
+    lb_tokenizer_free(ts);
+
+    lb_tokenizer *q = load_shared("tokenizers/qwen3");
+    TH_CHECK_INT(lb_tokenizer_bos(q), -1);
+    TH_CHECK_INT(lb_tokenizer_eos(q), 151645);
+    TH_CHECK_INT(lb_tokenizer_n_vocab(q), 151669);
+    TH_CHECK(lb_tokenizer_chat_template(q) &&
+             !strncmp(lb_tokenizer_chat_template(q), "{%- if tools %}", 15));
+    char buf[64];
+    TH_CHECK_INT(lb_tokenizer_token_to_piece(q, 1879, buf, sizeof buf), 6);
+    TH_CHECK_STR(buf, " world");
+    TH_CHECK_INT(lb_tokenizer_token_to_piece(q, 151644, buf, sizeof buf), 12);
+    TH_CHECK_STR(buf, "<|im_start|>");
+    TH_CHECK_INT(lb_tokenizer_token_to_piece(q, 999999, buf, sizeof buf), -1);
+    /* invalid UTF-8 input is replaced by U+FFFD before tokenizing */
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    TH_CHECK_OK(lb_tokenizer_encode(q, "x\xFFy", 3, false, &a, &na));
+    TH_CHECK_OK(lb_tokenizer_encode(q, "x\xEF\xBF\xBDy", 5, false, &b, &nb));
+    TH_CHECK(na == nb && na > 0 && !memcmp(a, b, na * sizeof *a));
+    free(a);
+    free(b);
+    lb_tokenizer_free(q);
+
+    lb_tokenizer *l = load_shared("tokenizers/llama3");
+    TH_CHECK_INT(lb_tokenizer_bos(l), 128000);
+    TH_CHECK_INT(lb_tokenizer_eos(l), 128001);
+    TH_CHECK(lb_tokenizer_chat_template(l) != NULL);
+    lb_tokenizer_free(l);
+
+    lb_tokenizer *m = load_shared("tokenizers/mistral-7b-v0.1");
+    TH_CHECK_INT(lb_tokenizer_token_to_piece(m, 22557, buf, sizeof buf), 6);
+    TH_CHECK_STR(buf, " Hello");
+    TH_CHECK_INT(lb_tokenizer_token_to_piece(m, 13, buf, sizeof buf), 1);
+    TH_CHECK_STR(buf, "\n");
+    /* ByteFallback: an invalid byte run gives one U+FFFD per byte, then
+     * Strip removes one leading space (checked against tokenizers 0.23) */
+    char *txt = NULL;
+    TH_CHECK_OK(lb_tokenizer_decode(m, (int32_t[]){28705, 242, 28705}, 3, false, &txt, NULL));
+    TH_CHECK_STR(txt, "\xEF\xBF\xBD ");
+    free(txt);
+    TH_CHECK_OK(lb_tokenizer_decode(m, (int32_t[]){232, 188, 131}, 3, false, &txt, NULL));
+    TH_CHECK_STR(txt, "\xE5\xB9\x80"); /* <0xE5><0xB9><0x80> */
+    free(txt);
+    lb_tokenizer_free(m);
+
+    lb_tokenizer *z = load_shared("tokenizers/mistral-minueza");
+    TH_CHECK_INT(lb_tokenizer_eos(z), 32000);
+    TH_CHECK_STR(lb_tokenizer_eos_text(z), "<|im_end|>");
+    TH_CHECK(!lb_tokenizer_add_bos(z));
+    TH_CHECK(lb_tokenizer_chat_template(z) != NULL);
+    lb_tokenizer_free(z);
+}
+
+static void test_bad_json(void) {
+    lb_tokenizer *tok = NULL;
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b0.json", "{not json"), &tok), LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "b0.json") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b1.json", "[1,2]"), &tok), LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b2.json", "{\"added_tokens\":[]}"), &tok),
+                   LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "model") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b3.json",
+                   "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}"), &tok), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "Unigram") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b4.json",
+                   "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}"), &tok),
+                   LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b5.json",
+                   "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a zz\"]}}"),
+                   &tok), LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "merges[0]") && strstr(lb_last_error(), "zz"));
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b6.json",
+                   "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}"),
+                   &tok), LB_ERR_FORMAT); /* merged "ab" missing */
+    TH_CHECK(strstr(lb_last_error(), "ab") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b7.json",
+                   "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a b c\"]}}"),
+                   &tok), LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b8.json",
+                   "{\"normalizer\":{\"type\":\"BertNormalizer\"},\"model\":{\"type\":\"BPE\","
+                   "\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "BertNormalizer") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b9.json",
+                   "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},"
+                   "\"behavior\":\"Isolated\",\"invert\":false},\"model\":{\"type\":\"BPE\","
+                   "\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "pre_tokenizer.pattern.Regex") != NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b10.json",
+                   "{\"added_tokens\":{},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+                   "\"merges\":[]}}"), &tok), LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b11.json",
+                   "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":99999999999},\"merges\":[]}}"),
+                   &tok), LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b12.json",
+                   "{\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":"
+                   "[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}}],\"special_tokens\":{}},"
+                   "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok),
+                   LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b13.json",
+                   "{\"decoder\":{\"type\":\"Strip\",\"content\":\"ab\",\"start\":1,\"stop\":0},"
+                   "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok),
+                   LB_ERR_FORMAT);
+    char missing[1100];
+    snprintf(missing, sizeof missing, "%s/nope", th_tmpdir());
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(missing, &tok), LB_ERR_NOT_FOUND);
+    TH_CHECK(tok == NULL);
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(NULL, &tok), LB_ERR_INVALID_ARG);
+}
+
+static void test_bad_vocab_desc(void) {
+    lb_tokenizer *tok = NULL;
+    const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
+    lb_vocab_desc d;
+    lb_vocab_desc_init(&d);
+    d.model = "bert";
+    d.tokens = toks;
+    d.n_tokens = 6;
+    TH_CHECK_FAILS(lb_tokenizer_from_vocab(&d, &tok), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "bert") != NULL);
+    d.model = "gpt2";
+    d.pre = "no-such-pre";
+    const char *merges[] = {"a b"};
+    d.merges = merges;
+    d.n_merges = 1;
+    TH_CHECK_FAILS(lb_tokenizer_from_vocab(&d, &tok), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "no-such-pre") != NULL);
+    d.pre = "gpt-2";
+    d.merges = NULL;
+    TH_CHECK_FAILS(lb_tokenizer_from_vocab(&d, &tok), LB_ERR_INVALID_ARG);
+    d.merges = merges;
+    d.bos_id = -5;
+    TH_CHECK_FAILS(lb_tokenizer_from_vocab(&d, &tok), LB_ERR_FORMAT);
+    d.bos_id = 1;
+    TH_CHECK_OK(lb_tokenizer_from_vocab(&d, &tok));
+    if (tok) {
+        /* "a b" merges to "ab" (id 5) after the byte-level map */
+        encode_expect(tok, "ab", 0, (int32_t[]){5}, 1);
+        char *txt = NULL;
+        TH_CHECK_OK(lb_tokenizer_decode(tok, (int32_t[]){5, 3}, 2, false, &txt, NULL));
+        TH_CHECK_STR(txt, "aba");
+        free(txt);
+        lb_tokenizer_free(tok);
+    }
+}
+
 int main(void) {
+    TH_RUN(test_bytelevel_map);
+    TH_RUN(test_utf8_lossy);
+    TH_RUN(test_merge_ranks);
+    TH_RUN(test_added_tokens);
+    TH_RUN(test_config_and_pieces);
+    TH_RUN(test_bad_json);
+    TH_RUN(test_bad_vocab_desc);
     TH_RUN(test_golden_qwen3);
     TH_RUN(test_golden_llama3);
     TH_RUN(test_golden_mistral);
