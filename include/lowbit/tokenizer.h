@@ -57,6 +57,12 @@ typedef struct lb_tokenizer lb_tokenizer;
  * On success *out owns the tokenizer; free with lb_tokenizer_free. */
 lb_status lb_tokenizer_load_hf(const char *path, lb_tokenizer **out);
 
+/* Load from the text of a tokenizer.json held in memory (len bytes; e.g.
+ * GGUF's tokenizer.huggingface.json). No tokenizer_config.json: bos/eos
+ * ids are -1 and there is no chat template. Errors as lb_tokenizer_load_hf
+ * (messages say "tokenizer.json"). */
+lb_status lb_tokenizer_load_hf_json(const char *json, size_t len, lb_tokenizer **out);
+
 /* Free a tokenizer (NULL is fine). */
 void lb_tokenizer_free(lb_tokenizer *tok);
 

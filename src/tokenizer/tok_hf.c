@@ -964,22 +964,19 @@ static lb_status load_config(lb_tokenizer *tok, const char *path, bool is_map) {
 
 /* ---- entry point --------------------------------------------------------- */
 
-static lb_status load_json(lb_tokenizer *tok, const char *path) {
-    char *data = NULL;
-    size_t size = 0;
-    lb_status st = lb_read_file(path, TOK_JSON_MAX, &data, &size);
-    if (st != LB_OK) return st;
+/* Parse a tokenizer.json held in memory; `name` labels errors. */
+static lb_status load_json_buffer(lb_tokenizer *tok, const char *data, size_t size,
+                                  const char *name) {
     const char *end = NULL;
+    lb_status st = LB_OK;
     cJSON *root = cJSON_ParseWithLengthOpts(data, size, &end, false);
     if (!root) {
         size_t at = end && end >= data ? (size_t)(end - data) : 0;
-        free(data);
-        return lb_set_error(LB_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, at);
+        return lb_set_error(LB_ERR_FORMAT, "%s: invalid JSON near byte %zu", name, at);
     }
-    free(data);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return lb_set_error(LB_ERR_FORMAT, "%s: expected a JSON object", path);
+        return lb_set_error(LB_ERR_FORMAT, "%s: expected a JSON object", name);
     }
     const cJSON *added = jget(root, "added_tokens");
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
@@ -1005,7 +1002,32 @@ static lb_status load_json(lb_tokenizer *tok, const char *path) {
                                       "the vocabulary", tok->tmpl[i].ids[k]);
     }
     cJSON_Delete(root);
-    if (st != LB_OK) return lb_error_context(st, "%s", path);
+    if (st != LB_OK) return lb_error_context(st, "%s", name);
+    return LB_OK;
+}
+
+static lb_status load_json(lb_tokenizer *tok, const char *path) {
+    char *data = NULL;
+    size_t size = 0;
+    lb_status st = lb_read_file(path, TOK_JSON_MAX, &data, &size);
+    if (st != LB_OK) return st;
+    st = load_json_buffer(tok, data, size, path);
+    free(data);
+    return st;
+}
+
+lb_status lb_tokenizer_load_hf_json(const char *json, size_t len, lb_tokenizer **out) {
+    if (!out || (!json && len))
+        return lb_set_error(LB_ERR_INVALID_ARG, "lb_tokenizer_load_hf_json: NULL argument");
+    *out = NULL;
+    lb_tokenizer *tok = tok_new();
+    if (!tok) return nomem();
+    lb_status st = load_json_buffer(tok, json ? json : "", len, "tokenizer.json");
+    if (st != LB_OK) {
+        lb_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
     return LB_OK;
 }
 
