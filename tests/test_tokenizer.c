@@ -377,6 +377,56 @@ static void test_config_and_pieces(void) {
     lb_tokenizer_free(z);
 }
 
+/* Long unsplit SentencePiece-style text is merged chunk by chunk at
+ * boundaries no vocabulary token spans (tok_build_pairs); the ids must be
+ * those of merging the whole text at once. Also checks the per-call word
+ * cache of byte-level encoders against cache-free encoding. */
+static void check_chunking(const char *tok_rel, const char *text_rel, size_t max) {
+    lb_tokenizer *tok = load_shared(tok_rel);
+    size_t n = 0;
+    char *text = th_read_bin(th_shared(text_rel), &n);
+    if (!text) th_skip("corpus missing");
+    if (n > max) n = max;
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    TH_CHECK(tok->pairs.n > 0);
+    TH_CHECK_OK(lb_tokenizer_encode(tok, text, n, true, &a, &na));
+    tok_mmap_free(&tok->pairs); /* no chunking from here on */
+    TH_CHECK_OK(lb_tokenizer_encode(tok, text, n, true, &b, &nb));
+    TH_CHECK_MSG(na == nb && na > 1000 && !memcmp(a, b, na * sizeof *a),
+                 "%s: chunked %zu ids vs whole %zu ids", tok_rel, na, nb);
+    free(a);
+    free(b);
+    free(text);
+    lb_tokenizer_free(tok);
+}
+
+static void test_chunking_equivalence(void) {
+    check_chunking("tokenizers/mistral-7b-v0.1", "corpora/wikitext-2-raw/wiki.test.raw", 300000);
+    check_chunking("models/tinystories-656k", "corpora/tinystories/TinyStories-valid-head30k.txt", 1u << 20);
+}
+
+static void test_word_cache(void) {
+    /* the per-call word cache must not change ids: whole corpus with and
+     * without it */
+    lb_tokenizer *tok = load_shared("tokenizers/qwen3");
+    size_t n = 0;
+    char *text = th_read_bin(th_shared("corpora/wikitext-2-raw/wiki.test.raw"), &n);
+    if (!text) th_skip("corpus missing");
+    if (n > 300000) n = 300000;
+    while (n && ((uint8_t)text[n - 1] & 0xC0) == 0x80) n--;
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    TH_CHECK_OK(lb_tokenizer_encode(tok, text, n, false, &a, &na));
+    tok->no_word_cache = true;
+    TH_CHECK_OK(lb_tokenizer_encode(tok, text, n, false, &b, &nb));
+    TH_CHECK(na == nb && na > 10000 && !memcmp(a, b, na * sizeof *a));
+    free(a);
+    free(b);
+    free(text);
+    lb_tokenizer_free(tok);
+}
+
 static void test_bad_json(void) {
     lb_tokenizer *tok = NULL;
     TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b0.json", "{not json"), &tok), LB_ERR_FORMAT);
@@ -475,6 +525,8 @@ int main(void) {
     TH_RUN(test_merge_ranks);
     TH_RUN(test_added_tokens);
     TH_RUN(test_config_and_pieces);
+    TH_RUN(test_chunking_equivalence);
+    TH_RUN(test_word_cache);
     TH_RUN(test_bad_json);
     TH_RUN(test_bad_vocab_desc);
     TH_RUN(test_golden_qwen3);

@@ -20,6 +20,7 @@
 #include "test_tokenizer_golden.h"
 
 #include "lowbit/tokenizer.h"
+#include "tokenizer/tok_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -493,6 +494,22 @@ static void test_spm_mistral_model(void) {
     TH_CHECK_OK(lb_tokenizer_decode(tok, hello + 1, 3, true, &txt, NULL));
     TH_CHECK_STR(txt, "Hello world\n");
     free(txt);
+    /* chunked merging (tok_build_pairs) == whole-fragment merging */
+    size_t tn = 0;
+    char *text = th_read_bin(th_shared("corpora/wikitext-2-raw/wiki.test.raw"), &tn);
+    if (text) {
+        if (tn > 200000) tn = 200000;
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        TH_CHECK(tok->pairs.n > 0);
+        TH_CHECK_OK(lb_tokenizer_encode(tok, text, tn, true, &a, &na));
+        tok_mmap_free(&tok->pairs);
+        TH_CHECK_OK(lb_tokenizer_encode(tok, text, tn, true, &b, &nb));
+        TH_CHECK(na == nb && na > 1000 && !memcmp(a, b, na * sizeof *a));
+        free(a);
+        free(b);
+        free(text);
+    }
     free_cases(cases, n);
     lb_tokenizer_free(tok);
 }

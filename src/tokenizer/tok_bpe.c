@@ -145,17 +145,15 @@ static bool tok_word_add(tok_word *w, int32_t id, size_t len) {
     return true;
 }
 
-static lb_status tok_merge_all(const lb_tokenizer *tok, tok_word *w) {
-    tok_heap h = {0};
+static lb_status tok_merge_all(const lb_tokenizer *tok, tok_word *w, tok_heap *h) {
+    h->n = 0;
     for (size_t i = 0; i + 1 < w->n; i++) {
         const tok_ment *m = tok_mmap_get(&tok->merges, w->v[i].id, w->v[i + 1].id);
-        if (m && !tok_heap_push(&h, (tok_merge_item){m->rank, (int32_t)i, m->new_id})) {
-            free(h.v);
+        if (m && !tok_heap_push(h, (tok_merge_item){m->rank, (int32_t)i, m->new_id}))
             return tok_nomem();
-        }
     }
-    while (h.n) {
-        tok_merge_item top = tok_heap_pop(&h);
+    while (h->n) {
+        tok_merge_item top = tok_heap_pop(h);
         tok_sym *cur = &w->v[top.pos];
         if (cur->len == 0 || cur->next < 0) continue;
         int32_t next_pos = cur->next;
@@ -170,36 +168,74 @@ static lb_status tok_merge_all(const lb_tokenizer *tok, tok_word *w) {
         if (cur->prev >= 0) {
             const tok_sym *p = &w->v[cur->prev];
             const tok_ment *pm = tok_mmap_get(&tok->merges, p->id, cur->id);
-            if (pm && !tok_heap_push(&h, (tok_merge_item){pm->rank, cur->prev, pm->new_id})) {
-                free(h.v);
+            if (pm && !tok_heap_push(h, (tok_merge_item){pm->rank, cur->prev, pm->new_id}))
                 return tok_nomem();
-            }
         }
         if (cur->next >= 0) {
             const tok_sym *nx = &w->v[cur->next];
             const tok_ment *nm = tok_mmap_get(&tok->merges, cur->id, nx->id);
-            if (nm && !tok_heap_push(&h, (tok_merge_item){nm->rank, top.pos, nm->new_id})) {
-                free(h.v);
+            if (nm && !tok_heap_push(h, (tok_merge_item){nm->rank, top.pos, nm->new_id}))
                 return tok_nomem();
-            }
         }
     }
-    free(h.v);
     return LB_OK;
 }
 
-lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
-                       tok_out *out) {
-    if (n == 0) return LB_OK;
-    if (tok->ignore_merges) {
-        int32_t id = tok_hmap_get(&tok->vocab, w, n);
-        if (id >= 0) {
-            if (!out->want_tokens) return tok_out_push(out, id, NULL, 0) ? LB_OK : tok_nomem();
-            return tok_out_push(out, id, w, n) ? LB_OK : tok_nomem();
-        }
+void tok_scratch_free(tok_scratch *sc) {
+    free(sc->sym);
+    free(sc->heap);
+    tok_buf_free(&sc->tmp);
+    tok_hmap_free(&sc->cache);
+    tok_arena_free(&sc->cache_keys);
+    free(sc->cache_ids);
+    free(sc->ent_off);
+    free(sc->ent_len);
+    memset(sc, 0, sizeof *sc);
+}
+
+#define TOK_CACHE_MAX_WORD 256
+#define TOK_CACHE_MAX_ENT 65536
+
+/* Remember the ids out->ids[from..] produced for word w. Failure to cache
+ * is not an error. */
+static void tok_cache_put(tok_scratch *sc, const char *w, size_t n, const tok_out *out,
+                          size_t from) {
+    size_t k = out->n - from;
+    if (n > TOK_CACHE_MAX_WORD || sc->n_ent >= TOK_CACHE_MAX_ENT) return;
+    if (sc->n_ent == sc->ent_cap) {
+        size_t cap = sc->ent_cap ? sc->ent_cap * 2 : 256;
+        int32_t *o = realloc(sc->ent_off, cap * sizeof *o);
+        if (!o) return;
+        sc->ent_off = o;
+        int32_t *l = realloc(sc->ent_len, cap * sizeof *l);
+        if (!l) return;
+        sc->ent_len = l;
+        sc->ent_cap = cap;
     }
-    tok_word word = {0};
-    tok_buf tmp = {0};
+    if (sc->cache_n + k > sc->cache_cap) {
+        size_t cap = sc->cache_cap ? sc->cache_cap * 2 : 1024;
+        while (cap < sc->cache_n + k) cap *= 2;
+        int32_t *v = realloc(sc->cache_ids, cap * sizeof *v);
+        if (!v) return;
+        sc->cache_ids = v;
+        sc->cache_cap = cap;
+    }
+    char *key = tok_arena_strndup(&sc->cache_keys, w, n);
+    if (!key || !tok_hmap_put(&sc->cache, key, n, (int32_t)sc->n_ent)) return;
+    memcpy(sc->cache_ids + sc->cache_n, out->ids + from, k * sizeof(int32_t));
+    sc->ent_off[sc->n_ent] = (int32_t)sc->cache_n;
+    sc->ent_len[sc->n_ent] = (int32_t)k;
+    sc->n_ent++;
+    sc->cache_n += k;
+}
+
+/* merge_word + merge_all over one chunk w[0..n) of a word; first/last tell
+ * whether the chunk starts/ends the word (prefix / suffix rules). */
+static lb_status tok_bpe_chunk(const lb_tokenizer *tok, const char *w, size_t n,
+                               tok_out *out, tok_scratch *sc) {
+    tok_word word = {sc->sym, 0, sc->sym_cap};
+    tok_heap heap = {sc->heap, 0, sc->heap_cap};
+    tok_buf *tmp = &sc->tmp;
     lb_status st = LB_OK;
     int32_t unk_id = -1;
     size_t unk_len = 0;
@@ -214,17 +250,17 @@ lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
         const char *s = w + i;
         size_t slen = clen;
         if ((!first && tok->cont_prefix) || (last && tok->eow_suffix)) {
-            tmp.n = 0;
+            tmp->n = 0;
             if ((!first && tok->cont_prefix &&
-                 !tok_buf_put(&tmp, tok->cont_prefix, tok->cont_prefix_len)) ||
-                !tok_buf_put(&tmp, s, clen) ||
+                 !tok_buf_put(tmp, tok->cont_prefix, tok->cont_prefix_len)) ||
+                !tok_buf_put(tmp, s, clen) ||
                 (last && tok->eow_suffix &&
-                 !tok_buf_put(&tmp, tok->eow_suffix, tok->eow_suffix_len))) {
+                 !tok_buf_put(tmp, tok->eow_suffix, tok->eow_suffix_len))) {
                 st = tok_nomem();
                 break;
             }
-            s = tmp.p;
-            slen = tmp.n;
+            s = tmp->p;
+            slen = tmp->n;
         }
         int32_t id = tok_hmap_get(&tok->vocab, s, slen);
         if (id >= 0) {
@@ -262,14 +298,117 @@ lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
     }
     if (st == LB_OK && have_unk && !tok_word_add(&word, unk_id, unk_len))
         st = tok_nomem();
-    tok_buf_free(&tmp);
-    if (st == LB_OK) st = tok_merge_all(tok, &word);
+    if (st == LB_OK) st = tok_merge_all(tok, &word, &heap);
     for (size_t j = 0; st == LB_OK && j < word.n; j++) {
         if (word.v[j].len == 0) continue;
         if (!tok_out_id(tok, out, word.v[j].id)) st = tok_nomem();
     }
-    free(word.v);
+    sc->sym = word.v;
+    sc->sym_cap = word.cap;
+    sc->heap = heap.v;
+    sc->heap_cap = heap.cap;
     return st;
+}
+
+/* Is the boundary between code points a and b one no merge can cross? */
+static bool tok_can_split(const lb_tokenizer *tok, uint32_t a, uint32_t b) {
+    return tok_mmap_get(&tok->pairs, (int32_t)a, (int32_t)b) == NULL;
+}
+
+/* Chunk boundaries of w: split where tok_can_split, except (fuse_unk)
+ * between two characters that are both outside the vocabulary. Calls fn on
+ * each chunk. Words shorter than 64 bytes are not split. */
+typedef lb_status (*tok_chunk_fn)(const lb_tokenizer *, const char *, size_t, tok_out *,
+                                  tok_scratch *);
+
+static lb_status tok_chunked(const lb_tokenizer *tok, const char *w, size_t n,
+                             tok_out *out, tok_scratch *sc, tok_chunk_fn fn, bool unk_rule) {
+    if (n < 64 || !tok->pairs.n) return fn(tok, w, n, out, sc);
+    const uint8_t *u = (const uint8_t *)w;
+    size_t start = 0, i = 0;
+    uint32_t prev = 0;
+    bool prev_unk = false, have_prev = false;
+    while (i < n) {
+        uint32_t cp;
+        int k = tok_utf8_step(u + i, n - i, &cp);
+        size_t clen = k > 0 ? (size_t)k : 1;
+        if (k <= 0) cp = 0xFFFD;
+        bool unk = unk_rule && tok->fuse_unk && tok_hmap_get(&tok->vocab, w + i, clen) < 0;
+        if (have_prev && tok_can_split(tok, prev, cp) && !(prev_unk && unk)) {
+            lb_status st = fn(tok, w + start, i - start, out, sc);
+            if (st != LB_OK) return st;
+            start = i;
+        }
+        prev = cp;
+        prev_unk = unk;
+        have_prev = true;
+        i += clen;
+    }
+    return fn(tok, w + start, n - start, out, sc);
+}
+
+lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
+                       tok_out *out, tok_scratch *sc) {
+    if (n == 0) return LB_OK;
+    if (tok->ignore_merges) {
+        int32_t id = tok_hmap_get(&tok->vocab, w, n);
+        if (id >= 0) {
+            if (!out->want_tokens) return tok_out_push(out, id, NULL, 0) ? LB_OK : tok_nomem();
+            return tok_out_push(out, id, w, n) ? LB_OK : tok_nomem();
+        }
+    }
+    if (tok->no_word_cache) sc = NULL;
+    if (sc && n <= TOK_CACHE_MAX_WORD) {
+        int32_t e = tok_hmap_get(&sc->cache, w, n);
+        if (e >= 0) {
+            for (int32_t k = 0; k < sc->ent_len[e]; k++)
+                if (!tok_out_id(tok, out, sc->cache_ids[sc->ent_off[e] + k])) return tok_nomem();
+            return LB_OK;
+        }
+    }
+    tok_scratch local = {0};
+    size_t from = out->n;
+    lb_status st = tok_chunked(tok, w, n, out, sc ? sc : &local, tok_bpe_chunk, true);
+    tok_scratch_free(&local);
+    if (st == LB_OK && sc) tok_cache_put(sc, w, n, out, from);
+    return st;
+}
+
+lb_status tok_build_pairs(lb_tokenizer *tok) {
+    if (tok->cont_prefix || tok->eow_suffix) return LB_OK;
+    /* a merge whose operand is the unk or a byte token could join symbols
+     * that are not characters of the text: do not split then */
+    for (size_t i = 0; i < tok->merges.cap; i++) {
+        const tok_ment *m = &tok->merges.e[i];
+        if (m->key == UINT64_MAX) continue;
+        int32_t a = (int32_t)(m->key >> 32), b = (int32_t)(uint32_t)m->key;
+        if ((tok->unk_id >= 0 && (a == tok->unk_id || b == tok->unk_id)) ||
+            (tok->attr[a] & TOK_ATTR_BYTE) || (tok->attr[b] & TOK_ATTR_BYTE))
+            return LB_OK;
+    }
+    if (!tok_mmap_init(&tok->pairs, (size_t)tok->n_vocab * 2)) return tok_nomem();
+    for (int32_t id = 0; id < tok->n_vocab; id++) {
+        const uint8_t *u = (const uint8_t *)tok->model_piece[id];
+        size_t n = u ? tok->model_piece_len[id] : 0, i = 0;
+        uint32_t prev = 0;
+        bool have = false;
+        while (i < n) {
+            uint32_t cp;
+            int k = tok_utf8_step(u + i, n - i, &cp);
+            if (k <= 0) {
+                cp = 0xFFFD;
+                k = 1;
+            }
+            if (have && !tok_mmap_put(&tok->pairs, (int32_t)prev, (int32_t)cp, 0, 0)) {
+                tok_mmap_free(&tok->pairs);
+                return tok_nomem();
+            }
+            prev = cp;
+            have = true;
+            i += (size_t)k;
+        }
+    }
+    return LB_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -353,8 +492,9 @@ static int32_t tok_spm_byte(const lb_tokenizer *tok, uint8_t c) {
     return tok_hmap_get(&tok->vocab, &s, 1);
 }
 
-lb_status tok_spm_fragment(const lb_tokenizer *tok, const char *text, size_t n,
-                           tok_out *out) {
+static lb_status tok_spm_chunk(const lb_tokenizer *tok, const char *text, size_t n,
+                               tok_out *out, tok_scratch *sc) {
+    (void)sc;
     if (n == 0) return LB_OK;
     if (n >= INT32_MAX) return lb_set_error(LB_ERR_RANGE, "tokenizer: text too long");
     tok_spm_sym *sym = malloc(n * sizeof *sym);
@@ -414,5 +554,13 @@ lb_status tok_spm_fragment(const lb_tokenizer *tok, const char *text, size_t n,
                 st = tok_nomem();
     }
     free(sym);
+    return st;
+}
+
+lb_status tok_spm_fragment(const lb_tokenizer *tok, const char *text, size_t n,
+                           tok_out *out, tok_scratch *sc) {
+    tok_scratch local = {0};
+    lb_status st = tok_chunked(tok, text, n, out, sc ? sc : &local, tok_spm_chunk, false);
+    tok_scratch_free(&local);
     return st;
 }

@@ -993,6 +993,7 @@ static lb_status load_json_buffer(lb_tokenizer *tok, const char *data, size_t si
     if (st == LB_OK) st = parse_post(tok, jget(root, "post_processor"), "post_processor", &tcap);
     if (st == LB_OK) st = parse_added(tok, added);
     if (st == LB_OK) st = finish_added(tok);
+    if (st == LB_OK) st = tok_build_pairs(tok);
     if (st == LB_OK && tok->has_template) {
         for (size_t i = 0; i < tok->n_tmpl; i++)
             for (size_t k = 0; k < tok->tmpl[i].n; k++)

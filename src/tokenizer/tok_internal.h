@@ -393,6 +393,9 @@ struct lb_tokenizer {
     char *cont_prefix, *eow_suffix; /* NULL when absent */
     size_t cont_prefix_len, eow_suffix_len;
     int32_t byte_id[256]; /* <0xNN> token per byte, -1 */
+    tok_mmap pairs;       /* adjacent code points inside tokens (see
+                             tok_build_pairs); empty = never split */
+    bool no_word_cache;   /* tests: disable the per-call word cache */
 
     /* Added tokens (HF) */
     tok_added *added;
@@ -439,13 +442,40 @@ typedef struct tok_out {
 
 bool tok_out_push(tok_out *o, int32_t id, const char *t, size_t tlen);
 
+/* Reusable buffers of the merge engines (one per encode call). */
+typedef struct tok_scratch {
+    void *sym;   /* symbols */
+    size_t sym_cap;
+    void *heap;  /* merge / bigram queue */
+    size_t heap_cap;
+    tok_buf tmp;
+    /* per-call word cache (tokenizers keeps one per model): word -> a run
+     * of ids in cache_ids; keys live in cache_keys */
+    tok_hmap cache;
+    tok_arena cache_keys;
+    int32_t *cache_ids;
+    size_t cache_n, cache_cap;
+    int32_t *ent_off, *ent_len; /* per cache entry */
+    size_t n_ent, ent_cap;
+} tok_scratch;
+
+void tok_scratch_free(tok_scratch *sc);
+
+/* Build tok->pairs: every pair of adjacent characters inside a vocabulary
+ * token. A boundary between two characters that form no such pair can never
+ * be crossed by a merge, so long words are split there and merged piece by
+ * piece (same result, far less work on unsplit SentencePiece-style text).
+ * Left empty (no splitting) when a merge involves the unk or a byte token
+ * or the model uses continuing_subword_prefix / end_of_word_suffix. */
+lb_status tok_build_pairs(lb_tokenizer *tok);
+
 /* BPE over one pre-token (tokenizers models/bpe: merge_word + merge_all).
  * Appends ids (and model vocabulary strings as tokens) to out. */
 lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
-                       tok_out *out);
+                       tok_out *out, tok_scratch *sc);
 /* llama.cpp llm_tokenizer_spm_session::tokenize over one fragment. */
 lb_status tok_spm_fragment(const lb_tokenizer *tok, const char *w, size_t n,
-                           tok_out *out);
+                           tok_out *out, tok_scratch *sc);
 
 /* Encoders / decoders per family (out->ids appended). */
 lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,

@@ -52,7 +52,7 @@ static lb_status tok_split_one(const tok_piece *pc, const char *text,
                                const tok_regex *re, const char *lit,
                                size_t litlen, tok_split_behavior behavior,
                                bool invert, tok_pieces *out, tok_msegs *segs,
-                               tok_spans *sp) {
+                               tok_spans *sp, tok_msegs *resv) {
     const char *s = text + pc->off;
     size_t n = pc->len;
     segs->n = 0;
@@ -73,7 +73,8 @@ static lb_status tok_split_one(const tok_piece *pc, const char *text,
     if (prev != n && !tok_msegs_push(segs, prev, n, invert)) return tok_nomem();
 
     /* Apply the behavior: produce (s, e, remove) in segs order. */
-    tok_msegs res = {0};
+    tok_msegs res = *resv;
+    res.n = 0;
     bool ok = true;
     switch (behavior) {
     case TOK_SPLIT_ISOLATED:
@@ -129,7 +130,7 @@ static lb_status tok_split_one(const tok_piece *pc, const char *text,
         ok = tok_pieces_push(out, pc->off + res.v[i].s, res.v[i].e - res.v[i].s,
                              pc->origin && res.v[i].s == 0);
     }
-    free(res.v);
+    *resv = res;
     return ok ? LB_OK : tok_nomem();
 }
 
@@ -137,13 +138,14 @@ lb_status tok_split_pieces(tok_pieces *io, const tok_regex *re,
                            const char *lit, size_t litlen,
                            tok_split_behavior behavior, bool invert) {
     tok_pieces out = {0};
-    tok_msegs segs = {0};
+    tok_msegs segs = {0}, res = {0};
     tok_spans sp = {0};
     lb_status st = LB_OK;
     for (size_t i = 0; st == LB_OK && i < io->n; i++)
         st = tok_split_one(&io->v[i], io->text.p, re, lit, litlen, behavior,
-                           invert, &out, &segs, &sp);
+                           invert, &out, &segs, &sp, &res);
     free(segs.v);
+    free(res.v);
     tok_spans_free(&sp);
     if (st != LB_OK) {
         free(out.v);

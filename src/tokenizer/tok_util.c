@@ -371,20 +371,17 @@ static bool tok_byte_printable(int b) {
 
 uint32_t tok_byte_to_cp(uint8_t b) {
     if (tok_byte_printable(b)) return b;
-    uint32_t n = 0;
-    for (int i = 0; i < b; i++)
-        if (!tok_byte_printable(i)) n++;
-    return 256 + n;
+    /* rank among the non-printable bytes: 0x00-0x20, 0x7F-0xA0, 0xAD */
+    if (b <= 0x20) return 256u + b;
+    if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (uint32_t)(b - 0x7F);
+    return 256u + 67u; /* 0xAD */
 }
 
 int tok_cp_to_byte(uint32_t cp) {
     if (cp < 256) return tok_byte_printable((int)cp) ? (int)cp : -1;
-    uint32_t n = cp - 256, k = 0;
-    for (int i = 0; i < 256; i++) {
-        if (tok_byte_printable(i)) continue;
-        if (k == n) return i;
-        k++;
-    }
+    if (cp <= 256 + 32) return (int)(cp - 256);
+    if (cp <= 256 + 66) return (int)(cp - 256 - 33 + 0x7F);
+    if (cp == 256 + 67) return 0xAD;
     return -1;
 }
 

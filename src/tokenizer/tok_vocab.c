@@ -320,6 +320,8 @@ static lb_status build(lb_tokenizer *tok, const lb_vocab_desc *d) {
         }
     }
 
+    if (spm && (st = tok_build_pairs(tok)) != LB_OK) return st;
+
     /* special-token cache: CONTROL | USER_DEFINED | UNKNOWN, longest first */
     size_t ns = 0;
     for (int32_t i = 0; i < n; i++)

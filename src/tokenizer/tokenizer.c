@@ -52,6 +52,7 @@ void lb_tokenizer_free(lb_tokenizer *tok) {
     free(tok->score);
     tok_hmap_free(&tok->vocab);
     tok_mmap_free(&tok->merges);
+    tok_mmap_free(&tok->pairs);
     free(tok->added);
     tok_trie_free(&tok->trie_raw);
     tok_trie_free(&tok->trie_norm);
@@ -198,7 +199,8 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
 
 /* Pre-tokenize and run the model over one normalized text segment. */
 static lb_status tok_hf_model(const lb_tokenizer *tok, const char *s, size_t n,
-                              bool origin, tok_pieces *pcs, tok_out *out) {
+                              bool origin, tok_pieces *pcs, tok_out *out,
+                              tok_scratch *sc) {
     pcs->n = 0;
     pcs->text.n = 0;
     if (n == 0) return LB_OK;
@@ -209,7 +211,7 @@ static lb_status tok_hf_model(const lb_tokenizer *tok, const char *s, size_t n,
         if (st != LB_OK) return st;
     }
     for (size_t i = 0; i < pcs->n; i++) {
-        lb_status st = tok_bpe_word(tok, pcs->text.p + pcs->v[i].off, pcs->v[i].len, out);
+        lb_status st = tok_bpe_word(tok, pcs->text.p + pcs->v[i].off, pcs->v[i].len, out, sc);
         if (st != LB_OK) return st;
     }
     return LB_OK;
@@ -221,6 +223,7 @@ lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
     tok_segs raw = {0}, sub = {0};
     tok_buf norm = {0};
     tok_pieces pcs = {0};
+    tok_scratch sc = {0};
     lb_status st = tok_find_matches(tok, &tok->trie_raw, text, len, plain, &raw);
     for (size_t r = 0; st == LB_OK && r < raw.n; r++) {
         const tok_seg *sg = &raw.v[r];
@@ -246,13 +249,14 @@ lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
                 continue;
             }
             st = tok_hf_model(tok, seg + ss->s, ss->e - ss->s, sg->s == 0 && ss->s == 0,
-                              &pcs, out);
+                              &pcs, out, &sc);
         }
     }
     free(raw.v);
     free(sub.v);
     tok_buf_free(&norm);
     tok_pieces_free(&pcs);
+    tok_scratch_free(&sc);
     return st;
 }
 
@@ -327,7 +331,8 @@ nomem:
 
 /* llm_tokenizer_bpe_session::tokenize over one raw fragment. */
 static lb_status tok_llama_bpe_fragment(const lb_tokenizer *tok, const char *s,
-                                        size_t n, tok_pieces *pcs, tok_out *out) {
+                                        size_t n, tok_pieces *pcs, tok_out *out,
+                                        tok_scratch *sc) {
     pcs->n = 0;
     pcs->text.n = 0;
     if (n == 0) return LB_OK;
@@ -340,7 +345,7 @@ static lb_status tok_llama_bpe_fragment(const lb_tokenizer *tok, const char *s,
     }
     lb_status st = tok_bytelevel_pieces(pcs);
     for (size_t i = 0; st == LB_OK && i < pcs->n; i++)
-        st = tok_bpe_word(tok, pcs->text.p + pcs->v[i].off, pcs->v[i].len, out);
+        st = tok_bpe_word(tok, pcs->text.p + pcs->v[i].off, pcs->v[i].len, out, sc);
     return st;
 }
 
@@ -351,6 +356,7 @@ lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text, size_t len
     lb_status st = tok_partition(tok, text, len, !(flags & LB_TOK_PLAIN_SPECIAL), &frags);
     tok_buf buf = {0};
     tok_pieces pcs = {0};
+    tok_scratch sc = {0};
     if (st == LB_OK && add_special && tok->add_bos && tok->bos_id >= 0 &&
         !tok_out_push(out, tok->bos_id, tok->piece[tok->bos_id], tok->piece_len[tok->bos_id]))
         st = tok_nomem();
@@ -373,9 +379,9 @@ lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text, size_t len
                 if (!(c == ' ' ? tok_buf_put(&buf, "\xE2\x96\x81", 3) : tok_buf_putc(&buf, c)))
                     st = tok_nomem();
             }
-            if (st == LB_OK) st = tok_spm_fragment(tok, buf.p ? buf.p : "", buf.n, out);
+            if (st == LB_OK) st = tok_spm_fragment(tok, buf.p ? buf.p : "", buf.n, out, &sc);
         } else {
-            st = tok_llama_bpe_fragment(tok, text + fr->off, fr->len, &pcs, out);
+            st = tok_llama_bpe_fragment(tok, text + fr->off, fr->len, &pcs, out, &sc);
         }
         prev_special = false;
     }
@@ -385,6 +391,7 @@ lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text, size_t len
     free(frags.v);
     tok_buf_free(&buf);
     tok_pieces_free(&pcs);
+    tok_scratch_free(&sc);
     return st;
 }
 
