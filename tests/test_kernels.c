@@ -105,7 +105,7 @@ static void make_act_exact(lb_type at, uint8_t *a, int64_t n) {
         lb_block_q8_K *b = (lb_block_q8_K *)a;
         for (int64_t i = 0; i < n / 256; i++) {
             b[i].d = (rng_u32() & 1) ? 0.25f : 0.5f;
-            for (int j = 0; j < 256; j++) b[i].qs[j] = (int8_t)rng_int(-127, 127);
+            for (int j = 0; j < 256; j++) b[i].qs[j] = (int8_t)rng_int(-15, 15); /* keep sums < 2^24 units */
             for (int j = 0; j < 16; j++) {
                 int s = 0;
                 for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];
