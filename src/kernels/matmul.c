@@ -250,7 +250,8 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
         chunk = LB_MAX(1, (chunk + 3) / 4 * 4);
     }
     j.row_chunk = LB_MAX(1, chunk);
-    j.tok_tile = LB_MIN(n_tokens, 64);
+    /* batch (AMX) kernels repack weights once per call: give them all tokens */
+    j.tok_tile = j.mm == wk->mm_batch ? n_tokens : LB_MIN(n_tokens, 64);
     lb_pool_run(pool, mm_worker, &j);
     return LB_OK;
 }
