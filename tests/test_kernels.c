@@ -432,21 +432,27 @@ static void test_matmul_errors(void) {
 
 /* LB_FORCE_REF=1 selects the reference path: checked in a child process
  * (the choice is made once per process). */
-static void test_force_ref(void) {
+static int run_child(const char *env, const char *val, const char *want) {
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("LB_FORCE_REF", "1", 1);
-        execl("/proc/self/exe", "test_kernels", "--print-variant-ref", (char *)NULL);
+        setenv(env, val, 1);
+        execl("/proc/self/exe", "test_kernels", "--print-variant", want, (char *)NULL);
         _exit(3);
     }
     int status = 0;
-    TH_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    TH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (pid <= 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+static void test_force_ref(void) {
+    TH_CHECK_INT(run_child("LB_FORCE_REF", "1", "ref"), 0);
+    /* LB_KERNELS caps the family: "ref" always, "avx2" where usable */
+    TH_CHECK_INT(run_child("LB_KERNELS", "ref", "ref"), 0);
+    if (lb_kernels_usable(LB_KV_AVX2)) TH_CHECK_INT(run_child("LB_KERNELS", "avx2", "avx2"), 0);
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--print-variant-ref") == 0)
-        return strcmp(lb_kernels_variant(), "ref") == 0 ? 0 : 1;
+    if (argc > 2 && strcmp(argv[1], "--print-variant") == 0)
+        return strcmp(lb_kernels_variant(), argv[2]) == 0 ? 0 : 1;
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     char feats[256];
     fprintf(stderr, "cpu: %s\nlb_matmul uses: %s\n", lb_cpu_describe(feats, sizeof feats),

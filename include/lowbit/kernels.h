@@ -50,7 +50,9 @@ lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
  * "avx512" (AVX-512 F/BW/VL/DQ), "avx512_vnni" (+VNNI vpdpbusd) or "amx"
  * (AMX-INT8 tiles for batched prefill on top of avx512_vnni). Chosen once,
  * at first use, as the best family lb_cpu_get() reports usable; the
- * environment variable LB_FORCE_REF=1 forces "ref". */
+ * environment variable LB_FORCE_REF=1 forces "ref", and LB_KERNELS=<name>
+ * caps the choice at that family (e.g. LB_KERNELS=avx2 on an AVX-512
+ * machine; falls back to the best usable family below it). */
 const char *lb_kernels_variant(void);
 
 /* Free the calling thread's activation scratch now (it is otherwise freed

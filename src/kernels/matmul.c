@@ -55,9 +55,15 @@ static void init_tables(void) {
     }
     const char *force = getenv("LB_FORCE_REF");
     bool force_ref = force && force[0] && strcmp(force, "0") != 0;
+    /* LB_KERNELS=<name> caps the choice at that family (e.g. "avx2" on an
+     * AVX-512 machine); unknown names are ignored. */
+    int cap = LB_KV_COUNT - 1;
+    const char *want = getenv("LB_KERNELS");
+    for (int v = 0; want && v < LB_KV_COUNT; v++)
+        if (strcmp(want, g_names[v]) == 0) cap = v;
     g_current = LB_KV_REF;
     if (!force_ref)
-        for (int v = LB_KV_COUNT - 1; v > 0; v--)
+        for (int v = cap; v > 0; v--)
             if (g_usable[v]) {
                 g_current = v;
                 break;
