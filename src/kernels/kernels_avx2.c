@@ -254,37 +254,58 @@ static float dot_q3_K(int64_t n, const lb_block_q3_K *x, const lb_block_q8_K *y)
     return hsum8(acc);
 }
 
-LB_AI int kmins_dot(const uint8_t mn[8], const int16_t *bsums) {
-    int s = 0;
-    for (int j = 0; j < 16; j++) s += bsums[j] * mn[j / 2];
-    return s;
+/* sum_j bsums[j] * mn[j/2] (exact int32) with one vpmaddwd. */
+LB_AI __m256i mins16(const uint8_t mn[8]) {
+    const __m128i m = _mm_loadl_epi64((const __m128i *)(const void *)mn);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+}
+LB_AI int kmins_dot(__m256i m16, const int16_t *bsums) {
+    return hsum8_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bsums), m16));
 }
 
-static float dot_q4_K(int64_t n, const lb_block_q4_K *x, const lb_block_q8_K *y) {
-    const int64_t nb = n / LB_QK_K;
+/* Q4_K: one weight row against RN (1..4) token rows; the unpacked nibbles
+ * of each group are reused for all RN tokens. */
+LB_AI void tile_q4_K(const int RN, int64_t nb, const lb_block_q4_K *x, const uint8_t *a,
+                     size_t as, float *y, size_t ldy) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
+    __m256 acc[4];
+    float accm[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) acc[t] = _mm256_setzero_ps(), accm[t] = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         uint8_t sc[8], mn[8];
         for (int j = 0; j < 8; j++) lb_get_scale_min_k4(j, x[i].scales, &sc[j], &mn[j]);
-        const int imin = kmins_dot(mn, y[i].bsums);
-        __m256i sumi = _mm256_setzero_si256();
+        const __m256i m16 = mins16(mn);
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) sumi[t] = _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * g));
             const __m256i lo = _mm256_and_si256(q, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * g));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * g + 32));
-            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * g]));
-            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * g + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            const __m256i s0 = _mm256_set1_epi16(sc[2 * g]), s1 = _mm256_set1_epi16(sc[2 * g + 1]);
+#pragma GCC unroll 4
+            for (int t = 0; t < RN; t++) {
+                const int8_t *q8 = ((const lb_block_q8_K *)(const void *)(a + (size_t)t * as))[i].qs;
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(q8 + 64 * g));
+                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(q8 + 64 * g + 32));
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), s0);
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), s1);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
+            }
         }
-        const float d = h2f(&x[i].d) * y[i].d, dmin = h2f(&x[i].dmin) * y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += dmin * (float)imin;
+        const float xd = h2f(&x[i].d), xm = h2f(&x[i].dmin);
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) {
+            const lb_block_q8_K *yb = (const lb_block_q8_K *)(const void *)(a + (size_t)t * as) + i;
+            const int imin = kmins_dot(m16, yb->bsums);
+            const float d = xd * yb->d, dmin = xm * yb->d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            accm[t] += dmin * (float)imin;
+        }
     }
-    return hsum8(acc) - accm;
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]) - accm[t];
 }
 
 static float dot_q5_K(int64_t n, const lb_block_q5_K *x, const lb_block_q8_K *y) {
@@ -295,7 +316,7 @@ static float dot_q5_K(int64_t n, const lb_block_q5_K *x, const lb_block_q8_K *y)
     for (int64_t i = 0; i < nb; i++) {
         uint8_t sc[8], mn[8];
         for (int j = 0; j < 8; j++) lb_get_scale_min_k4(j, x[i].scales, &sc[j], &mn[j]);
-        const int imin = kmins_dot(mn, y[i].bsums);
+        const int imin = kmins_dot(mins16(mn), y[i].bsums);
         const __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
@@ -319,16 +340,21 @@ static float dot_q5_K(int64_t n, const lb_block_q5_K *x, const lb_block_q8_K *y)
     return hsum8(acc) - accm;
 }
 
-static float dot_q6_K(int64_t n, const lb_block_q6_K *x, const lb_block_q8_K *y) {
-    const int64_t nb = n / LB_QK_K;
+/* Q6_K: one weight row against RN (1..4) token rows. */
+LB_AI void tile_q6_K(const int RN, int64_t nb, const lb_block_q6_K *x, const uint8_t *a,
+                     size_t as, float *y, size_t ldy) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3),
                   m32 = _mm256_set1_epi8(32);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
-        const int8_t *sc = x[i].scales, *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, q8 += 128) {
+        const int8_t *sc = x[i].scales;
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) sumi[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
             const __m256i hq = _mm256_loadu_si256((const __m256i *)qh);
@@ -342,16 +368,49 @@ static float dot_q6_K(int64_t n, const lb_block_q6_K *x, const lb_block_q8_K *y)
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hq, 6), m2), 4));
             for (int p = 0; p < 4; p++) {
-                const __m256i av = _mm256_loadu_si256((const __m256i *)(q8 + 32 * p));
-                const __m256i prod = _mm256_sub_epi16(_mm256_maddubs_epi16(q[p], av),
-                                                      _mm256_maddubs_epi16(m32, av));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, scales16_pair(sc[2 * p], sc[2 * p + 1])));
+                const __m256i scv = scales16_pair(sc[2 * p], sc[2 * p + 1]);
+#pragma GCC unroll 4
+                for (int t = 0; t < RN; t++) {
+                    const int8_t *q8 = ((const lb_block_q8_K *)(const void *)(a + (size_t)t * as))[i].qs;
+                    const __m256i av = _mm256_loadu_si256((const __m256i *)(q8 + 128 * h + 32 * p));
+                    const __m256i prod = _mm256_sub_epi16(_mm256_maddubs_epi16(q[p], av),
+                                                          _mm256_maddubs_epi16(m32, av));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(prod, scv));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(&x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        const float xd = h2f(&x[i].d);
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) {
+            const lb_block_q8_K *yb = (const lb_block_q8_K *)(const void *)(a + (size_t)t * as) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xd * yb->d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]);
 }
+
+/* Tiled K-quant matmul: 4 tokens share each unpacked weight row. */
+#define MMKT(name, tile, WT)                                                   \
+    static void name(int64_t n, const void *w, size_t ws, int64_t nr,          \
+                     const void *a, size_t as, int64_t nt, float *y,           \
+                     size_t ldy) {                                             \
+        const int64_t nb = n / LB_QK_K;                                        \
+        const uint8_t *ab = a;                                                 \
+        int64_t t = 0;                                                         \
+        for (; t + 4 <= nt; t += 4)                                            \
+            for (int64_t r = 0; r < nr; r++)                                   \
+                tile(4, nb, (const WT *)((const uint8_t *)w + (size_t)r * ws), \
+                     ab + (size_t)t * as, as, y + (size_t)t * ldy + (size_t)r, \
+                     ldy);                                                     \
+        for (; t < nt; t++)                                                    \
+            for (int64_t r = 0; r < nr; r++)                                   \
+                tile(1, nb, (const WT *)((const uint8_t *)w + (size_t)r * ws), \
+                     ab + (size_t)t * as, as, y + (size_t)t * ldy + (size_t)r, \
+                     ldy);                                                     \
+    }
+MMKT(mm_q4_K_avx2, tile_q4_K, lb_block_q4_K)
+MMKT(mm_q6_K_avx2, tile_q6_K, lb_block_q6_K)
 
 #define MMK(name, dot, WT)                                                     \
     static void name(int64_t n, const void *w, size_t ws, int64_t nr,          \
@@ -366,9 +425,7 @@ static float dot_q6_K(int64_t n, const lb_block_q6_K *x, const lb_block_q8_K *y)
     }
 MMK(mm_q2_K_avx2, dot_q2_K, lb_block_q2_K)
 MMK(mm_q3_K_avx2, dot_q3_K, lb_block_q3_K)
-MMK(mm_q4_K_avx2, dot_q4_K, lb_block_q4_K)
 MMK(mm_q5_K_avx2, dot_q5_K, lb_block_q5_K)
-MMK(mm_q6_K_avx2, dot_q6_K, lb_block_q6_K)
 
 /* ---------------------------------------------------------------------- */
 /* F32 / F16 / BF16 weights x f32 activations                              */
