@@ -105,6 +105,20 @@ static void rope_apply(float *x, const float *c, const float *s, int hd,
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* Dot product with 8 independent partial sums (lets the compiler use SIMD
+ * without -ffast-math; the summation order is fixed, so results are
+ * deterministic). */
+static inline float dot_f32(const float *a, const float *b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -317,10 +331,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *V = ctx->v_cache + base * hd;
         float mx = -INFINITY;
         for (int32_t k = j0; k <= p; k++) {
-            const float *kr = K + (size_t)k * hd;
-            float d = 0.0f;
-            for (int i = 0; i < hd; i++) d += qv[i] * kr[i];
-            d *= scale;
+            float d = dot_f32(qv, K + (size_t)k * hd, hd) * scale;
             sc[k] = d;
             if (d > mx) mx = d;
         }
@@ -407,7 +418,10 @@ static lb_status layer_forward(lb_context *ctx, int l, float *hidden,
     }
     /* att = softmax(q K^T / sqrt(hd) + causal mask) V    [n, nh*hd]    */
     attn_job aj = {ctx, l, n, pos};
-    lb_pool_run(pool, attn_worker, &aj);
+    /* small jobs (decode on short contexts) run on this thread: waking
+     * the pool costs more than the work */
+    double work = (double)n * (double)nh * (double)(pos + n) * (double)hd;
+    lb_pool_run(work < 65536.0 ? NULL : pool, attn_worker, &aj);
     /* hidden += att Wo^T                                   [n, dim]     */
     LB_TRY(hook_call(ctx, l, LB_LINEAR_O, ctx->att, n, qd));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], ctx->att, ctx->o, n));
