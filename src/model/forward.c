@@ -22,6 +22,9 @@ struct lb_context {
     /* KV cache, per layer and KV head contiguous over positions:
      * k_cache[((layer * nkv + h) * n_ctx + pos) * hd + i]. */
     float *k_cache, *v_cache;
+    /* Token id at each cached position (-1: unknown, e.g. after layers
+     * were driven by hand). [n_ctx] */
+    int32_t *toks;
     /* RoPE tables [n_ctx][hd/2]. */
     float *rope_cos, *rope_sin;
 
@@ -219,12 +222,14 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
         goto fail;
     }
     int half = c->head_dim / 2;
+    ctx->toks = lb_alloc((size_t)n_ctx * sizeof(int32_t));
     ctx->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->scores = lb_alloc((size_t)ctx->n_threads * (size_t)n_ctx *
                            sizeof(float));
     float *inv = malloc((size_t)half * sizeof(float));
-    if (!ctx->rope_cos || !ctx->rope_sin || !ctx->scores || !inv) {
+    if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->scores ||
+        !inv) {
         free(inv);
         s = lb_set_error(LB_ERR_NOMEM, "context: out of memory");
         goto fail;
@@ -254,6 +259,7 @@ void lb_context_free(lb_context *ctx) {
     free_scratch(ctx);
     lb_free(ctx->k_cache);
     lb_free(ctx->v_cache);
+    lb_free(ctx->toks);
     lb_free(ctx->rope_cos);
     lb_free(ctx->rope_sin);
     lb_free(ctx->scores);
@@ -280,8 +286,15 @@ lb_status lb_context_set_n_past(lb_context *ctx, int32_t n) {
     if (n < 0 || n > ctx->n_ctx)
         return lb_set_error(LB_ERR_RANGE, "context: n_past %d outside [0, %d]",
                             (int)n, (int)ctx->n_ctx);
+    for (int32_t i = 0; i < n; i++) ctx->toks[i] = -1; /* contents unknown */
     ctx->n_past = n;
     return LB_OK;
+}
+
+int32_t lb_context_cached_tokens(const lb_context *ctx,
+                                 const int32_t **tokens) {
+    if (tokens) *tokens = ctx->toks;
+    return ctx->n_past;
 }
 
 void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook) {
@@ -514,6 +527,7 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
     LB_TRY(lb_model_embed(ctx, tokens, n, ctx->x));
     for (int l = 0; l < m->config.n_layers; l++)
         LB_TRY(layer_forward(ctx, l, ctx->x, n, pos));
+    memcpy(ctx->toks + pos, tokens, (size_t)n * sizeof *tokens);
     ctx->n_past = pos + n;
     if (mode == LB_LOGITS_LAST)
         return lb_model_output_logits(ctx, ctx->x + (n - 1) * dim, 1, logits);
