@@ -199,6 +199,24 @@ static void test_config_fields(void) {
     int i = 0;
     for (cJSON *x = want ? want->child : NULL; x && i < 8; x = x->next, i++)
         TH_CHECK_NEAR(inv[i], x->valuedouble, 1e-7 * fabs(x->valuedouble));
+    /* default (unscaled) frequencies, also from transformers */
+    cJSON *dflt = rc ? cJSON_GetObjectItem(rc, "inv_freq_default_theta1e4")
+                     : NULL;
+    TH_CHECK(dflt && cJSON_GetArraySize(dflt) == 8);
+    lb_rope_scaling saved = a.rope_scaling;
+    a.rope_scaling = LB_ROPE_SCALING_NONE;
+    lb_rope_inv_freq(&a, inv);
+    i = 0;
+    for (cJSON *x = dflt ? dflt->child : NULL; x && i < 8; x = x->next, i++)
+        TH_CHECK_NEAR(inv[i], x->valuedouble, 1e-7 * fabs(x->valuedouble));
+    /* linear: theta^(-2i/d) / factor */
+    a.rope_scaling = LB_ROPE_SCALING_LINEAR;
+    a.rope_factor = 4.0;
+    lb_rope_inv_freq(&a, inv);
+    for (i = 0; i < 8; i++)
+        TH_CHECK_NEAR(inv[i], pow(10000.0, -2.0 * i / 16.0) / 4.0,
+                      1e-6 * pow(10000.0, -2.0 * i / 16.0));
+    a.rope_scaling = saved;
     cJSON_Delete(meta);
     lb_model_config_clear(&a);
 
