@@ -17,8 +17,15 @@
  * Conventions (see core.h): shapes outermost-first, row-major. A weight W is
  * [out, in] (rows = output channels, the nn.Linear layout); "column c" is
  * input feature c. Float arithmetic is IEEE float32 in AutoGPTQ's operation
- * order unless stated, so the results match AutoGPTQ's float32 CPU run bit
- * for bit on the shared references (see tests/test_gptq.c).
+ * order unless stated. The references in ../shared/reference/gptq were made
+ * by torch on netlib's reference BLAS/LAPACK: with those libraries lowbit
+ * reproduces them bit for bit (H, H^-1 factor, codes, scales, W_deq, loss);
+ * with OpenBLAS the sgemm/spotrf/spotri summation orders differ, giving
+ * ~1e-7 relative differences in floats and (on those references) 100%
+ * identical codes. Results are deterministic for a given BLAS and OpenBLAS
+ * thread count (OpenBLAS's threaded potrf/gemm round differently from its
+ * single-threaded ones); lowbit's own row split (lb_gptq_options.pool)
+ * never changes them.
  *
  * Thread-safety: all functions are reentrant; they only share OpenBLAS
  * (whose own thread count the caller controls with openblas_set_num_threads).
@@ -267,7 +274,11 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
 /* qzeros conventions:
  *  V1 ("gptq", AutoGPTQ): each field stores zero - 1. AutoGPTQ's readers
  *     unpack field + 1 with no wrap, so fields 0..maxq mean zeros
- *     1..2^bits; a zero of 0 (possible with asym grids) cannot be stored.
+ *     1..2^bits (a 4-bit field 15 is zero 16); a zero of 0 (possible with
+ *     asym grids: a group with no negative weight) cannot be stored —
+ *     AutoGPTQ's own packer writes -1 as 0xFFFFFFFF there, corrupting the
+ *     neighbouring fields, and GPTQModel's v1<->v2 conversion adds or
+ *     subtracts per-field 1s to whole words, carrying across fields.
  *  V2 ("gptq_v2", GPTQModel): each field stores the zero as is (0..maxq). */
 typedef enum lb_gptq_format {
     LB_GPTQ_FORMAT_V1 = 1,

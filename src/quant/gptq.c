@@ -149,17 +149,29 @@ static int cmp_diag_desc(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+/* dst[j*n + i] = src[i*n + j] for an n x n matrix, in cache tiles. */
+static void transpose_sq(const float *src, float *dst, int64_t n) {
+    enum { TILE = 32 };
+    for (int64_t i0 = 0; i0 < n; i0 += TILE)
+        for (int64_t j0 = 0; j0 < n; j0 += TILE) {
+            const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) dst[j * n + i] = src[i * n + j];
+        }
+}
+
 /* B (column-major, the buffer torch hands to LAPACK) = Hp + damp I, where
  * Hp[i][j] = H[perm[i]][perm[j]] with dead diagonals set to 1; column-major
- * element (i, j) lives at B[i + j*n]. */
+ * element (i, j) lives at B[i + j*n]. `rowbuf` is [n, n] scratch. */
 static void build_damped(const float *H, const int32_t *perm,
                          const uint8_t *dead, int64_t n, float damp,
-                         float *B) {
-    for (int64_t j = 0; j < n; j++) {
-        const int64_t pj = perm[j];
-        for (int64_t i = 0; i < n; i++)
-            B[i + j * n] = H[(int64_t)perm[i] * n + pj];
+                         float *rowbuf, float *B) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *src = H + (int64_t)perm[i] * n;
+        float *dst = rowbuf + i * n;
+        for (int64_t j = 0; j < n; j++) dst[j] = src[perm[j]];
     }
+    transpose_sq(rowbuf, B, n);
     for (int64_t i = 0; i < n; i++) {
         if (dead[perm[i]]) B[i + i * n] = 1.0f;
         B[i + i * n] += damp;
@@ -170,25 +182,28 @@ static void build_damped(const float *H, const int32_t *perm,
  * linalg.cholesky -> cholesky_inverse -> linalg.cholesky(upper=True)), then
  * B is turned into the row-major upper factor U (zero below the diagonal).
  * Returns 0 or a description of the failing step. */
-static const char *invert_factor(float *B, int64_t n) {
+static const char *invert_factor(float *B, float *tmp, int64_t n) {
     lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                                      (lapack_int)n);
     if (info != 0) return "Cholesky of the damped H failed (spotrf)";
     info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                           (lapack_int)n);
     if (info != 0) return "inverting the Cholesky factor failed (spotri)";
-    /* symmetrise: upper (col-major) := lower, as torch's tril + tril(-1)^H */
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t i = j + 1; i < n; i++) B[j + i * n] = B[i + j * n];
+    /* symmetrise: upper (col-major) := lower, as torch's tril + tril(-1)^H.
+     * tmp = B^T, then B(j, i) = tmp... i.e. B[j + i*n] = B[i + j*n], i > j */
+    transpose_sq(B, tmp, n);
+    for (int64_t i = 0; i < n; i++) /* column i of B, rows above i */
+        memcpy(B + i * n, tmp + i * n, (size_t)i * sizeof(float));
     info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)n, B,
                           (lapack_int)n);
     if (info != 0) return "Cholesky of the inverse failed (spotrf upper)";
-    /* U(i, j), i <= j, is at B[i + j*n]: transpose to row-major. */
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i + 1; j < n; j++) {
-            B[i * n + j] = B[i + j * n];
-            B[j * n + i] = 0.0f;
-        }
+    /* U(i, j), i <= j, is at B[i + j*n]: transpose to row-major, zero the
+     * strictly lower part. */
+    transpose_sq(B, tmp, n);
+    for (int64_t i = 0; i < n; i++) {
+        memset(B + i * n, 0, (size_t)i * sizeof(float));
+        memcpy(B + i * n + i, tmp + i * n + i, (size_t)(n - i) * sizeof(float));
+    }
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(B[i * n + i]) || !(B[i * n + i] > 0.0f))
             return "the inverse Hessian factor has a non-positive diagonal";
@@ -221,6 +236,29 @@ typedef struct solve_ctx {
     int *fail_kind; /* 0 ok, 1 grid failed, 2 non-finite weight */
     int64_t *fail_row, *fail_col;
 } solve_ctx;
+
+/* w[j] -= e * u[j], j < n: the in-block update W1[:, i+1:] -= err U[i, i+1:]
+ * of one row. Each element is one float32 product then one subtraction (no
+ * FMA: the default build has no -mfma, and C11 mode keeps -ffp-contract=off
+ * in GCC), so the generic 4-lane vectors give the scalar loop's bits. */
+typedef float lb_v4f __attribute__((vector_size(16)));
+static void row_update(float *restrict w, const float *restrict u, float e,
+                       int64_t n) {
+    const lb_v4f ev = {e, e, e, e};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        lb_v4f a, b, c, d;
+        memcpy(&a, w + j, 16);
+        memcpy(&b, u + j, 16);
+        memcpy(&c, w + j + 4, 16);
+        memcpy(&d, u + j + 4, 16);
+        a -= ev * b;
+        c -= ev * d;
+        memcpy(w + j, &a, 16);
+        memcpy(w + j + 4, &c, 16);
+    }
+    for (; j < n; j++) w[j] -= e * u[j];
+}
 
 static void solve_rows(void *p, int ith, int nth) {
     solve_ctx *s = p;
@@ -287,7 +325,7 @@ static void solve_rows(void *p, int ith, int nth) {
             s->Loss[o * in + c] = (diff * diff) / (d * d) / 2.0f;
             const float err = diff / d;
             e1[i] = err;
-            for (int64_t j = i + 1; j < count; j++) w1[j] -= err * urow[j];
+            row_update(w1 + i + 1, urow + i + 1, err, count - i - 1);
         }
     }
 }
@@ -423,10 +461,17 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     for (int64_t c = 0; c < in; c++) T[c] = dg[perm[c]];
     const float mean = lb_gptq_torch_sum_f32(T, in) / (float)in;
     double damp_percent = opt->damp_percent;
+    /* [in, in] scratch for the factorisation: T when it is large enough */
+    float *S = out >= in ? T : lb_alloc(n_ii);
+    if (!S) {
+        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
+                          who, (long long)in, (long long)in);
+        goto done;
+    }
     for (;;) {
         const float damp = (float)damp_percent * mean;
-        build_damped(H, perm, dead, in, damp, B);
-        const char *why = invert_factor(B, in);
+        build_damped(H, perm, dead, in, damp, S, B);
+        const char *why = invert_factor(B, S, in);
         if (!why) {
             res->damp_percent_used = damp_percent;
             res->damp_added = damp;
@@ -442,6 +487,7 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
                               who, why, damp_percent, (double)damp,
                               (double)mean, opt->damp_auto_increment,
                               opt->damp_max);
+            if (S != T) lb_free(S);
             goto done;
         }
         lb_log(LB_LOG_WARN, "gptq: %s at damp_percent %g; retrying with %g",
@@ -449,6 +495,7 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
         damp_percent = next;
         res->n_damp_retries++;
     }
+    if (S != T) lb_free(S);
     if (res->hinv_upper) memcpy(res->hinv_upper, B, n_ii);
 
     /* 6. blocked column loop */
