@@ -689,6 +689,84 @@ static void test_gptq_threads_progress(void) {
     free(W), free(H);
 }
 
+/* Block size: per-row groups (-1) have no stale-parameter quirk, so the
+ * lazy-batch blocking only changes float rounding; tiny and awkward shapes
+ * (1 column, groups larger than the row, blocksize 1) work. */
+static void test_gptq_blocksizes_and_shapes(void) {
+    const int64_t in = 384, out = REF_OUT;
+    float *W = tst_raw(REF "down_proj/W.f32", (size_t)(out * in), 4);
+    float *H = tst_raw(REF "down_proj/H.f32", (size_t)(in * in), 4);
+    TH_CHECK(W && H);
+    if (W && H) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = -1;
+        lb_gptq_result a, b;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        const int bss[] = {1, 7, 64, 1000};
+        for (int k = 0; k < 4; k++) {
+            o.blocksize = bss[k];
+            TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &b));
+            if (a.codes && b.codes) {
+                int64_t nd = 0;
+                for (int64_t i = 0; i < out * in; i++) nd += a.codes[i] != b.codes[i];
+                TH_CHECK_MSG(nd <= out * in / 100, "blocksize %d: %lld codes differ",
+                             bss[k], (long long)nd);
+                TH_CHECK_NEAR(b.loss, a.loss, 1e-3 * a.loss);
+                TH_CHECK(memcmp(a.scales, b.scales, sizeof(float) * out) == 0);
+            }
+            lb_gptq_result_free(&b);
+        }
+        lb_gptq_result_free(&a);
+        /* group larger than the row: one group, g_idx 0 */
+        lb_gptq_options_default(&o);
+        o.group_size = 1024;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        TH_CHECK_INT(a.n_groups, 1);
+        if (a.g_idx) TH_CHECK_INT(a.g_idx[383], 0);
+        lb_gptq_result_free(&a);
+        /* static groups that do not divide the row, with act-order */
+        o.group_size = 100;
+        o.static_groups = true;
+        o.desc_act = true;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        TH_CHECK_INT(a.n_groups, 4);
+        if (a.codes) {
+            check_consistent(&a);
+            for (int64_t c = 0; c < in; c++) TH_CHECK_INT(a.g_idx[c], c / 100);
+        }
+        lb_gptq_result_free(&a);
+    }
+    /* 1 x 1 and 3 x 2 problems */
+    const float w1 = 0.3f, h1 = 2.0f;
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    lb_gptq_result r;
+    TH_CHECK_OK(lb_gptq_quantize(&w1, 1, 1, &h1, &o, &r));
+    if (r.codes) {
+        TH_CHECK_INT(r.n_groups, 1);
+        check_consistent(&r);
+        /* sym 4-bit, no negative value: xmin stays 0, scale = 0.3/15;
+         * +0.3 is 15 steps above zero 8: clips to 15 */
+        TH_CHECK(r.scales[0] == w1 / 15.0f);
+        TH_CHECK_INT(r.codes[0], 15);
+    }
+    lb_gptq_result_free(&r);
+    const float w3[6] = {1, -2, 0.5f, 0, 0, 0}, h2[4] = {1, 0.5f, 0.5f, 1};
+    o.group_size = 1;
+    o.sym = false;
+    o.bits = 2;
+    o.blocksize = 1;
+    o.desc_act = true;
+    TH_CHECK_OK(lb_gptq_quantize(w3, 3, 2, h2, &o, &r));
+    if (r.codes) {
+        TH_CHECK_INT(r.n_groups, 2);
+        check_consistent(&r);
+    }
+    lb_gptq_result_free(&r);
+    free(W), free(H);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Damping, dead columns, bad input                                          */
 /* ------------------------------------------------------------------------ */
@@ -888,6 +966,7 @@ int main(void) {
     TH_RUN(test_gptq_reference);
     TH_RUN(test_gptq_from_own_hessian);
     TH_RUN(test_gptq_threads_progress);
+    TH_RUN(test_gptq_blocksizes_and_shapes);
     TH_RUN(test_gptq_damp_auto);
     TH_RUN(test_gptq_dead_and_identity);
     TH_RUN(test_gptq_bad_args);
