@@ -185,7 +185,9 @@ void lb_gptq_hessian_free(lb_gptq_hessian *h);
  * sequences (inp.shape[0]), so one add_batch per sequence of the references
  * passes n_samples = 1. The scalar factors are computed in double and
  * rounded to float32 (torch's Python-scalar * float tensor); the f32 mode
- * forms x x^T with cblas_sgemm then adds it to H (two roundings, as torch).
+ * forms x x^T with cblas_sgemm then adds it to H (two roundings, as torch),
+ * using a scaled copy of X (n_rows * in floats) and an [in, in] scratch
+ * kept by the accumulator; the f64 mode scales X in bounded chunks.
  * Errors: LB_ERR_INVALID_ARG (n_rows < 1, n_samples < 1, non-finite X),
  * LB_ERR_NOMEM, LB_ERR_OVERFLOW. */
 lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,

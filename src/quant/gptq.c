@@ -499,7 +499,6 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     if (res->hinv_upper) memcpy(res->hinv_upper, B, n_ii);
 
     /* 6. blocked column loop */
-    s.opt = opt;
     s.out = out;
     s.in = in;
     s.ng = ng;
