@@ -26,7 +26,7 @@
 /* Largest vocabulary accepted from a file (ids 0..TOK_MAX_VOCAB-1): far above
  * any real model, low enough that a hostile id cannot make us allocate
  * gigabytes. */
-#define TOK_MAX_VOCAB (1 << 24)
+#define TOK_MAX_VOCAB (1 << 22)
 
 /* ------------------------------------------------------------------------ */
 /* Growable byte buffer, arena                                               */

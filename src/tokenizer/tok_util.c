@@ -88,7 +88,10 @@ void *tok_arena_alloc(tok_arena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     tok_arena_blk *b = a->head;
     if (!b || b->cap - b->used < n) {
-        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        /* blocks grow 4 KiB, 8 KiB, ... 1 MiB: cheap for short-lived
+         * arenas (the per-encode word cache), few blocks for vocabularies */
+        size_t cap = b ? (b->cap < (1u << 20) ? b->cap * 2 : (1u << 20)) : 4096;
+        if (cap < n) cap = n;
         b = malloc(sizeof *b + cap);
         if (!b) return NULL;
         b->cap = cap;
