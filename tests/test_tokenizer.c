@@ -476,6 +476,19 @@ static void test_bad_json(void) {
                    "{\"decoder\":{\"type\":\"Strip\",\"content\":\"ab\",\"start\":1,\"stop\":0},"
                    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok),
                    LB_ERR_FORMAT);
+    /* an id far outside any integer type (found by fuzz_tokenizer_json) */
+    TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b14.json",
+                   "{\"added_tokens\":[{\"id\":4e55,\"content\":\"x\"}],\"model\":{\"type\":"
+                   "\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}"), &tok), LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "added_tokens[0].id") != NULL);
+    /* an empty vocabulary loads; text it cannot represent gives no ids */
+    TH_CHECK_OK(lb_tokenizer_load_hf(write_json("b15.json",
+                "{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}"), &tok));
+    if (tok) {
+        encode_expect(tok, "abc", 0, NULL, 0);
+        lb_tokenizer_free(tok);
+        tok = NULL;
+    }
     char missing[1100];
     snprintf(missing, sizeof missing, "%s/nope", th_tmpdir());
     TH_CHECK_FAILS(lb_tokenizer_load_hf(missing, &tok), LB_ERR_NOT_FOUND);

@@ -222,7 +222,7 @@ static void tok_cache_put(tok_scratch *sc, const char *w, size_t n, const tok_ou
     }
     char *key = tok_arena_strndup(&sc->cache_keys, w, n);
     if (!key || !tok_hmap_put(&sc->cache, key, n, (int32_t)sc->n_ent)) return;
-    memcpy(sc->cache_ids + sc->cache_n, out->ids + from, k * sizeof(int32_t));
+    if (k) memcpy(sc->cache_ids + sc->cache_n, out->ids + from, k * sizeof(int32_t));
     sc->ent_off[sc->n_ent] = (int32_t)sc->cache_n;
     sc->ent_len[sc->n_ent] = (int32_t)k;
     sc->n_ent++;

@@ -58,7 +58,8 @@ static lb_status jint(const cJSON *o, const char *key, const char *what,
     const cJSON *v = jget(o, key);
     *out = def;
     if (!v || cJSON_IsNull(v)) return LB_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble)
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9e18 && v->valuedouble <= 9e18) ||
+        v->valuedouble != (double)(long long)v->valuedouble)
         return lb_set_error(LB_ERR_FORMAT, "%s.%s: expected an integer", what, key);
     long long x = (long long)v->valuedouble;
     if (x < lo || x > hi)
