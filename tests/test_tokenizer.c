@@ -532,6 +532,74 @@ static void test_bad_vocab_desc(void) {
     }
 }
 
+/* Components the four real tokenizers do not use, against tokenizers 0.23.1
+ * (tests/data/tokenizer_components.json, made by gen_tokenizer_components.py
+ * in the reference environment). */
+static void test_components_oracle(void) {
+    size_t size = 0;
+    char *data = th_read_bin("tests/data/tokenizer_components.json", &size);
+    TH_CHECK(data != NULL);
+    if (!data) return;
+    cJSON *root = cJSON_ParseWithLength(data, size);
+    free(data);
+    TH_CHECK(root != NULL);
+    const cJSON *cfg;
+    int n_cfg = 0;
+    cJSON_ArrayForEach(cfg, cJSON_GetObjectItem(root, "configs")) {
+        const char *name = cJSON_GetObjectItem(cfg, "name")->valuestring;
+        char *js = cJSON_PrintUnformatted(cJSON_GetObjectItem(cfg, "tokenizer"));
+        lb_tokenizer *tok = NULL;
+        lb_status st = lb_tokenizer_load_hf_json(js, strlen(js), &tok);
+        free(js);
+        TH_CHECK_MSG(st == LB_OK, "%s: %s", name, lb_last_error());
+        if (st != LB_OK) continue;
+        n_cfg++;
+        int n = 0, ok = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(cfg, "cases")) {
+            const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+            bool add = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_special_tokens"));
+            const cJSON *want = cJSON_GetObjectItem(c, "ids");
+            int32_t *ids = NULL;
+            char **toks = NULL;
+            size_t m = 0;
+            n++;
+            st = lb_tokenizer_encode_ex(tok, text, strlen(text), add ? LB_TOK_ADD_SPECIAL : 0,
+                                        &ids, &toks, &m);
+            bool good = st == LB_OK && ids_equal(ids, m, want) &&
+                        tokens_equal(toks, m, cJSON_GetObjectItem(c, "tokens"));
+            size_t nref = (size_t)cJSON_GetArraySize(want);
+            int32_t *ref = malloc((nref + 1) * sizeof *ref);
+            for (size_t i = 0; ref && i < nref; i++)
+                ref[i] = (int32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble;
+            for (int skip = 0; skip < 2 && ref; skip++) {
+                char *out = NULL;
+                const char *exp = cJSON_GetObjectItem(c, skip ? "decoded_skip_special" : "decoded")
+                                      ->valuestring;
+                if (lb_tokenizer_decode(tok, ref, nref, skip, &out, NULL) != LB_OK ||
+                    strcmp(out, exp) != 0) {
+                    good = false;
+                    fprintf(stderr, "  %s: decode(skip=%d) '%s' -> '%s', want '%s'\n", name, skip,
+                            text, out ? out : "(error)", exp);
+                }
+                free(out);
+            }
+            if (!good && ids) {
+                fprintf(stderr, "  %s: '%s' (add=%d)\n", name, text, add);
+                print_ids("got ", ids, m);
+            }
+            ok += good;
+            free(ref);
+            free(ids);
+            free(toks);
+        }
+        TH_CHECK_MSG(ok == n, "%s: %d/%d cases agree", name, ok, n);
+        lb_tokenizer_free(tok);
+    }
+    TH_CHECK_INT(n_cfg, 17);
+    cJSON_Delete(root);
+}
+
 int main(void) {
     TH_RUN(test_bytelevel_map);
     TH_RUN(test_utf8_lossy);
@@ -542,6 +610,7 @@ int main(void) {
     TH_RUN(test_word_cache);
     TH_RUN(test_bad_json);
     TH_RUN(test_bad_vocab_desc);
+    TH_RUN(test_components_oracle);
     TH_RUN(test_golden_qwen3);
     TH_RUN(test_golden_llama3);
     TH_RUN(test_golden_mistral);
