@@ -597,6 +597,32 @@ static void test_components_oracle(void) {
         lb_tokenizer_free(tok);
     }
     TH_CHECK_INT(n_cfg, 17);
+    /* extra texts (unusual whitespace, rare letters) for the real tokenizers */
+    const cJSON *rt;
+    int n_real = 0;
+    cJSON_ArrayForEach(rt, cJSON_GetObjectItem(root, "real_extra")) {
+        lb_tokenizer *tok = NULL;
+        TH_CHECK_OK(lb_tokenizer_load_hf(th_shared(cJSON_GetObjectItem(rt, "path")->valuestring), &tok));
+        if (!tok) continue;
+        int n = 0, ok = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(rt, "cases")) {
+            const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+            int32_t *ids = NULL;
+            size_t m = 0;
+            n++;
+            if (lb_tokenizer_encode(tok, text, strlen(text), false, &ids, &m) == LB_OK &&
+                ids_equal(ids, m, cJSON_GetObjectItem(c, "ids")))
+                ok++;
+            else
+                fprintf(stderr, "  %s: extra text '%s' differs\n", rt->string, text);
+            free(ids);
+        }
+        TH_CHECK_MSG(ok == n && n == 30, "%s: %d/%d extra texts agree", rt->string, ok, n);
+        n_real++;
+        lb_tokenizer_free(tok);
+    }
+    TH_CHECK_INT(n_real, 4);
     cJSON_Delete(root);
 }
 

@@ -97,8 +97,25 @@ add("normalized-added", train(models.BPE(unk_token="<unk>", byte_fallback=False)
     {}, added=[AddedToken("HELLO", normalized=True), AddedToken("World", normalized=True, rstrip=True)],
     special=["<unk>", "<s>", "</s>"]))
 
+# Extra texts for the four real tokenizers: unusual whitespace (U+0085,
+# U+00A0, U+1680, U+2000.., U+2028/9, U+3000, U+FEFF, U+180E, U+001C..),
+# recent / rare letters and digits, case folding, combining marks.
+EXTRA = ["a\u0085b c", "x\u00a0 y", "p\u1680q", "a\u2000\u2001b", "l\u2028m\u2029n",
+         "u\u202fv\u205fw\u3000z", "\ufeffhi \ufeff", "a\u180eb", "k\u001c\u001d\u001e\u001fk",
+         "v\u000bw\u000cx", "  \u00a0\u00a0x", "a \u3000 b", "\U0001e030\U0001e031 text",
+         "\u0cf3 kannada", "\U0001d7d8\U0001d7d9 123", "\u2167 \u2177 \u2189", "\u01c5 \u01c8",
+         "\u0130stanbul \u03a3\u0391\u03a3", "a\u0301\u0302b", "\u1e9e\u00df", "x'S y'LL z'Ve",
+         "\ufb01 \ufb02", "\u0663\u0664\u0665 \u06f1\u06f2", "\U0001d49c\U0001d4d1",
+         "\u200d\u200c", "\U0001F600\U0001F3FD", "!!!\n\n\n   ", "a\r\n\r\nb", "\t\t x", "end \n"]
+real = {}
+for name, path in [("qwen3", "tokenizers/qwen3"), ("llama3", "tokenizers/llama3"),
+                   ("mistral-v0.1", "tokenizers/mistral-7b-v0.1"), ("tinystories-656k", "models/tinystories-656k")]:
+    t = Tokenizer.from_file(os.path.join(here, "../../../shared", path, "tokenizer.json"))
+    real[name] = {"path": path, "cases": [{"text": x, "ids": t.encode(x, add_special_tokens=False).ids}
+                                          for x in EXTRA]}
+
 out = {"generator": "tests/data/gen_tokenizer_components.py", "tokenizers_version": tokenizers.__version__,
-       "texts": TEXTS, "configs": configs}
+       "texts": TEXTS, "configs": configs, "real_extra": real}
 with open(os.path.join(here, "tokenizer_components.json"), "w", encoding="utf-8") as f:
     json.dump(out, f, ensure_ascii=False)
 print("configs:", len(configs), "cases:", sum(len(c["cases"]) for c in configs))
