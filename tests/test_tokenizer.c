@@ -14,6 +14,7 @@
 #include "tokenizer/tok_internal.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -427,6 +428,62 @@ static void test_word_cache(void) {
     lb_tokenizer_free(tok);
 }
 
+/* One tokenizer, several threads encoding and decoding at once (the header
+ * promises an immutable tokenizer): every thread must get the ids of a
+ * single-threaded run. */
+typedef struct mt_job {
+    const lb_tokenizer *tok;
+    const char *text;
+    size_t len;
+    const int32_t *want;
+    size_t nwant;
+    int bad;
+} mt_job;
+
+static void *mt_worker(void *arg) {
+    mt_job *j = arg;
+    for (int r = 0; r < 4; r++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (lb_tokenizer_encode(j->tok, j->text, j->len, true, &ids, &n) != LB_OK ||
+            n != j->nwant || memcmp(ids, j->want, n * sizeof *ids))
+            j->bad++;
+        char *out = NULL;
+        size_t on = 0;
+        if (lb_tokenizer_decode(j->tok, ids, n, false, &out, &on) != LB_OK) j->bad++;
+        free(out);
+        free(ids);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    lb_tokenizer *tok = load_shared("tokenizers/qwen3");
+    size_t n = 0;
+    char *text = th_read_bin(th_shared("corpora/wikitext-2-raw/wiki.test.lf.txt"), &n);
+    if (!text) th_skip("corpus missing");
+    if (n > 60000) n = 60000;
+    while (n && ((uint8_t)text[n - 1] & 0xC0) == 0x80) n--;
+    int32_t *want = NULL;
+    size_t nwant = 0;
+    TH_CHECK_OK(lb_tokenizer_encode(tok, text, n, true, &want, &nwant));
+    mt_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (mt_job){tok, text, n, want, nwant, 0};
+        TH_CHECK(pthread_create(&th[i], NULL, mt_worker, &jobs[i]) == 0);
+    }
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += jobs[i].bad;
+    }
+    TH_CHECK_INT(bad, 0);
+    free(want);
+    free(text);
+    lb_tokenizer_free(tok);
+}
+
 static void test_bad_json(void) {
     lb_tokenizer *tok = NULL;
     TH_CHECK_FAILS(lb_tokenizer_load_hf(write_json("b0.json", "{not json"), &tok), LB_ERR_FORMAT);
@@ -634,6 +691,7 @@ int main(void) {
     TH_RUN(test_config_and_pieces);
     TH_RUN(test_chunking_equivalence);
     TH_RUN(test_word_cache);
+    TH_RUN(test_threads);
     TH_RUN(test_bad_json);
     TH_RUN(test_bad_vocab_desc);
     TH_RUN(test_components_oracle);
