@@ -34,6 +34,25 @@
  *
  * A tokenizer is immutable after loading: encode/decode may be called from
  * several threads at once.
+ *
+ * Known differences from tokenizers 0.23 (none shows in the reference
+ * cases): BPE dropout is ignored (encoding is deterministic); an unk_token
+ * missing from model.vocab drops unknown characters (tokenizers fails the
+ * encode); Lowercase uses utf8proc's simple case mapping (Rust's
+ * to_lowercase maps e.g. U+0130 to two code points); regexes run on PCRE2
+ * (Oniguruma in tokenizers) and normalization on utf8proc, whose Unicode
+ * versions may differ on recently added characters; Metaspace
+ * prepend_scheme "first" treats a piece as first when it starts at byte 0
+ * of the input; only the "single" template of TemplateProcessing is used
+ * (no pair encoding); a Regex pattern in the Replace *decoder* is rejected
+ * (LB_ERR_UNSUPPORTED); models other than BPE (WordPiece, Unigram,
+ * WordLevel) are rejected.
+ *
+ * Speed (2-core x86-64, -O2): loading Qwen3's 151k-token tokenizer.json
+ * takes about 0.4 s (a third of it cJSON parsing); encoding runs at
+ * 5-10 MB/s of text (byte-level BPE with a per-call word cache; long
+ * unsplit SentencePiece-style text is merged chunk by chunk at boundaries
+ * no token spans, which gives the same ids).
  */
 #ifndef LOWBIT_TOKENIZER_H
 #define LOWBIT_TOKENIZER_H
