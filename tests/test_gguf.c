@@ -1501,6 +1501,18 @@ static void test_bad_alignment(void) {
     tb_free(&b);
 }
 
+/* Remove the scratch directory and what the tests left in it. */
+static void cleanup_tmpdir(void) {
+    DIR *dir = opendir(th_tmpdir());
+    struct dirent *de;
+    while (dir && (de = readdir(dir))) {
+        if (de->d_name[0] == '.') continue;
+        unlink(tmp_path(de->d_name));
+    }
+    if (dir) closedir(dir);
+    rmdir(th_tmpdir());
+}
+
 /* ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -1531,6 +1543,7 @@ int main(int argc, char **argv) {
     if (!have_shared()) {
         fprintf(stderr, "shared models not found (%s): tests on them not run\n",
                 th_shared(FILES[0].rel));
+        cleanup_tmpdir();
         int rc = th_report();
         return rc ? rc : 77;
     }
@@ -1539,5 +1552,6 @@ int main(int argc, char **argv) {
     TH_RUN(test_stories260k_metadata);
     TH_RUN(test_ts656k_metadata);
     TH_RUN(test_rewrite_identical);
+    cleanup_tmpdir();
     return th_report();
 }

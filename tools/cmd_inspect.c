@@ -356,11 +356,14 @@ static double bpw(uint64_t bytes, uint64_t n) {
     return n ? 8.0 * (double)bytes / (double)n : 0.0;
 }
 
-static void put_shape(FILE *fp, const insp_tensor *t) {
-    fputc('[', fp);
-    for (int k = 0; k < t->n_dims; k++)
-        fprintf(fp, "%s%" PRId64, k ? ", " : "", t->shape[k]);
-    fputc(']', fp);
+/* "[d0, d1, ...]" (at most 4 dims of 20 digits: fits 96 bytes). */
+static const char *shape_str(char *buf, size_t n, const insp_tensor *t) {
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int k = 0; k < t->n_dims && len < n; k++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, k ? ", " : "",
+                                t->shape[k]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+    return buf;
 }
 
 static void print_json(const insp_model *m, bool want_meta) {
@@ -369,7 +372,7 @@ static void print_json(const insp_model *m, bool want_meta) {
     fprintf(o, "{\"format\": ");
     cli_json_string(o, m->format);
     fprintf(o, ", \"path\": ");
-    cli_json_string(o, m->path);
+    put_quoted(o, m->path, strlen(m->path), SIZE_MAX);
     fprintf(o, ", \"version\": %" PRIu32 ", \"alignment\": %zu, \"file_size\": %" PRIu64,
             m->version, m->alignment, m->file_size);
     if (want_meta) {
@@ -385,10 +388,11 @@ static void print_json(const insp_model *m, bool want_meta) {
     for (size_t i = 0; i < m->n_t; i++) {
         const insp_tensor *t = &m->t[i];
         fputs(i ? ", " : "", o);
+        char shape[96];
         fputs("{\"name\": ", o);
-        cli_json_string(o, t->name);
-        fprintf(o, ", \"type\": \"%s\", \"shape\": ", t->type);
-        put_shape(o, t);
+        put_quoted(o, t->name, strlen(t->name), SIZE_MAX);
+        fprintf(o, ", \"type\": \"%s\", \"shape\": %s", t->type,
+                shape_str(shape, sizeof shape, t));
         fprintf(o, ", \"n_elements\": %" PRId64 ", \"bytes\": %" PRIu64 ", \"bpw\": %.6f}",
                 t->n_elements, t->bytes, bpw(t->bytes, (uint64_t)t->n_elements));
     }
@@ -427,17 +431,9 @@ static void print_text(const insp_model *m, bool want_meta) {
     for (size_t i = 0; i < m->n_t; i++) {
         const insp_tensor *t = &m->t[i];
         char shape[96];
-        FILE *sf = fmemopen(shape, sizeof shape, "w");
-        if (sf) {
-            put_shape(sf, t);
-            fputc('\0', sf);
-            fclose(sf);
-        } else {
-            snprintf(shape, sizeof shape, "?");
-        }
-        shape[sizeof shape - 1] = '\0';
         fprintf(o, "  %-*s %-6s %-20s %12" PRIu64 " %7.3f\n", (int)w, t->name,
-                t->type, shape, t->bytes, bpw(t->bytes, (uint64_t)t->n_elements));
+                t->type, shape_str(shape, sizeof shape, t), t->bytes,
+                bpw(t->bytes, (uint64_t)t->n_elements));
     }
     fprintf(o, "\ntotal:      %zu tensors, %" PRIu64 " elements, %" PRIu64
                " bytes, %.4f bits/weight\n",
