@@ -107,6 +107,7 @@ static bool contains(const char *hay, const char *needle) {
         TH_CHECK(g_ == NULL);                                                  \
         TH_CHECK_MSG(contains(lb_last_error(), substr),                        \
                      "message \"%s\" lacks \"%s\"", lb_last_error(), substr);  \
+        if (g_ != (lb_gguf *)1) lb_gguf_close(g_);                             \
     } while (0)
 
 /* A valid file: 3 kv, 2 F32 tensors of 8 elements (32 bytes: no padding

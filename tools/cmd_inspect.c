@@ -145,7 +145,14 @@ static void put_float(FILE *fp, double v, bool f32, bool json) {
             fputs(isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf"), fp);
         return;
     }
-    fprintf(fp, f32 ? "%.9g" : "%.17g", v);
+    /* shortest form that reads back to the same value */
+    char buf[40];
+    for (int prec = f32 ? 6 : 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        double back = strtod(buf, NULL);
+        if (f32 ? (float)back == (float)v : back == v) break;
+    }
+    fputs(buf, fp);
 }
 
 /* A scalar GGUF value. */
