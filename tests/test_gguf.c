@@ -1394,6 +1394,11 @@ static void test_bad_tensor_infos(void) {
     tb_one_tensor(&b, "huge", 3, huge, 0, 0, 32);
     CHECK_BAD(&b, LB_ERR_OVERFLOW, "huge");
     tb_free(&b);
+    /* zero elements, but the other dims overflow: rows would overflow */
+    uint64_t zero_huge[4] = {0, UINT64_C(1) << 32, UINT64_C(1) << 32, 4};
+    tb_one_tensor(&b, "zero.huge", 4, zero_huge, 0, 0, 32);
+    CHECK_BAD(&b, LB_ERR_OVERFLOW, "zero.huge");
+    tb_free(&b);
     uint64_t bytes_ovf[2] = {UINT64_C(1) << 40, UINT64_C(1) << 22}; /* 2^62 F32 */
     tb_one_tensor(&b, "bytes.ovf", 2, bytes_ovf, 0, 0, 32);
     CHECK_BAD(&b, LB_ERR_OVERFLOW, "bytes.ovf");

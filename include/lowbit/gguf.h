@@ -165,8 +165,9 @@ typedef struct lb_gguf lb_gguf;
  *    (as gguf.cpp; 1..4 are accepted for reading even though the spec asks
  *    for a multiple of 8 — the writer enforces that);
  *  - tensor names at most LB_GGUF_MAX_TENSOR_NAME bytes (gguf.cpp's limit),
- *    without NUL bytes, unique; n_dims <= 4; every ne >= 0; the element
- *    count fits int64; the type is one lowbit knows (lb_type_get_traits;
+ *    without NUL bytes, unique; n_dims <= 4; every ne >= 0; the product
+ *    of the ne (zeros counted as 1, so that partial products such as
+ *    lb_tensor_rows of a zero-element tensor fit too) fits int64; the type is one lowbit knows (lb_type_get_traits;
  *    else LB_ERR_UNSUPPORTED naming the tensor and the type id); ne[0] is a
  *    multiple of the block size; the byte size does not overflow;
  *  - the data section starts at the tensor-info end rounded up to the
@@ -382,7 +383,7 @@ size_t lb_gguf_writer_alignment(const lb_gguf_writer *w);
  * type (a type lowbit knows with a GGUF id), n_dims 1..4, shape
  * OUTERMOST-FIRST (lb_tensor order; written to the file reversed as ne[]);
  * the last dim (ne[0]) must be a multiple of the type's block size; every
- * dim >= 0. n_dims is written as given (gguf.cpp writes ggml_n_dims, which
+ * dim >= 0 and their product (zeros counted as 1) fits int64. n_dims is written as given (gguf.cpp writes ggml_n_dims, which
  * drops trailing ne of 1: pass the shape without leading 1s to match).
  * Its offset is the previous tensor's offset plus its size padded to the
  * alignment. Errors: LB_ERR_INVALID_ARG (naming the tensor),

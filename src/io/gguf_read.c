@@ -383,7 +383,11 @@ static lb_status parse_tensor_info(lb_gguf *g, size_t *pos, uint64_t idx) {
                             "are allowed",
                             g->name, ctx, n_dims, LB_MAX_DIMS);
     t->n_dims = n_dims;
-    int64_t nel = 1;
+    /* The element count must fit int64, and so must the product of the
+     * dimensions with zeros counted as 1: then every partial product that
+     * users compute (rows = product of all but the last dim, in any order)
+     * fits too, even for a zero-element tensor. */
+    int64_t nel = 1, nel_nz = 1;
     bool nel_overflow = false;
     for (int j = 0; j < LB_MAX_DIMS; j++) {
         t->ne[j] = 1;
@@ -395,7 +399,9 @@ static lb_status parse_tensor_info(lb_gguf *g, size_t *pos, uint64_t idx) {
                                 "%s: %s: dimension %d is negative (%" PRId64 ")",
                                 g->name, ctx, j, (int64_t)d);
         t->ne[j] = (int64_t)d;
-        if (__builtin_mul_overflow(nel, t->ne[j], &nel)) nel_overflow = true;
+        if (__builtin_mul_overflow(nel_nz, d ? t->ne[j] : 1, &nel_nz))
+            nel_overflow = true;
+        if (!nel_overflow) nel *= t->ne[j]; /* nel <= nel_nz: fits */
     }
     if (nel_overflow)
         return lb_set_error(LB_ERR_OVERFLOW,

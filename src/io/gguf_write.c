@@ -412,9 +412,9 @@ lb_status lb_gguf_writer_add_tensor(lb_gguf_writer *w, const char *name,
                                 name, d);
         t.ne[j] = d;
     }
-    int64_t nel = 1;
+    int64_t nel = 1; /* zeros counted as 1, as the reader checks */
     for (int j = 0; j < LB_MAX_DIMS; j++)
-        if (__builtin_mul_overflow(nel, t.ne[j], &nel))
+        if (__builtin_mul_overflow(nel, t.ne[j] ? t.ne[j] : 1, &nel))
             return lb_set_error(LB_ERR_OVERFLOW,
                                 "GGUF writer: tensor '%s': element count "
                                 "overflows",
