@@ -29,6 +29,14 @@ check qwen3-stdin '{"ids": [151644, 872, 198, 9707, 0, 151645, 198, 151644, 7709
 out=$("$LOWBIT" tokenize "$S/tokenizers/qwen3" "Hello world" --no-special)
 check qwen3-text "  9707 -> 'Hello'
   1879 -> ' world'" "$out"
+# GGUF vocabulary (llama.cpp SPM): llamacpp_crosscheck.json lists no
+# difference for "Hello world", so llama.cpp gives tinystories-656k.jsonl
+# case 74 (BOS added: tokenizer.ggml.add_bos_token) and case 6 (--no-special)
+G="$S/models/tinystories-656k-gguf/ts656k-f32.gguf"
+if [ -f "$G" ]; then
+    check gguf-bos '{"ids": [1, 80, 1288, 139, 410, 555]}' "$("$LOWBIT" tokenize "$G" "Hello world" --json)"
+    check gguf-no-special '{"ids": [80, 1288, 139, 410, 555]}' "$("$LOWBIT" tokenize "$G" "Hello world" --no-special --json)"
+fi
 # errors: missing model -> 1 with a message naming it; no arguments -> 2
 "$LOWBIT" tokenize "$S/no-such-model" x >/dev/null 2>err.$$; rc=$?
 check missing-rc 1 "$rc"

@@ -19,6 +19,7 @@
 #include "th.h"
 #include "test_tokenizer_golden.h"
 
+#include "lowbit/gguf.h"
 #include "lowbit/tokenizer.h"
 #include "tokenizer/tok_internal.h"
 
@@ -652,10 +653,115 @@ static void test_bpe_llama3_vocab(void) {
     run_bpe_crosscheck("llama3", "tokenizers/llama3", "llama-bpe", 128000, 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* lb_tokenizer_load_gguf (the GGUF module's reader)                         */
+/* ------------------------------------------------------------------------ */
+
+static void test_load_gguf(void) {
+    /* the real reader and the test-only reader build the same tokenizer */
+    const char *files[] = {"models/tinystories-656k-gguf/ts656k-f32.gguf",
+                           "models/tinystories-656k-gguf/ts656k-q4_0.gguf"};
+    ref_case *cases;
+    size_t n = load_cases("tinystories-656k", &cases);
+    for (int f = 0; f < 2; f++) {
+        vocab_arrays va;
+        if (!gg_read_vocab(th_shared(files[f]), &va)) th_skip("GGUF files missing");
+        lb_tokenizer *a = NULL, *b = NULL;
+        TH_CHECK_OK(va_build(&va, &a));
+        va_free(&va);
+        TH_CHECK_OK(lb_tokenizer_load_gguf(th_shared(files[f]), &b));
+        if (!a || !b) {
+            lb_tokenizer_free(a);
+            lb_tokenizer_free(b);
+            continue;
+        }
+        TH_CHECK_INT(lb_tokenizer_n_vocab(b), 2048);
+        TH_CHECK_INT(lb_tokenizer_bos(b), 1);
+        TH_CHECK_INT(lb_tokenizer_eos(b), 2);
+        TH_CHECK_STR(lb_tokenizer_bos_text(b), "<|start_story|>");
+        int same = 0;
+        for (size_t i = 0; i < n; i++) {
+            int32_t *x = NULL, *y = NULL;
+            size_t nx = 0, ny = 0;
+            TH_CHECK_OK(lb_tokenizer_encode(a, cases[i].text.p, cases[i].text.n, cases[i].add, &x, &nx));
+            TH_CHECK_OK(lb_tokenizer_encode(b, cases[i].text.p, cases[i].text.n, cases[i].add, &y, &ny));
+            same += x && y && same_ids(x, nx, y, ny);
+            free(x);
+            free(y);
+        }
+        TH_CHECK_INT(same, (int)n);
+        lb_tokenizer_free(a);
+        lb_tokenizer_free(b);
+    }
+    free_cases(cases, n);
+
+    /* stories260K: llama2.c's SentencePiece vocabulary with byte tokens */
+    lb_tokenizer *s = NULL;
+    TH_CHECK_OK(lb_tokenizer_load_gguf(th_shared("models/stories260K/stories260K.gguf"), &s));
+    if (s) {
+        TH_CHECK_INT(lb_tokenizer_n_vocab(s), 512);
+        TH_CHECK_INT(lb_tokenizer_bos(s), 1);
+        TH_CHECK_INT(lb_tokenizer_eos(s), 2);
+        TH_CHECK(lb_tokenizer_chat_template(s) == NULL);
+        const char *text = "Once upon a time, Lily saw a big \xC3\xA9 dog.\n";
+        int32_t *ids = NULL;
+        size_t m = 0;
+        TH_CHECK_OK(lb_tokenizer_encode(s, text, strlen(text), true, &ids, &m));
+        TH_CHECK(m > 3 && ids[0] == 1);
+        char *back = NULL;
+        TH_CHECK_OK(lb_tokenizer_decode(s, ids + 1, m - 1, true, &back, NULL));
+        TH_CHECK_STR(back, text); /* byte tokens carry the non-ASCII bytes */
+        free(back);
+        free(ids);
+        lb_tokenizer_free(s);
+    }
+}
+
+static void test_bad_gguf(void) {
+    const char *dir = th_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bad.gguf", dir);
+    const char *toks[] = {"<unk>", "<s>", "</s>", "a"};
+    int32_t types3[] = {2, 3, 3};
+    for (int variant = 0; variant < 4; variant++) {
+        lb_gguf_writer *w = NULL;
+        TH_CHECK_OK(lb_gguf_writer_create(&w));
+        if (!w) return;
+        lb_gguf_writer_set_architecture(w, "llama");
+        if (variant != 1) lb_gguf_writer_set_str(w, "tokenizer.ggml.model", variant == 0 ? "bert" : "llama");
+        if (variant != 2) lb_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+        if (variant == 3)
+            lb_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LB_GGUF_TYPE_INT32, types3, 3);
+        TH_CHECK_OK(lb_gguf_writer_open(w, path));
+        TH_CHECK_OK(lb_gguf_writer_finish(w));
+        lb_gguf_writer_free(w);
+        lb_tokenizer *tok = NULL;
+        static const lb_status want[] = {LB_ERR_UNSUPPORTED, LB_ERR_NOT_FOUND, LB_ERR_NOT_FOUND,
+                                         LB_ERR_FORMAT};
+        static const char *const names[] = {"bert", "tokenizer.ggml.model", "tokenizer.ggml.tokens",
+                                            "token_type"};
+        TH_CHECK_FAILS(lb_tokenizer_load_gguf(path, &tok), want[variant]);
+        TH_CHECK_MSG(strstr(lb_last_error(), names[variant]) && strstr(lb_last_error(), "bad.gguf"),
+                     "variant %d: %s", variant, lb_last_error());
+        TH_CHECK(tok == NULL);
+    }
+    /* not a GGUF file at all */
+    snprintf(path, sizeof path, "%s/not.gguf", dir);
+    FILE *fp = fopen(path, "wb");
+    if (fp) {
+        fputs("{\"model\": 1}", fp);
+        fclose(fp);
+    }
+    lb_tokenizer *tok = NULL;
+    TH_CHECK_FAILS(lb_tokenizer_load_gguf(path, &tok), LB_ERR_FORMAT);
+}
+
 int main(void) {
     TH_RUN(test_spm_tinystories_gguf);
     TH_RUN(test_spm_mistral_model);
     TH_RUN(test_bpe_qwen2_vocab);
     TH_RUN(test_bpe_llama3_vocab);
+    TH_RUN(test_load_gguf);
+    TH_RUN(test_bad_gguf);
     return th_report();
 }

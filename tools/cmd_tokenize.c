@@ -1,5 +1,6 @@
-/* lowbit tokenize — text to token ids, printed like llama.cpp's
- * llama-tokenize ("%6d -> 'piece'" per token) or as JSON. */
+/* lowbit tokenize — text to token ids (tokenizer.json or a GGUF
+ * vocabulary), printed like llama.cpp's llama-tokenize ("%6d -> 'piece'"
+ * per token) or as JSON. */
 #include "cli.h"
 
 #include "lowbit/tokenizer.h"
@@ -10,7 +11,8 @@
 static void usage(FILE *fp) {
     fprintf(fp,
             "usage: lowbit tokenize MODEL (TEXT | -) [options]\n\n"
-            "MODEL is a model directory or a tokenizer.json file; TEXT '-' reads\n"
+            "MODEL is a model directory, a tokenizer.json file or a .gguf file (its\n"
+            "tokenizer.ggml.* vocabulary, tokenized as llama.cpp does); TEXT '-' reads\n"
             "standard input. Prints one line per token: `id -> 'piece'`.\n\n"
             "options:\n"
             "  --no-special        do not add special tokens (BOS / template)\n"
@@ -68,11 +70,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (!model || !text) return cli_usage_error("tokenize", "needs MODEL and TEXT (or -)");
     size_t mlen = strlen(model);
-    if (mlen >= 5 && !strcmp(model + mlen - 5, ".gguf")) {
-        fprintf(stderr, "lowbit tokenize: error: %s: GGUF vocabularies are not wired to the "
-                "CLI yet (use the model directory or tokenizer.json)\n", model);
-        return 1;
-    }
+    bool gguf = mlen >= 5 && !strcmp(model + mlen - 5, ".gguf");
 
     char *owned = NULL;
     size_t len;
@@ -88,7 +86,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
 
     lb_tokenizer *tok = NULL;
-    lb_status st = lb_tokenizer_load_hf(model, &tok);
+    lb_status st = gguf ? lb_tokenizer_load_gguf(model, &tok) : lb_tokenizer_load_hf(model, &tok);
     if (st != LB_OK) {
         free(owned);
         return cli_fail("tokenize", st);

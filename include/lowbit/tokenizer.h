@@ -151,6 +151,25 @@ void lb_vocab_desc_init(lb_vocab_desc *desc);
  * Free with lb_tokenizer_free. */
 lb_status lb_tokenizer_from_vocab(const lb_vocab_desc *desc, lb_tokenizer **out);
 
+/* A GGUF reader (lowbit/gguf.h). */
+typedef struct lb_gguf lb_gguf;
+
+/* Build a tokenizer from the tokenizer.ggml.* metadata of an open GGUF
+ * reader: model, pre, tokens, scores, token_type (any integer element type),
+ * merges, bos/eos/unknown/padding_token_id (an id outside the vocabulary
+ * keeps llama.cpp's default, as llama.cpp does), add_bos_token,
+ * add_eos_token, add_space_prefix, and tokenizer.chat_template; see
+ * lb_tokenizer_from_vocab for the behaviour. The tokenizer copies what it
+ * needs: the reader may be closed afterwards. Errors: LB_ERR_NOT_FOUND
+ * (tokenizer.ggml.model or .tokens missing), LB_ERR_FORMAT (a key of the
+ * wrong type, array lengths that disagree), LB_ERR_UNSUPPORTED (model or pre
+ * lowbit lacks); messages name the file and key. */
+lb_status lb_tokenizer_from_gguf(const lb_gguf *g, lb_tokenizer **out);
+
+/* Open a .gguf file, build its tokenizer (lb_tokenizer_from_gguf), close it.
+ * Errors: those of lb_gguf_open and lb_tokenizer_from_gguf. */
+lb_status lb_tokenizer_load_gguf(const char *path, lb_tokenizer **out);
+
 /* ---- encoding ------------------------------------------------------------ */
 
 /* Flags for lb_tokenizer_encode_ex. */
