@@ -150,7 +150,8 @@ static int cmp_special(const void *a, const void *b, void *ctx) {
 
 static int32_t resolve_id(int32_t v, int32_t def, int32_t n, const char *key,
                           lb_status *st) {
-    if (v == LB_VOCAB_ID_DEFAULT) v = def;
+    if (def >= n) def = -1; /* a default outside a small vocabulary: none */
+    if (v == LB_VOCAB_ID_DEFAULT) return def;
     if (v < -1) {
         *st = lb_set_error(LB_ERR_FORMAT, "tokenizer.ggml.%s: invalid id %d", key, v);
         return -1;
@@ -159,7 +160,7 @@ static int32_t resolve_id(int32_t v, int32_t def, int32_t n, const char *key,
         /* llama.cpp warns "bad special token" and keeps its default */
         lb_log(LB_LOG_WARN, "tokenizer.ggml.%s: id %d >= vocabulary size %d, using "
                "the default", key, v, n);
-        v = def < n ? def : -1;
+        return def;
     }
     return v;
 }
