@@ -756,11 +756,42 @@ static void test_bad_gguf(void) {
     TH_CHECK_FAILS(lb_tokenizer_load_gguf(path, &tok), LB_ERR_FORMAT);
 }
 
+/* llama.cpp detokenize: clean_up_tokenization_spaces passes for pre types
+ * that keep clean_spaces (e.g. "gpt-2"), none for "qwen2" (expected strings
+ * follow the three passes of llama_vocab::impl::detokenize). */
+static void test_clean_spaces(void) {
+    const char *toks[] = {"Hello", "\xC4\xA0,", "\xC4\xA0world", "\xC4\xA0!", "\xC4\xA0'", "s",
+                          "\xC4\xA0't", "\xC4\xA0'", "\xC4\xA0x", "\xC4\xA0're"};
+    const char *merges[] = {"x y"};
+    int32_t ids[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const char *want[2] = {"Hello, world!'s 't'x're", "Hello , world ! 's 't ' x 're"};
+    const char *pres[2] = {"gpt-2", "qwen2"};
+    for (int k = 0; k < 2; k++) {
+        lb_vocab_desc d;
+        lb_vocab_desc_init(&d);
+        d.model = "gpt2";
+        d.pre = pres[k];
+        d.tokens = toks;
+        d.n_tokens = 10;
+        d.merges = merges;
+        d.n_merges = 1;
+        lb_tokenizer *tok = NULL;
+        TH_CHECK_OK(lb_tokenizer_from_vocab(&d, &tok));
+        if (!tok) continue;
+        char *out = NULL;
+        TH_CHECK_OK(lb_tokenizer_decode(tok, ids, 10, false, &out, NULL));
+        TH_CHECK_STR(out, want[k]);
+        free(out);
+        lb_tokenizer_free(tok);
+    }
+}
+
 int main(void) {
     TH_RUN(test_spm_tinystories_gguf);
     TH_RUN(test_spm_mistral_model);
     TH_RUN(test_bpe_qwen2_vocab);
     TH_RUN(test_bpe_llama3_vocab);
+    TH_RUN(test_clean_spaces);
     TH_RUN(test_load_gguf);
     TH_RUN(test_bad_gguf);
     return th_report();
