@@ -182,8 +182,8 @@ lb_status lb_tokenizer_load_gguf(const char *path, lb_tokenizer **out);
 /* Encode UTF-8 text (len bytes; may contain NUL). add_special: apply the
  * post-processor (e.g. prepend BOS), as tokenizers' add_special_tokens /
  * llama.cpp's add_special. Special/added tokens that appear in the text are
- * always matched. *ids_out is malloc'd (free with free(); NULL-safe when
- * *n_out is 0 it is still a valid pointer); *n_out its length.
+ * always matched. *ids_out is malloc'd (free with free(); a valid pointer
+ * even when *n_out is 0); *n_out its length.
  * Errors: LB_ERR_INVALID_ARG, LB_ERR_NOMEM, LB_ERR_RANGE (a regex hit a
  * PCRE2 resource limit). */
 lb_status lb_tokenizer_encode(const lb_tokenizer *tok, const char *text,
