@@ -48,7 +48,7 @@
  * (LB_ERR_UNSUPPORTED); models other than BPE (WordPiece, Unigram,
  * WordLevel) are rejected.
  *
- * Speed (2-core x86-64, -O2): loading Qwen3's 151k-token tokenizer.json
+ * Speed (idle 2-core x86-64, -O2; bench/bench_tokenizer): loading Qwen3's 151k-token tokenizer.json
  * takes about 0.4 s (a third of it cJSON parsing); encoding runs at
  * 5-10 MB/s of text (byte-level BPE with a per-call word cache; long
  * unsplit SentencePiece-style text is merged chunk by chunk at boundaries
