@@ -174,11 +174,12 @@ static bool allows_quantization(const lb_tensor *t, const lb_ftype_params *p) {
     const char *name = t->name;
     const size_t len = strlen(name);
     /* llama.cpp: name.rfind("weight") == name.size() - 6. Besides names
-     * ending in "weight", this holds for a 5-character name without
-     * "weight" (size() - 6 wraps to npos); kept as is. */
+     * ending in "weight", this holds for any 5-character name (size() - 6
+     * wraps to npos, which rfind returns when it finds nothing); kept, as
+     * llama-quantize does quantize such a tensor (tests/data/kquants). */
     bool q;
     if (len < 6) {
-        q = len == 5 && !has(name, "weight");
+        q = len == 5;
     } else {
         const char *last = NULL;
         for (const char *s = strstr(name, "weight"); s; s = strstr(s + 1, "weight")) last = s;
