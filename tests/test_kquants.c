@@ -11,8 +11,8 @@
  *    and synthetic models.
  */
 #include "th.h"
-#include "th_gguf.h"
 #include "lowbit/ftype.h"
+#include "lowbit/gguf.h"
 #include "lowbit/quants.h"
 
 #include <float.h>
@@ -477,20 +477,29 @@ static double rmse(const float *a, const float *b, uint64_t n) {
     return n ? sqrt(s / (double)n) : 0;
 }
 
+static uint32_t get_u32_or(const lb_gguf *g, const char *key, uint32_t dflt) {
+    uint32_t v = dflt;
+    if (lb_gguf_find_key(g, key) >= 0) TH_CHECK_OK(lb_gguf_get_u32(g, key, &v));
+    return v;
+}
+
 /* Model metadata of a GGUF file for lb_ftype_tensor_types. */
-static lb_ftype_model file_model(const gg_file *g, char *arch, size_t cap) {
+static lb_ftype_model file_model(const lb_gguf *g, char *arch, size_t cap) {
     lb_ftype_model m;
     memset(&m, 0, sizeof m);
-    if (!gg_get_str(g, "general.architecture", arch, cap)) snprintf(arch, cap, "llama");
+    char *a = NULL;
+    TH_CHECK_OK(lb_gguf_get_str_dup(g, "general.architecture", &a));
+    snprintf(arch, cap, "%s", a ? a : "llama");
+    free(a);
     char key[128];
     snprintf(key, sizeof key, "%s.block_count", arch);
-    m.n_layer = (int)gg_get_u32(g, key, 0);
+    m.n_layer = (int)get_u32_or(g, key, 0);
     snprintf(key, sizeof key, "%s.attention.head_count", arch);
-    m.n_head = (int)gg_get_u32(g, key, 0);
+    m.n_head = (int)get_u32_or(g, key, 0);
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
-    m.n_head_kv = (int)gg_get_u32(g, key, m.n_head);
+    m.n_head_kv = (int)get_u32_or(g, key, (uint32_t)m.n_head);
     snprintf(key, sizeof key, "%s.expert_count", arch);
-    m.n_expert = (int)gg_get_u32(g, key, 0);
+    m.n_expert = (int)get_u32_or(g, key, 0);
     m.arch = arch;
     return m;
 }
@@ -500,43 +509,39 @@ static lb_ftype_model file_model(const gg_file *g, char *arch, size_t cap) {
 static void check_golden(const char *f32_rel, const char *golden, int want_ftype, bool pure) {
     char gpath[256];
     snprintf(gpath, sizeof gpath, KQ_DIR "%s", golden);
-    gg_file f, q;
-    if (!gg_open(&f, th_shared(f32_rel))) {
-        TH_CHECK_MSG(0, "cannot read %s", f32_rel);
+    lb_gguf *f = NULL, *q = NULL;
+    TH_CHECK_OK(lb_gguf_open(th_shared(f32_rel), &f));
+    TH_CHECK_OK(lb_gguf_open(gpath, &q));
+    if (!f || !q) {
+        lb_gguf_close(f);
+        lb_gguf_close(q);
         return;
     }
-    if (!gg_open(&q, gpath)) {
-        TH_CHECK_MSG(0, "cannot read %s", gpath);
-        gg_close(&f);
-        return;
-    }
-    TH_CHECK_INT(gg_get_u32(&q, "general.file_type", -1), want_ftype);
+    TH_CHECK_INT(get_u32_or(q, "general.file_type", 999), want_ftype);
     char arch[64];
-    const lb_ftype_model model = file_model(&f, arch, sizeof arch);
-    TH_CHECK_INT(q.n_tensors, f.n_tensors);
-    const size_t nt = (size_t)q.n_tensors;
+    const lb_ftype_model model = file_model(f, arch, sizeof arch);
+    TH_CHECK_INT(lb_gguf_n_tensors(q), lb_gguf_n_tensors(f));
+    const size_t nt = (size_t)lb_gguf_n_tensors(q);
     lb_tensor *views = calloc(nt, sizeof *views);
     lb_type *types = calloc(nt, sizeof *types);
     int n_ktensors = 0, n_bytes_same = 0;
     for (size_t i = 0; i < nt; i++) {
-        const gg_tensor *tq = &q.t[i], *tf = gg_find(&f, tq->name);
-        TH_CHECK_MSG(tf != NULL, "%s: %s not in the F32 file", golden, tq->name);
-        if (!tf) continue;
-        const uint64_t nel = gg_nelements(tq);
-        TH_CHECK_INT(nel, gg_nelements(tf));
-        TH_CHECK_INT(tf->type, LB_TYPE_F32);
-        /* the lb_tensor view (outermost-first) for the mix */
-        views[i].name = tq->name;
+        lb_tensor tq, tf;
+        TH_CHECK_OK(lb_gguf_tensor_view(q, (int64_t)i, &tq));
+        TH_CHECK_OK(lb_gguf_get_tensor(f, tq.name, &tf));
+        views[i] = tq; /* name and shape (outermost-first) for the mix */
         views[i].type = LB_TYPE_F32;
-        views[i].n_dims = (int)tq->n_dims;
-        for (uint32_t d = 0; d < tq->n_dims; d++) views[i].shape[tq->n_dims - 1 - d] = (int64_t)tq->ne[d];
-        const lb_type ty = (lb_type)tq->type;
-        const int64_t cols = (int64_t)tq->ne[0], rows = (int64_t)(nel / tq->ne[0]);
+        views[i].data = NULL;
+        const int64_t nel = lb_tensor_nelements(&tq);
+        TH_CHECK_INT(nel, lb_tensor_nelements(&tf));
+        TH_CHECK_INT(tf.type, LB_TYPE_F32);
+        if (nel != lb_tensor_nelements(&tf) || tf.type != LB_TYPE_F32) continue;
+        const lb_type ty = tq.type;
+        const int64_t cols = lb_tensor_cols(&tq), rows = lb_tensor_rows(&tq);
         const size_t rb = row_bytes(ty, cols);
-        const uint8_t *qd = gg_data(&q, tq, rb * (size_t)rows);
-        const float *fd = (const float *)gg_data(&f, tf, (size_t)nel * 4);
-        TH_CHECK(qd && fd);
-        if (!qd || !fd || nel != gg_nelements(tf)) continue;
+        const uint8_t *qd = tq.data;
+        const float *fd = tf.data;
+        TH_CHECK_INT(tq.nbytes, rb * (size_t)rows);
         uint8_t *mine = malloc(rb * (size_t)rows);
         float *dq_mine = malloc((size_t)nel * 4), *dq_ref = malloc((size_t)nel * 4);
         TH_CHECK_OK(lb_quantize_rows(NULL, ty, fd, mine, rows, cols));
@@ -545,11 +550,11 @@ static void check_golden(const char *f32_rel, const char *golden, int want_ftype
             TH_CHECK_OK(lb_dequantize_row(ty, qd + (size_t)r * rb, dq_ref + r * cols, cols));
         }
         const bool same = memcmp(mine, qd, rb * (size_t)rows) == 0;
-        const double e_mine = rmse(dq_mine, fd, nel), e_ref = rmse(dq_ref, fd, nel);
+        const double e_mine = rmse(dq_mine, fd, (uint64_t)nel), e_ref = rmse(dq_ref, fd, (uint64_t)nel);
         TH_CHECK_MSG(e_mine <= 1.01 * e_ref, "%s %s (%s): RMSE %.6g vs llama-quantize %.6g",
-                     golden, tq->name, lb_type_name(ty), e_mine, e_ref);
+                     golden, tq.name, lb_type_name(ty), e_mine, e_ref);
         /* the K-quant and legacy quantizers follow ggml's _ref ones exactly */
-        TH_CHECK_MSG(same, "%s %s (%s): bytes differ from llama-quantize's", golden, tq->name,
+        TH_CHECK_MSG(same, "%s %s (%s): bytes differ from llama-quantize's", golden, tq.name,
                      lb_type_name(ty));
         rstat *s = &g_stats[ty];
         s->tensors++;
@@ -571,18 +576,20 @@ static void check_golden(const char *f32_rel, const char *golden, int want_ftype
     lb_ftype_params params = {pure, false, -1, -1};
     int mismatches = 0;
     TH_CHECK_OK(lb_ftype_tensor_types((lb_ftype)want_ftype, &model, &params, views, nt, types, NULL));
-    for (size_t i = 0; i < nt; i++)
-        if (types[i] != (lb_type)q.t[i].type) {
+    for (size_t i = 0; i < nt; i++) {
+        const lb_gguf_tensor_info *ti = lb_gguf_tensor_at(q, (int64_t)i);
+        if (types[i] != ti->type) {
             mismatches++;
-            TH_CHECK_MSG(0, "%s %s: mix gives %s, llama-quantize %s", golden, q.t[i].name,
-                         lb_type_name(types[i]), lb_type_name((int)q.t[i].type));
+            TH_CHECK_MSG(0, "%s %s: mix gives %s, llama-quantize %s", golden, ti->name,
+                         lb_type_name(types[i]), lb_type_name(ti->type));
         }
+    }
     fprintf(stderr, "  %-28s %3zu tensors (%3d K-quant), %3d byte-identical, %d type mismatches\n",
             golden, nt, n_ktensors, n_bytes_same, mismatches);
     free(views);
     free(types);
-    gg_close(&f);
-    gg_close(&q);
+    lb_gguf_close(f);
+    lb_gguf_close(q);
 }
 
 static const char *const k_s260 = "models/stories260K/stories260K.gguf";
@@ -622,9 +629,12 @@ static void report_stats(void) {
     for (int ty = 0; ty < LB_TYPE_COUNT_; ty++) {
         const rstat *s = &g_stats[ty];
         if (!s->tensors) continue;
-        fprintf(stderr, "    %-5s %4d tensors  %.4f / %.4f / %.4f  %d/%d\n", lb_type_name(ty),
-                s->tensors, s->nratio ? s->rmin : 0, s->nratio ? s->rsum / s->nratio : 0,
-                s->nratio ? s->rmax : 0, s->identical, s->tensors);
+        if (s->nratio)
+            fprintf(stderr, "    %-5s %4d tensors  %.4f / %.4f / %.4f  %d/%d\n", lb_type_name(ty),
+                    s->tensors, s->rmin, s->rsum / s->nratio, s->rmax, s->identical, s->tensors);
+        else
+            fprintf(stderr, "    %-5s %4d tensors  (lossless)               %d/%d\n",
+                    lb_type_name(ty), s->tensors, s->identical, s->tensors);
     }
 }
 

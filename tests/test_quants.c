@@ -4,7 +4,6 @@
  * F32 tensors reproduces the files' bytes exactly. */
 #include "th.h"
 #include "lowbit/quants.h"
-#include "th_gguf.h"
 
 #include <float.h>
 
@@ -349,6 +348,100 @@ static void test_quantize_rows_threads(void) {
 
 /* ---------------------------------------------------------------------- */
 /* llama.cpp files                                                         */
+
+/* A test-only GGUF v2/v3 tensor locator (the real reader lives in
+ * src/io/gguf.c, written separately): finds a tensor's type, shape and data. */
+typedef struct gg_tensor {
+    char name[96];
+    uint32_t type, n_dims;
+    uint64_t ne[4], offset;
+} gg_tensor;
+typedef struct gg_file {
+    uint8_t *data;
+    size_t size, data_start;
+    uint64_t n_tensors;
+    gg_tensor *t;
+} gg_file;
+
+static int gg_rd(const gg_file *g, size_t *o, void *dst, size_t n) {
+    if (*o > g->size || g->size - *o < n) return 0;
+    memcpy(dst, g->data + *o, n);
+    *o += n;
+    return 1;
+}
+static int gg_skip_value(const gg_file *g, size_t *o, uint32_t type, int depth) {
+    static const int sz[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (type == 8) {
+        uint64_t n;
+        if (!gg_rd(g, o, &n, 8) || n > g->size - *o) return 0;
+        *o += n;
+        return 1;
+    }
+    if (type == 9) {
+        uint32_t at;
+        uint64_t n;
+        if (depth > 2 || !gg_rd(g, o, &at, 4) || !gg_rd(g, o, &n, 8)) return 0;
+        for (uint64_t i = 0; i < n; i++)
+            if (!gg_skip_value(g, o, at, depth + 1)) return 0;
+        return 1;
+    }
+    if (type > 12) return 0;
+    if ((size_t)sz[type] > g->size - *o) return 0;
+    *o += (size_t)sz[type];
+    return 1;
+}
+static int gg_open(gg_file *g, const char *path) {
+    memset(g, 0, sizeof *g);
+    g->data = th_read_bin(path, &g->size);
+    if (!g->data) return 0;
+    size_t o = 4;
+    uint32_t ver, align = 32;
+    uint64_t nkv;
+    if (g->size < 24 || memcmp(g->data, "GGUF", 4) || !gg_rd(g, &o, &ver, 4) ||
+        !gg_rd(g, &o, &g->n_tensors, 8) || !gg_rd(g, &o, &nkv, 8) || g->n_tensors > 4096)
+        return 0;
+    for (uint64_t i = 0; i < nkv; i++) {
+        uint64_t kl;
+        uint32_t vt;
+        if (!gg_rd(g, &o, &kl, 8) || kl > 256 || kl > g->size - o) return 0;
+        int is_align = kl == 17 && memcmp(g->data + o, "general.alignment", 17) == 0;
+        o += kl;
+        if (!gg_rd(g, &o, &vt, 4)) return 0;
+        if (is_align && vt == 4) {
+            if (!gg_rd(g, &o, &align, 4) || align == 0) return 0;
+        } else if (!gg_skip_value(g, &o, vt, 0)) {
+            return 0;
+        }
+    }
+    g->t = calloc((size_t)g->n_tensors, sizeof *g->t);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        gg_tensor *t = &g->t[i];
+        uint64_t nl;
+        if (!gg_rd(g, &o, &nl, 8) || nl >= sizeof t->name || nl > g->size - o) return 0;
+        memcpy(t->name, g->data + o, nl);
+        o += nl;
+        if (!gg_rd(g, &o, &t->n_dims, 4) || t->n_dims > 4) return 0;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            if (!gg_rd(g, &o, &t->ne[d], 8)) return 0;
+        if (!gg_rd(g, &o, &t->type, 4) || !gg_rd(g, &o, &t->offset, 8)) return 0;
+    }
+    g->data_start = (o + align - 1) / align * align;
+    return 1;
+}
+static const gg_tensor *gg_find(const gg_file *g, const char *name) {
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->t[i].name, name) == 0) return &g->t[i];
+    return NULL;
+}
+static const uint8_t *gg_data(const gg_file *g, const gg_tensor *t, size_t nbytes) {
+    if (t->offset > g->size - g->data_start || nbytes > g->size - g->data_start - t->offset)
+        return NULL;
+    return g->data + g->data_start + t->offset;
+}
+static void gg_close(gg_file *g) {
+    free(g->data);
+    free(g->t);
+}
 
 static void check_llama_file(const char *quant_name, lb_type qtype, double rel_tol) {
     gg_file f32, q;

@@ -21,7 +21,8 @@ extern "C" {
 #endif
 
 /* File types; values are llama.cpp's LLAMA_FTYPE_* (include/llama.h), the
- * number written to the GGUF key general.file_type. */
+ * number written to the GGUF key general.file_type (the same values as
+ * gguf.h's lb_gguf_file_type, checked at compile time in ftype.c). */
 typedef enum lb_ftype {
     LB_FTYPE_ALL_F32 = 0,
     LB_FTYPE_MOSTLY_F16 = 1,

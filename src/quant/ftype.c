@@ -8,12 +8,34 @@
  * per-kind tensor counters) are kept, since they decide the types.
  */
 #include "lowbit/ftype.h"
+#include "lowbit/gguf.h"
 #include "core/internal.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+
+/* lb_ftype and gguf.h's lb_gguf_file_type are both llama.cpp's llama_ftype
+ * values; keep them in step. */
+static_assert(LB_FTYPE_ALL_F32 == (int)LB_GGUF_FTYPE_ALL_F32, "ftype F32");
+static_assert(LB_FTYPE_MOSTLY_F16 == (int)LB_GGUF_FTYPE_MOSTLY_F16, "ftype F16");
+static_assert(LB_FTYPE_MOSTLY_Q4_0 == (int)LB_GGUF_FTYPE_MOSTLY_Q4_0, "ftype Q4_0");
+static_assert(LB_FTYPE_MOSTLY_Q4_1 == (int)LB_GGUF_FTYPE_MOSTLY_Q4_1, "ftype Q4_1");
+static_assert(LB_FTYPE_MOSTLY_Q8_0 == (int)LB_GGUF_FTYPE_MOSTLY_Q8_0, "ftype Q8_0");
+static_assert(LB_FTYPE_MOSTLY_Q5_0 == (int)LB_GGUF_FTYPE_MOSTLY_Q5_0, "ftype Q5_0");
+static_assert(LB_FTYPE_MOSTLY_Q5_1 == (int)LB_GGUF_FTYPE_MOSTLY_Q5_1, "ftype Q5_1");
+static_assert(LB_FTYPE_MOSTLY_Q2_K == (int)LB_GGUF_FTYPE_MOSTLY_Q2_K, "ftype Q2_K");
+static_assert(LB_FTYPE_MOSTLY_Q3_K_S == (int)LB_GGUF_FTYPE_MOSTLY_Q3_K_S, "ftype Q3_K_S");
+static_assert(LB_FTYPE_MOSTLY_Q3_K_M == (int)LB_GGUF_FTYPE_MOSTLY_Q3_K_M, "ftype Q3_K_M");
+static_assert(LB_FTYPE_MOSTLY_Q3_K_L == (int)LB_GGUF_FTYPE_MOSTLY_Q3_K_L, "ftype Q3_K_L");
+static_assert(LB_FTYPE_MOSTLY_Q4_K_S == (int)LB_GGUF_FTYPE_MOSTLY_Q4_K_S, "ftype Q4_K_S");
+static_assert(LB_FTYPE_MOSTLY_Q4_K_M == (int)LB_GGUF_FTYPE_MOSTLY_Q4_K_M, "ftype Q4_K_M");
+static_assert(LB_FTYPE_MOSTLY_Q5_K_S == (int)LB_GGUF_FTYPE_MOSTLY_Q5_K_S, "ftype Q5_K_S");
+static_assert(LB_FTYPE_MOSTLY_Q5_K_M == (int)LB_GGUF_FTYPE_MOSTLY_Q5_K_M, "ftype Q5_K_M");
+static_assert(LB_FTYPE_MOSTLY_Q6_K == (int)LB_GGUF_FTYPE_MOSTLY_Q6_K, "ftype Q6_K");
+static_assert(LB_FTYPE_MOSTLY_BF16 == (int)LB_GGUF_FTYPE_MOSTLY_BF16, "ftype BF16");
 
 /* ------------------------------------------------------------------------ */
 /* Names                                                                     */
