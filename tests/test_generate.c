@@ -215,6 +215,93 @@ static void test_stop_string_and_stream(void) {
     lb_context_free(ctx);
 }
 
+
+/* Long generation: the streaming text is rebased every 64 tokens; text,
+ * stream and a late stop string must still come out right. */
+static void test_long_stream(void) {
+    ref_case *c = &g_cases[2];
+    lb_context *ctx = new_ctx(512);
+    fake_tok ft = {0};
+    stream st;
+    memset(&st, 0, sizeof st);
+    lb_generate_params p = lb_generate_default_params();
+    p.n_predict = 200;
+    p.ignore_eos = true;
+    p.sampling.temperature = 0.8f;
+    p.sampling.seed = 3;
+    p.detok = (lb_detok){fake_detok, &ft};
+    p.on_token = on_tok;
+    p.user = &st;
+    lb_generate_result r;
+    TH_CHECK_OK(lb_generate(ctx, c->ids, c->n_ids, &p, &r));
+    TH_CHECK_INT(r.n_tokens, 200);
+    char *want = malloc(200 * 16 + 1);
+    size_t o = 0;
+    for (int i = 0; i < r.n_tokens; i++)
+        o += (size_t)sprintf(want + o, "[%d]", (int)r.tokens[i]);
+    TH_CHECK_STR(r.text, want);
+    st.buf[st.len < sizeof st.buf ? st.len : sizeof st.buf - 1] = '\0';
+    TH_CHECK_STR(st.buf, want);
+    /* stop at the 150th token's text (its first occurrence) */
+    char stop[32];
+    snprintf(stop, sizeof stop, "[%d]", (int)r.tokens[150]);
+    const char *stops[1] = {stop};
+    char *cut = strstr(want, stop);
+    int first = 0;
+    while (r.tokens[first] != r.tokens[150]) first++;
+    *cut = '\0';
+    p.stop = stops;
+    p.n_stop = 1;
+    memset(&st, 0, sizeof st);
+    lb_generate_result r2;
+    TH_CHECK_OK(lb_generate(ctx, c->ids, c->n_ids, &p, &r2));
+    TH_CHECK_INT(r2.stop_reason, LB_STOP_STRING);
+    TH_CHECK_INT(r2.n_tokens, first + 1);
+    TH_CHECK_STR(r2.text, want);
+    st.buf[st.len] = '\0';
+    TH_CHECK_STR(st.buf, want);
+    free(want);
+    lb_generate_result_free(&r);
+    lb_generate_result_free(&r2);
+    lb_context_free(ctx);
+}
+
+/* cache_prompt: a prompt extending the previous conversation reuses the
+ * cached prefix and continues exactly as a fresh run would. */
+static void test_cache_prompt(void) {
+    ref_case *c = &g_cases[0];
+    lb_context *ctx = new_ctx(256);
+    lb_generate_params p = lb_generate_default_params();
+    p.n_predict = 8;
+    p.ignore_eos = true;
+    p.cache_prompt = true;
+    lb_generate_result r;
+    TH_CHECK_OK(lb_generate(ctx, c->ids, c->n_ids, &p, &r));
+    TH_CHECK_INT(r.n_reused, 0);
+    lb_generate_result_free(&r);
+    int32_t prompt[64];
+    memcpy(prompt, c->ids, (size_t)c->n_ids * 4);
+    memcpy(prompt + c->n_ids, c->greedy, 4 * 4);
+    TH_CHECK_OK(lb_generate(ctx, prompt, c->n_ids + 4, &p, &r));
+    TH_CHECK_INT(r.n_reused, c->n_ids + 3); /* at most n_prompt - 1 */
+    TH_CHECK_INT(r.n_tokens, 8);
+    for (int i = 0; i < r.n_tokens; i++)
+        TH_CHECK_INT(r.tokens[i], c->greedy[4 + i]);
+    lb_generate_result_free(&r);
+    /* a different prompt shares only BOS */
+    int common = 0;
+    while (common < c->n_ids && common < g_cases[1].n_ids - 1 &&
+           c->ids[common] == g_cases[1].ids[common])
+        common++;
+    TH_CHECK(common >= 1); /* at least BOS */
+    TH_CHECK_OK(lb_generate(ctx, g_cases[1].ids, g_cases[1].n_ids, &p, &r));
+    TH_CHECK_INT(r.n_reused, common);
+    for (int i = 0; i < r.n_tokens; i++)
+        TH_CHECK_INT(r.tokens[i], g_cases[1].greedy[i]);
+    lb_generate_result_free(&r);
+    lb_context_free(ctx);
+}
+
 static void test_ctx_limit_and_errors(void) {
     ref_case *c = &g_cases[0];
     lb_context *ctx = new_ctx(c->n_ids + 4);
@@ -272,6 +359,8 @@ int main(void) {
     TH_RUN(test_greedy_matches_transformers);
     TH_RUN(test_eos_stop);
     TH_RUN(test_stop_string_and_stream);
+    TH_RUN(test_long_stream);
+    TH_RUN(test_cache_prompt);
     TH_RUN(test_ctx_limit_and_errors);
     TH_RUN(test_seeded_sampling);
     lb_model_free(g_model);

@@ -199,6 +199,24 @@ static void test_config_fields(void) {
     int i = 0;
     for (cJSON *x = want ? want->child : NULL; x && i < 8; x = x->next, i++)
         TH_CHECK_NEAR(inv[i], x->valuedouble, 1e-7 * fabs(x->valuedouble));
+    /* default (unscaled) frequencies, also from transformers */
+    cJSON *dflt = rc ? cJSON_GetObjectItem(rc, "inv_freq_default_theta1e4")
+                     : NULL;
+    TH_CHECK(dflt && cJSON_GetArraySize(dflt) == 8);
+    lb_rope_scaling saved = a.rope_scaling;
+    a.rope_scaling = LB_ROPE_SCALING_NONE;
+    lb_rope_inv_freq(&a, inv);
+    i = 0;
+    for (cJSON *x = dflt ? dflt->child : NULL; x && i < 8; x = x->next, i++)
+        TH_CHECK_NEAR(inv[i], x->valuedouble, 1e-7 * fabs(x->valuedouble));
+    /* linear: theta^(-2i/d) / factor */
+    a.rope_scaling = LB_ROPE_SCALING_LINEAR;
+    a.rope_factor = 4.0;
+    lb_rope_inv_freq(&a, inv);
+    for (i = 0; i < 8; i++)
+        TH_CHECK_NEAR(inv[i], pow(10000.0, -2.0 * i / 16.0) / 4.0,
+                      1e-6 * pow(10000.0, -2.0 * i / 16.0));
+    a.rope_scaling = saved;
     cJSON_Delete(meta);
     lb_model_config_clear(&a);
 
@@ -529,6 +547,115 @@ static void test_bad_checkpoints(void) {
     TH_CHECK(strstr(lb_last_error(), "GGUF"));
 }
 
+
+/* llama.cpp's converter permutes q/k rows so that RoPE can rotate adjacent
+ * pairs (convert_hf_to_gguf.py LlamaModel.permute: reshape(n_head, 2,
+ * hd/2, in).swapaxes(1, 2)). NORM mode on permuted rows must equal NEOX
+ * mode on the original rows. */
+static void permute_rows(lb_model *m, int layer, lb_linear_id which,
+                         int n_head) {
+    const lb_tensor *w = &m->layers[layer].w[which];
+    int64_t rows = w->shape[0], cols = w->shape[1], hd = rows / n_head;
+    const float *src = w->data;
+    float *dst = lb_alloc((size_t)rows * (size_t)cols * sizeof(float));
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t a = 0; a < 2; a++)
+            for (int64_t b = 0; b < hd / 2; b++)
+                memcpy(dst + (h * hd + 2 * b + a) * cols,
+                       src + (h * hd + a * (hd / 2) + b) * cols,
+                       (size_t)cols * sizeof(float));
+    lb_tensor t = *w;
+    t.data = dst;
+    TH_CHECK_OK(lb_model_set_linear(m, layer, which, &t, dst));
+}
+
+static void test_rope_norm_mode(void) {
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(th_shared("models/tinystories-656k"), NULL, &m));
+    size_t nb = 0;
+    int32_t *ids = th_read_bin(th_shared("reference/logits/prompt3.ids.i32"),
+                               &nb);
+    if (!m || !ids) {
+        free(ids);
+        lb_model_free(m);
+        return;
+    }
+    int32_t n = (int32_t)(nb / 4);
+    size_t V = (size_t)m->config.vocab_size;
+    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    lb_context *ctx = NULL;
+    TH_CHECK_OK(lb_context_create(m, NULL, &ctx));
+    TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, a, LB_LOGITS_ALL));
+    for (int l = 0; l < m->config.n_layers; l++) {
+        permute_rows(m, l, LB_LINEAR_Q, m->config.n_heads);
+        permute_rows(m, l, LB_LINEAR_K, m->config.n_kv_heads);
+    }
+    /* permuted rows with HF rotation: wrong */
+    TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, b, LB_LOGITS_ALL));
+    TH_CHECK(max_abs_diff(a, b, (size_t)n * V) > 0.1);
+    m->config.rope_mode = LB_ROPE_NORM;
+    TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, b, LB_LOGITS_ALL));
+    double d = max_abs_diff(a, b, (size_t)n * V);
+    fprintf(stderr, "  NORM rope on permuted rows vs NEOX: max diff %.3g\n", d);
+    TH_CHECK_NEAR(d, 0, 1e-4);
+    free(a);
+    free(b);
+    free(ids);
+    lb_context_free(ctx);
+    lb_model_free(m);
+}
+
+/* Sliding window (Mistral): with one layer and RoPE's relative positions,
+ * position p with window W sees exactly tokens p-W+1..p, so its logits
+ * equal those of the last of those W tokens run alone from position 0. */
+static void test_sliding_window(void) {
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(th_shared("models/tinystories-656k"), NULL, &m));
+    size_t nb = 0;
+    int32_t *ids = th_read_bin(th_shared("reference/logits/prompt3.ids.i32"),
+                               &nb);
+    if (!m || !ids) {
+        free(ids);
+        lb_model_free(m);
+        return;
+    }
+    m->config.n_layers = 1; /* a one-layer model from the first layer */
+    const int32_t W = 5, n = 40;
+    size_t V = (size_t)m->config.vocab_size;
+    float *full = malloc((size_t)n * V * 4), *win = malloc(V * 4);
+    lb_context *plain = NULL, *ctx = NULL;
+    TH_CHECK_OK(lb_context_create(m, NULL, &plain));
+    TH_CHECK_OK(lb_model_forward(plain, ids, n, 0, full, LB_LOGITS_ALL));
+    m->config.sliding_window = W;
+    TH_CHECK_OK(lb_context_create(m, NULL, &ctx));
+    float *sw = malloc((size_t)n * V * 4);
+    TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, sw, LB_LOGITS_ALL));
+    /* positions < W: identical to full attention */
+    TH_CHECK_NEAR(max_abs_diff(sw, full, (size_t)W * V), 0, 0);
+    double worst = 0;
+    for (int32_t p = W; p < n; p++) {
+        lb_context_reset(plain);
+        TH_CHECK_OK(lb_model_forward(plain, ids + p - W + 1, W, 0, win,
+                                     LB_LOGITS_LAST));
+        double d = max_abs_diff(win, sw + (size_t)p * V, V);
+        if (d > worst) worst = d;
+    }
+    fprintf(stderr, "  sliding window %d vs windowed re-run: max diff %.3g\n",
+            (int)W, worst);
+    TH_CHECK_NEAR(worst, 0, 1e-3);
+    /* and it does change the logits beyond the window */
+    TH_CHECK(max_abs_diff(sw + (size_t)W * V, full + (size_t)W * V,
+                          (size_t)(n - W) * V) > 1e-3);
+    m->config.n_layers = 2;
+    free(full);
+    free(win);
+    free(sw);
+    free(ids);
+    lb_context_free(plain);
+    lb_context_free(ctx);
+    lb_model_free(m);
+}
+
 static void test_rmsnorm_values(void) {
     /* y = x / sqrt(mean(x^2) + eps) * w computed by hand:
      * x = (3, 4): mean(x^2) = 12.5 -> 1/sqrt(12.5) = 0.28284271 */
@@ -546,6 +673,8 @@ int main(void) {
     TH_RUN(test_random_models_v4_config);
     TH_RUN(test_prefill_vs_decode);
     TH_RUN(test_layer_by_layer);
+    TH_RUN(test_rope_norm_mode);
+    TH_RUN(test_sliding_window);
     TH_RUN(test_bad_checkpoints);
     return th_report();
 }

@@ -55,6 +55,8 @@ typedef struct lb_generate_params {
     int32_t n_predict;          /* max new tokens; < 0: until n_ctx is full */
     lb_sampler_params sampling; /* see sample.h                             */
     bool ignore_eos;            /* do not stop at EOS tokens               */
+    bool cache_prompt;          /* keep the cached positions that match the
+                                   prompt's start (see lb_generate)         */
     const int32_t *eos_ids;     /* EOS ids; NULL = the model config's      */
     int n_eos;
     const char *const *stop;    /* stop strings (need a detokenizer)       */
@@ -74,15 +76,21 @@ typedef struct lb_generate_result {
                          but excluding a stop string); NULL without detok    */
     size_t text_len;
     int32_t n_prompt;
+    int32_t n_reused; /* prompt positions taken from the cache (cache_prompt) */
     double prefill_s; /* seconds in the prompt forward                       */
     double decode_s;  /* seconds in the per-token forwards + sampling        */
     int32_t n_decode; /* number of per-token forwards (for tokens/s)         */
     lb_stop_reason stop_reason;
 } lb_generate_result;
 
-/* Generate a continuation of prompt[0..n_prompt) on ctx. The KV cache is
- * reset: the prompt is evaluated at positions 0..n_prompt-1 in one forward
- * (prefill), then one forward per sampled token. The sampler's penalty
+/* Generate a continuation of prompt[0..n_prompt) on ctx. The prompt is
+ * evaluated at positions 0..n_prompt-1 in one forward (prefill), then one
+ * forward per sampled token. Without cache_prompt the KV cache is reset
+ * first; with it, the longest common prefix of the prompt and the cached
+ * tokens (lb_context_cached_tokens; at most n_prompt - 1 positions) is kept
+ * and only the rest is evaluated — same logits, less work for a
+ * conversation that grows turn by turn. res->n_prompt counts the whole
+ * prompt; prefill_s only the evaluated part. The sampler's penalty
  * history includes the prompt. *res is filled (free with
  * lb_generate_result_free) also when an error stops the loop half-way.
  * Errors: LB_ERR_INVALID_ARG (n_prompt <= 0, stop strings without a

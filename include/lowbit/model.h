@@ -158,6 +158,14 @@ void lb_context_reset(lb_context *ctx);
  * start a new perplexity window on a shared prefix. */
 lb_status lb_context_truncate(lb_context *ctx, int32_t n);
 
+/* The token ids held in the cache: returns n_past and points *tokens
+ * (optional) at the ids of positions 0..n_past-1 (owned by ctx, valid
+ * until the next call on ctx); an id is -1 where the cache was filled by
+ * lb_layer_forward rather than lb_model_forward. Used to reuse a shared
+ * prompt prefix. */
+int32_t lb_context_cached_tokens(const lb_context *ctx,
+                                 const int32_t **tokens);
+
 typedef enum lb_logits_mode {
     LB_LOGITS_NONE = 0, /* prefill only: logits_out may be NULL            */
     LB_LOGITS_LAST,     /* logits_out [V]: the last token's               */

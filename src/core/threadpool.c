@@ -95,7 +95,7 @@ lb_pool *lb_pool_create(int n_threads) {
         }
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
-            if (wa) { /* set before the thread starts reading it */
+            if (wa) { /* filled before the thread can read it */
                 wa->pool = pool;
                 wa->ith = i;
             }

@@ -565,15 +565,15 @@ lb_status lb_st_open(const char *path, lb_safetensors **out) {
         if (!idx || !one)
             s = lb_set_error(LB_ERR_NOMEM, "safetensors: out of memory");
         else if (lb_is_file(idx))
-            s = st_load_index(st, idx);
-        else if (lb_is_file(one))
+            s = st_load_index(st, idx); /* finishes itself */
+        else if (lb_is_file(one)) {
             s = st_load_file(st, one);
-        else
+            if (s == LB_OK) s = st_finish(st);
+        } else
             s = lb_set_error(LB_ERR_NOT_FOUND,
                              "%s: no model.safetensors or "
                              "model.safetensors.index.json",
                              path);
-        if (s == LB_OK && st->n_files == 1) s = st_finish(st);
         free(idx);
         free(one);
     } else if (!lb_is_file(path)) {
@@ -900,9 +900,8 @@ static lb_status wr_file(lb_st_writer *w, size_t b, size_t e,
         free(h.p);
         return lb_set_error(LB_ERR_NOMEM, "safetensors writer: out of memory");
     }
-    uint8_t n8[8];
-    uint64_t hl = h.len;
-    memcpy(n8, &hl, 8); /* little-endian host (x86-64) */
+    uint8_t n8[8]; /* u64 little-endian header length */
+    for (int i = 0; i < 8; i++) n8[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
     lb_status s = lb_atomic_write(af, n8, 8);
     if (s == LB_OK) s = lb_atomic_write(af, h.p, h.len);
     free(h.p);

@@ -22,6 +22,9 @@ struct lb_context {
     /* KV cache, per layer and KV head contiguous over positions:
      * k_cache[((layer * nkv + h) * n_ctx + pos) * hd + i]. */
     float *k_cache, *v_cache;
+    /* Token id at each cached position (-1: unknown, e.g. after layers
+     * were driven by hand). [n_ctx] */
+    int32_t *toks;
     /* RoPE tables [n_ctx][hd/2]. */
     float *rope_cos, *rope_sin;
 
@@ -104,6 +107,20 @@ static void rope_apply(float *x, const float *c, const float *s, int hd,
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Dot product with 8 independent partial sums (lets the compiler use SIMD
+ * without -ffast-math; the summation order is fixed, so results are
+ * deterministic). */
+static inline float dot_f32(const float *a, const float *b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
@@ -205,12 +222,14 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
         goto fail;
     }
     int half = c->head_dim / 2;
+    ctx->toks = lb_alloc((size_t)n_ctx * sizeof(int32_t));
     ctx->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->scores = lb_alloc((size_t)ctx->n_threads * (size_t)n_ctx *
                            sizeof(float));
     float *inv = malloc((size_t)half * sizeof(float));
-    if (!ctx->rope_cos || !ctx->rope_sin || !ctx->scores || !inv) {
+    if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->scores ||
+        !inv) {
         free(inv);
         s = lb_set_error(LB_ERR_NOMEM, "context: out of memory");
         goto fail;
@@ -240,6 +259,7 @@ void lb_context_free(lb_context *ctx) {
     free_scratch(ctx);
     lb_free(ctx->k_cache);
     lb_free(ctx->v_cache);
+    lb_free(ctx->toks);
     lb_free(ctx->rope_cos);
     lb_free(ctx->rope_sin);
     lb_free(ctx->scores);
@@ -266,8 +286,15 @@ lb_status lb_context_set_n_past(lb_context *ctx, int32_t n) {
     if (n < 0 || n > ctx->n_ctx)
         return lb_set_error(LB_ERR_RANGE, "context: n_past %d outside [0, %d]",
                             (int)n, (int)ctx->n_ctx);
+    for (int32_t i = 0; i < n; i++) ctx->toks[i] = -1; /* contents unknown */
     ctx->n_past = n;
     return LB_OK;
+}
+
+int32_t lb_context_cached_tokens(const lb_context *ctx,
+                                 const int32_t **tokens) {
+    if (tokens) *tokens = ctx->toks;
+    return ctx->n_past;
 }
 
 void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook) {
@@ -317,10 +344,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *V = ctx->v_cache + base * hd;
         float mx = -INFINITY;
         for (int32_t k = j0; k <= p; k++) {
-            const float *kr = K + (size_t)k * hd;
-            float d = 0.0f;
-            for (int i = 0; i < hd; i++) d += qv[i] * kr[i];
-            d *= scale;
+            float d = dot_f32(qv, K + (size_t)k * hd, hd) * scale;
             sc[k] = d;
             if (d > mx) mx = d;
         }
@@ -407,7 +431,10 @@ static lb_status layer_forward(lb_context *ctx, int l, float *hidden,
     }
     /* att = softmax(q K^T / sqrt(hd) + causal mask) V    [n, nh*hd]    */
     attn_job aj = {ctx, l, n, pos};
-    lb_pool_run(pool, attn_worker, &aj);
+    /* small jobs (decode on short contexts) run on this thread: waking
+     * the pool costs more than the work */
+    double work = (double)n * (double)nh * (double)(pos + n) * (double)hd;
+    lb_pool_run(work < 65536.0 ? NULL : pool, attn_worker, &aj);
     /* hidden += att Wo^T                                   [n, dim]     */
     LB_TRY(hook_call(ctx, l, LB_LINEAR_O, ctx->att, n, qd));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], ctx->att, ctx->o, n));
@@ -500,6 +527,7 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
     LB_TRY(lb_model_embed(ctx, tokens, n, ctx->x));
     for (int l = 0; l < m->config.n_layers; l++)
         LB_TRY(layer_forward(ctx, l, ctx->x, n, pos));
+    memcpy(ctx->toks + pos, tokens, (size_t)n * sizeof *tokens);
     ctx->n_past = pos + n;
     if (mode == LB_LOGITS_LAST)
         return lb_model_output_logits(ctx, ctx->x + (n - 1) * dim, 1, logits);

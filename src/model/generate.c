@@ -76,6 +76,7 @@ typedef struct gen_state {
     size_t base_len;
     char *gen;           /* current continuation text */
     size_t gen_len;
+    size_t committed;    /* gen[0..committed) is final (see rebase)   */
     size_t emitted;      /* bytes of gen released to the callback */
     bool stopped_by_string;
 } gen_state;
@@ -105,15 +106,17 @@ static lb_status update_text(gen_state *g, bool final, size_t *release) {
     else /* the tail's text changed (rare): keep the common prefix */
         while (off < flen && off < g->base_len && full[off] == g->base[off])
             off++;
-    free(g->gen);
-    g->gen_len = flen - off;
-    g->gen = malloc(g->gen_len + 1);
-    if (!g->gen) {
+    /* gen = committed text + decode(tail + ids since the last rebase) */
+    size_t nl = g->committed + (flen - off);
+    char *ng = realloc(g->gen, nl + 1);
+    if (!ng) {
         free(full);
         return lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
     }
-    memcpy(g->gen, full + off, g->gen_len);
-    g->gen[g->gen_len] = '\0';
+    g->gen = ng;
+    memcpy(g->gen + g->committed, full + off, flen - off);
+    g->gen_len = nl;
+    g->gen[nl] = '\0';
     free(full);
     if (g->emitted > g->gen_len) g->emitted = g->gen_len; /* text shrank */
     /* stop strings: earliest match that may include new text */
@@ -143,6 +146,25 @@ static lb_status update_text(gen_state *g, bool final, size_t *release) {
         avail -= hold < avail ? hold : avail;
     }
     *release = avail;
+    return LB_OK;
+}
+
+/* Keep decoding cost per token bounded: once everything generated so far
+ * has been released (complete characters, no pending stop prefix), freeze
+ * that text and restart from a short tail of recent tokens, so each step
+ * decodes O(REBASE_EVERY) tokens instead of the whole continuation. */
+#define REBASE_EVERY 64
+static lb_status maybe_rebase(gen_state *g) {
+    if (g->emitted != g->gen_len || g->n_ids < g->n_tail + REBASE_EVERY)
+        return LB_OK;
+    size_t keep = PROMPT_TAIL;
+    memmove(g->ids, g->ids + g->n_ids - keep, keep * sizeof *g->ids);
+    g->n_ids = g->n_tail = keep;
+    free(g->base);
+    g->base = NULL;
+    LB_TRY(g->p->detok.fn(g->p->detok.user, g->ids, g->n_ids, &g->base,
+                          &g->base_len));
+    g->committed = g->gen_len;
     return LB_OK;
 }
 
@@ -192,10 +214,20 @@ lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
     }
     if (s != LB_OK) goto done;
 
-    /* prefill */
-    lb_context_reset(ctx);
+    /* prefill (after the reusable cached prefix, if any) */
+    int32_t keep = 0;
+    if (p->cache_prompt) {
+        const int32_t *cached;
+        int32_t n_cached = lb_context_cached_tokens(ctx, &cached);
+        while (keep < n_cached && keep < n_prompt - 1 &&
+               cached[keep] == prompt[keep])
+            keep++;
+    }
+    if ((s = lb_context_truncate(ctx, keep)) != LB_OK) goto done;
+    res->n_reused = keep;
     double t0 = lb_time_s();
-    s = lb_model_forward(ctx, prompt, n_prompt, 0, logits, LB_LOGITS_LAST);
+    s = lb_model_forward(ctx, prompt + keep, n_prompt - keep, keep, logits,
+                         LB_LOGITS_LAST);
     res->prefill_s = lb_time_s() - t0;
     if (s != LB_OK) goto done;
 
@@ -235,6 +267,9 @@ lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
             go_on = p->on_token(p->user, tok, g.gen ? g.gen + g.emitted : "",
                                 release);
         g.emitted += release;
+        if (p->detok.fn && !g.stopped_by_string &&
+            (s = maybe_rebase(&g)) != LB_OK)
+            break;
         if (g.stopped_by_string) {
             res->stop_reason = LB_STOP_STRING;
             break;
