@@ -850,6 +850,7 @@ static jv str_format(jj_rt *rt, const jstr *fmt, size_t nargs, const jv *args, s
     jj_sb sb = {0};
     const char *p = fmt->p;
     size_t n = fmt->len, i = 0, autoi = 0;
+    int mode = 0; /* 1 automatic, 2 manual numbering (may not mix) */
     jj_charge(rt, n);
     while (i < n) {
         char c = p[i];
@@ -884,6 +885,13 @@ static jv str_format(jj_rt *rt, const jstr *fmt, size_t nargs, const jv *args, s
         size_t k = 0;
         while (k < nlen && f[k] != '.' && f[k] != '[') k++;
         jv val;
+        if (k == 0 || (f[0] >= '0' && f[0] <= '9')) {
+            int m = k == 0 ? 1 : 2;
+            if (mode && mode != m)
+                JJ_TYPE_ERR(rt, m == 1 ? "cannot switch from manual field specification to automatic field numbering"
+                                       : "cannot switch from automatic field numbering to manual field specification");
+            mode = m;
+        }
         if (k == 0) {
             if (autoi >= nargs) JJ_TYPE_ERR(rt, "Replacement index %zu out of range for positional args tuple", autoi);
             val = args[autoi++];
@@ -1376,7 +1384,11 @@ jv jj_apply_filter(jj_rt *rt, int fid, const char *name, jv val, size_t nargs, c
     }
     case F_INDENT: {
         BIND("indent", "width", "first", "blank");
-        const jstr *s = jj_to_jstr(rt, val), *ind;
+        /* Jinja2 does `s += "\n"`: only strings are accepted */
+        if (val.kind == JV_UNDEF) jj_undef_fail(rt, val);
+        if (val.kind != JV_STR)
+            JJ_TYPE_ERR(rt, "unsupported operand type(s) for +=: '%s' and 'str'", jj_type_name(val));
+        const jstr *s = val.u.s, *ind;
         if (!GIVEN(0))
             ind = jj_cstr(rt, "    ");
         else if (a_[0].kind == JV_STR)

@@ -385,7 +385,10 @@ jv jj_getitem(jj_rt *rt, jv obj, jv key) {
                 jj_utf8_dec(obj.u.s->p + off, obj.u.s->len - off, &adv);
                 return jv_strv(jj_str_nocopy(rt, obj.u.s->p + off, adv));
             }
-            return jv_undef_why(JU_ELEM, obj.kind, NULL);
+            jj_sb sb = {0};
+            jj_sb_printf(rt, &sb, "%s object has no element %lld", jj_type_name(obj),
+                         (long long)as_i64(key));
+            return jv_undef_why(JU_MSG, 0, sb.p);
         }
         break;
     default: break;
@@ -788,10 +791,12 @@ static void assign(jj_rt *rt, jscope *sc, const jnode *target, jv v) {
     }
 }
 
-static jv capture(jj_rt *rt, jscope *sc, const jnode *nd) {
+/* Render nd's body into a string. A break/continue inside (the block sits
+ * in a loop) abandons the block, as in Jinja2: *flow gets it. */
+static jv capture(jj_rt *rt, jscope *sc, const jnode *nd, int *flow) {
     jj_sb sb = {0}, *saved = rt->out;
     rt->out = &sb;
-    exec_body(rt, jj_scope_new(rt, sc), nd->kids, nd->nkids);
+    *flow = exec_body(rt, jj_scope_new(rt, sc), nd->kids, nd->nkids);
     rt->out = saved;
     return jv_strv(jj_sb_str(rt, &sb));
 }
@@ -819,29 +824,33 @@ static int exec_for(jj_rt *rt, jscope *sc, const jnode *nd) {
         }
         items = jj_vec_finish(rt, &kept, false).u.l;
     }
-    if (items->n == 0) {
-        if (nd->nkids2) return exec_body(rt, jj_scope_new(rt, sc), nd->kids2, nd->nkids2);
-        return FLOW_NORMAL;
+    /* Jinja2 clears its "run else" flag at the *end* of the loop body, so
+     * the else block also runs when every iteration ended in break or
+     * continue (or when there were none). */
+    bool completed = false;
+    if (items->n) {
+        jloop *L = jj_alloc0(rt->ar, sizeof *L);
+        L->items = items;
+        jv lv = jv_make(JV_LOOP);
+        lv.u.loop = L;
+        jscope *body = NULL;
+        bool fresh = nd->flags & JF_LOOP_USES_MACRO;
+        for (size_t i = 0; i < items->n; i++) {
+            rt->cur = nd;
+            jj_charge(rt, 0);
+            if (!body || fresh)
+                body = jj_scope_new(rt, sc);
+            else
+                body->n = 0;
+            L->i = i;
+            if (rt->name_loop) jj_scope_set(rt, body, rt->name_loop, lv);
+            assign(rt, body, nd->a, items->v[i]);
+            int fl = exec_body(rt, body, nd->kids, nd->nkids);
+            if (fl == FLOW_NORMAL) completed = true;
+            if (fl == FLOW_BREAK) break;
+        }
     }
-    jloop *L = jj_alloc0(rt->ar, sizeof *L);
-    L->items = items;
-    jv lv = jv_make(JV_LOOP);
-    lv.u.loop = L;
-    jscope *body = NULL;
-    bool fresh = nd->flags & JF_LOOP_USES_MACRO;
-    for (size_t i = 0; i < items->n; i++) {
-        rt->cur = nd;
-        jj_charge(rt, 0);
-        if (!body || fresh)
-            body = jj_scope_new(rt, sc);
-        else
-            body->n = 0;
-        L->i = i;
-        if (rt->name_loop) jj_scope_set(rt, body, rt->name_loop, lv);
-        assign(rt, body, nd->a, items->v[i]);
-        int fl = exec_body(rt, body, nd->kids, nd->nkids);
-        if (fl == FLOW_BREAK) break;
-    }
+    if (!completed && nd->nkids2) return exec_body(rt, jj_scope_new(rt, sc), nd->kids2, nd->nkids2);
     return FLOW_NORMAL;
 }
 
@@ -879,7 +888,8 @@ static int exec(jj_rt *rt, jscope *sc, const jnode *nd) {
         break;
     }
     case N_SETBLOCK: {
-        jv v = capture(rt, sc, nd);
+        jv v = capture(rt, sc, nd, &fl);
+        if (fl != FLOW_NORMAL) break;
         v = apply_filter_chain(rt, sc, nd->b, v);
         assign(rt, sc, nd->a, v);
         break;
@@ -905,7 +915,8 @@ static int exec(jj_rt *rt, jscope *sc, const jnode *nd) {
         break;
     }
     case N_FILTERBLOCK: {
-        jv v = capture(rt, sc, nd);
+        jv v = capture(rt, sc, nd, &fl);
+        if (fl != FLOW_NORMAL) break;
         v = apply_filter_chain(rt, sc, nd->b, v);
         rt->cur = nd;
         jj_put_str(rt, rt->out, v);
