@@ -456,12 +456,23 @@ jv jj_binop(jj_rt *rt, int op, jv a, jv b);
 bool jj_contains(jj_rt *rt, jv container, jv item);
 
 typedef struct jloop {
-    jlist *items;
-    size_t i; /* index0 */
+    jj_vec got;       /* items produced so far (after the loop filter) */
+    size_t i;         /* index0 of the current item */
     uint32_t depth0;
     bool has_last_changed;
     jv last_changed;
+    /* Jinja2 filters lazily (a generator under LoopContext): items are
+     * pulled one at a time, with one-item lookahead for loop.last /
+     * nextitem and full consumption for loop.length / revindex. */
+    jlist *src;
+    size_t src_pos;
+    const jnode *node; /* the N_FOR (target a, filter c); NULL: no filter */
+    jscope *scope;     /* scope the filter runs in (the loop's parent) */
 } jloop;
+/* Pull one more item into L->got; false when the source is exhausted. */
+bool jj_loop_pull(jj_rt *rt, jloop *L);
+/* Number of items (pulls everything). */
+size_t jj_loop_length(jj_rt *rt, jloop *L);
 
 /* Bind call arguments to named parameters (Python rules). out[i] is
  * JV_MISSING for parameters not given. Throws TypeError on surplus or

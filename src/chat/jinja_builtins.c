@@ -1089,7 +1089,7 @@ static size_t py_len(jj_rt *rt, jv v) {
     case JV_TUPLE: return v.u.l->n;
     case JV_DICT: return v.u.d->n;
     case JV_UNDEF: return 0;
-    case JV_LOOP: return v.u.loop->items->n;
+    case JV_LOOP: return jj_loop_length(rt, v.u.loop);
     default: JJ_TYPE_ERR(rt, "object of type '%s' has no len()", jj_type_name(v));
     }
 }
@@ -1787,20 +1787,24 @@ jv jj_builtin_attr(jj_rt *rt, jv obj, const char *name, size_t n) {
         break;
     case JV_LOOP: {
         jloop *L = obj.u.loop;
-        size_t len = L->items->n, i = L->i;
+        size_t i = L->i;
         if (name_is(name, n, "index")) return jv_int((int64_t)i + 1);
         if (name_is(name, n, "index0")) return jv_int((int64_t)i);
-        if (name_is(name, n, "revindex")) return jv_int((int64_t)(len - i));
-        if (name_is(name, n, "revindex0")) return jv_int((int64_t)(len - i - 1));
         if (name_is(name, n, "first")) return jv_bool(i == 0);
-        if (name_is(name, n, "last")) return jv_bool(i + 1 == len);
-        if (name_is(name, n, "length")) return jv_int((int64_t)len);
         if (name_is(name, n, "depth")) return jv_int((int64_t)L->depth0 + 1);
         if (name_is(name, n, "depth0")) return jv_int((int64_t)L->depth0);
         if (name_is(name, n, "previtem"))
-            return i > 0 ? L->items->v[i - 1] : jv_undef_why(JU_MSG, 0, "there is no previous item");
-        if (name_is(name, n, "nextitem"))
-            return i + 1 < len ? L->items->v[i + 1] : jv_undef_why(JU_MSG, 0, "there is no next item");
+            return i > 0 ? L->got.v[i - 1] : jv_undef_why(JU_MSG, 0, "there is no previous item");
+        if (name_is(name, n, "last") || name_is(name, n, "nextitem")) {
+            bool more = i + 1 < L->got.n || jj_loop_pull(rt, L);
+            if (name[0] == 'l') return jv_bool(!more);
+            return more ? L->got.v[i + 1] : jv_undef_why(JU_MSG, 0, "there is no next item");
+        }
+        if (name_is(name, n, "length") || name_is(name, n, "revindex") || name_is(name, n, "revindex0")) {
+            size_t len = jj_loop_length(rt, L);
+            if (name[0] == 'l') return jv_int((int64_t)len);
+            return jv_int((int64_t)(len - i) - (name_is(name, n, "revindex0") ? 1 : 0));
+        }
         if (name_is(name, n, "cycle")) return make_func(rt, M_CYCLE, "cycle", obj);
         if (name_is(name, n, "changed")) return make_func(rt, M_CHANGED, "changed", obj);
         break;

@@ -810,45 +810,62 @@ static jv apply_filter_chain(jj_rt *rt, jscope *sc, const jnode *chain, jv input
     return r;
 }
 
+bool jj_loop_pull(jj_rt *rt, jloop *L) {
+    while (L->src_pos < L->src->n) {
+        jv x = L->src->v[L->src_pos++];
+        if (L->node && L->node->c) {
+            const jnode *saved = rt->cur;
+            jscope *tmp = jj_scope_new(rt, L->scope);
+            assign(rt, tmp, L->node->a, x);
+            bool keep = jj_truthy(rt, eval(rt, tmp, L->node->c));
+            rt->cur = saved;
+            if (!keep) continue;
+        }
+        jj_vec_push(rt, &L->got, x);
+        return true;
+    }
+    return false;
+}
+
+size_t jj_loop_length(jj_rt *rt, jloop *L) {
+    while (jj_loop_pull(rt, L)) {
+    }
+    return L->got.n;
+}
+
 static int exec_for(jj_rt *rt, jscope *sc, const jnode *nd) {
     jv it = eval(rt, sc, nd->b);
     rt->cur = nd;
-    jlist *items = jj_iter_list(rt, it);
-    if (nd->c) {
-        jj_vec kept = {0};
-        jscope *tmp = jj_scope_new(rt, sc);
-        for (size_t i = 0; i < items->n; i++) {
-            tmp->n = 0;
-            assign(rt, tmp, nd->a, items->v[i]);
-            if (jj_truthy(rt, eval(rt, tmp, nd->c))) jj_vec_push(rt, &kept, items->v[i]);
-        }
-        items = jj_vec_finish(rt, &kept, false).u.l;
+    jloop *L = jj_alloc0(rt->ar, sizeof *L);
+    L->src = jj_iter_list(rt, it);
+    L->node = nd;
+    L->scope = sc;
+    if (!nd->c) { /* no filter: everything is available at once */
+        L->got.v = L->src->v;
+        L->got.n = L->got.cap = L->src->n;
+        L->src_pos = L->src->n;
     }
+    jv lv = jv_make(JV_LOOP);
+    lv.u.loop = L;
     /* Jinja2 clears its "run else" flag at the *end* of the loop body, so
      * the else block also runs when every iteration ended in break or
      * continue (or when there were none). */
     bool completed = false;
-    if (items->n) {
-        jloop *L = jj_alloc0(rt->ar, sizeof *L);
-        L->items = items;
-        jv lv = jv_make(JV_LOOP);
-        lv.u.loop = L;
-        jscope *body = NULL;
-        bool fresh = nd->flags & JF_LOOP_USES_MACRO;
-        for (size_t i = 0; i < items->n; i++) {
-            rt->cur = nd;
-            jj_charge(rt, 0);
-            if (!body || fresh)
-                body = jj_scope_new(rt, sc);
-            else
-                body->n = 0;
-            L->i = i;
-            if (rt->name_loop) jj_scope_set(rt, body, rt->name_loop, lv);
-            assign(rt, body, nd->a, items->v[i]);
-            int fl = exec_body(rt, body, nd->kids, nd->nkids);
-            if (fl == FLOW_NORMAL) completed = true;
-            if (fl == FLOW_BREAK) break;
-        }
+    jscope *body = NULL;
+    bool fresh = nd->flags & JF_LOOP_USES_MACRO;
+    for (size_t i = 0; i < L->got.n || jj_loop_pull(rt, L); i++) {
+        rt->cur = nd;
+        jj_charge(rt, 0);
+        if (!body || fresh)
+            body = jj_scope_new(rt, sc);
+        else
+            body->n = 0;
+        L->i = i;
+        if (rt->name_loop) jj_scope_set(rt, body, rt->name_loop, lv);
+        assign(rt, body, nd->a, L->got.v[i]);
+        int fl = exec_body(rt, body, nd->kids, nd->nkids);
+        if (fl == FLOW_NORMAL) completed = true;
+        if (fl == FLOW_BREAK) break;
     }
     if (!completed && nd->nkids2) return exec_body(rt, jj_scope_new(rt, sc), nd->kids2, nd->nkids2);
     return FLOW_NORMAL;

@@ -625,7 +625,11 @@ static size_t lex_tag(jp *p, size_t pos, bool is_var, bool *ls) {
             FAIL_POS(p, pos, "unexpected char U+%04X", c);
         }
         if (op == OP_LBRACE || op == OP_LPAREN || op == OP_LBRACKET) {
-            if (sp >= (int)sizeof stack) FAIL_POS(p, pos, "brackets nested too deeply");
+            if (sp >= (int)sizeof stack) {
+                lc_advance(p, pos);
+                fail_at(p, LB_ERR_RANGE, p->lc_line, p->lc_col,
+                        "brackets nested too deeply (more than %d levels)", LB_CHAT_MAX_NESTING);
+            }
             stack[sp++] = op == OP_LBRACE ? '}' : op == OP_LPAREN ? ')' : ']';
         } else if (op == OP_RBRACE || op == OP_RPAREN || op == OP_RBRACKET) {
             char want = op == OP_RBRACE ? '}' : op == OP_RPAREN ? ')' : ']';
@@ -973,6 +977,8 @@ static jnode *parse_subscript(jp *p, jnode *node) {
 
 static jnode *parse_call(jp *p, jnode *node) {
     jnode *nd = new_node(p, N_CALL, cur(p));
+    nd->line = node->line; /* report calls at the callee */
+    nd->col = node->col;
     nd->a = node;
     parse_call_args(p, nd);
     return fin(p, nd);

@@ -787,7 +787,7 @@ void jj_put_str(jj_rt *rt, jj_sb *sb, jv v) {
                      v.u.fn->name);
         return;
     case JV_LOOP:
-        jj_sb_printf(rt, sb, "<LoopContext %zu/%zu>", v.u.loop->i + 1, v.u.loop->items->n);
+        jj_sb_printf(rt, sb, "<LoopContext %zu/%zu>", v.u.loop->i + 1, jj_loop_length(rt, v.u.loop));
         return;
     default: jj_put_repr(rt, sb, v, 0); return;
     }
