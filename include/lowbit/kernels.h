@@ -23,18 +23,41 @@ extern "C" {
 
 /* Y = X W^T:  Y[t, o] = sum_i W[o, i] * X[t, i].
  *   W: 2-D tensor [out, in] of a supported type (F32, F16, BF16, Q4_0, Q4_1,
- *      Q5_0, Q5_1, Q8_0, Q2_K..Q6_K); in must be a multiple of the block size.
- *   X: f32 [n_tokens, in], row-major. Y: f32 [n_tokens, out], row-major.
- * Work is split over the pool's threads (pool may be NULL). Scratch for
- * quantized activations is kept per calling thread and reused.
+ *      Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); in must be a
+ *      multiple of the block size (32, or 256 for K-quants); W->nbytes must
+ *      cover out rows.
+ *   X: f32 [n_tokens, in], row-major. Y: f32 [n_tokens, out], row-major
+ *      (must not overlap X). n_tokens >= 0 (0 does nothing).
+ * Quantized weights: X rows are quantized once per call to the weight
+ * type's vec_dot_type (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for
+ * Q2_K..Q6_K, with ggml's quantize_row_*_ref rounding) and the products use
+ * exact integer block sums scaled in f32, as ggml-cpu's vec_dot_<w>_<a>
+ * (ggml/src/ggml-cpu/quants.c, llama.cpp 0.7.0). F32/F16/BF16 weights take
+ * f32 activations (ggml converts activations to F16 for F16 weights; lowbit
+ * converts the weights exactly to f32 instead, so it rounds less). Variants
+ * agree with the scalar reference exactly on the integer sums and up to f32
+ * rounding in the order the block results are scaled and added.
+ * Work is split over the pool's threads (pool may be NULL); the result does
+ * not depend on the thread count. Quantized activations go to a scratch
+ * buffer owned by the calling thread (grown as needed, reused by later
+ * calls, freed when the thread exits or by lb_kernels_release_scratch()).
  * Errors: LB_ERR_UNSUPPORTED for a type without a kernel (names the tensor),
- * LB_ERR_NOMEM. */
+ * LB_ERR_INVALID_ARG for bad shapes or a too-small W->nbytes, LB_ERR_NOMEM. */
 lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
                     float *Y, int64_t n_tokens);
 
-/* Name of the kernel family in use ("ref", "avx2", "avx512", "avx512_vnni",
- * "amx"...), for logs and benchmarks. */
+/* Name of the kernel family in use: "ref", "avx2" (AVX2+FMA+F16C),
+ * "avx512" (AVX-512 F/BW/VL/DQ), "avx512_vnni" (+VNNI vpdpbusd) or "amx"
+ * (AMX-INT8 tiles for batched prefill on top of avx512_vnni). Chosen once,
+ * at first use, as the best family lb_cpu_get() reports usable; the
+ * environment variable LB_FORCE_REF=1 forces "ref", and LB_KERNELS=<name>
+ * caps the choice at that family (e.g. LB_KERNELS=avx2 on an AVX-512
+ * machine; falls back to the best usable family below it). */
 const char *lb_kernels_variant(void);
+
+/* Free the calling thread's activation scratch now (it is otherwise freed
+ * when the thread exits). Safe to call at any time. */
+void lb_kernels_release_scratch(void);
 
 #ifdef __cplusplus
 }

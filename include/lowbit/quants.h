@@ -142,6 +142,106 @@ typedef struct {
 } lb_block_q8_K;
 static_assert(sizeof(lb_block_q8_K) == 4 + LB_QK_K + LB_QK_K / 16 * 2, "q8_K size");
 
+
+/* ------------------------------------------------------------------------ */
+/* Row (de)quantization                                                      */
+/* ------------------------------------------------------------------------ */
+/*
+ * A "row" of n elements of a block type holds n / blck_size consecutive
+ * blocks (n must be a multiple of the block size: 32 for Q4_0..Q8_1, 256 for
+ * the K-quants). Pointers need no alignment beyond the block struct's
+ * natural alignment (2 bytes for fp16 fields, 4 for Q8_K).
+ *
+ * Dequantization follows ggml's dequantize_row_* (ggml/src/ggml-quants.c,
+ * llama.cpp 0.7.0) operation by operation, so the f32 output is identical
+ * to llama.cpp's. Quantization follows ggml's quantize_row_*_ref (same
+ * float operations in the same order, fp16 stores rounded to nearest even),
+ * so the bytes are identical to what llama-quantize writes for Q4_0, Q4_1,
+ * Q5_0, Q5_1 and Q8_0 tensors without an importance matrix. The K-quant
+ * weight quantizers (Q2_K..Q6_K) are not provided here (dequantization is).
+ */
+
+/* Generic entry points. dst/src hold n elements of `type` (a row as above).
+ *   lb_dequantize_row: every type of quants.h plus F32, F16, BF16.
+ *   lb_quantize_row:   F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
+ *                      Q8_K.
+ * Errors: LB_ERR_UNSUPPORTED for another type, LB_ERR_INVALID_ARG when n is
+ * negative or not a multiple of the block size (message names the type). */
+lb_status lb_dequantize_row(lb_type type, const void *src, float *dst, int64_t n);
+lb_status lb_quantize_row(lb_type type, const float *src, void *dst, int64_t n);
+
+/* True when lb_quantize_row / lb_dequantize_row support `type`. */
+bool lb_type_can_quantize(lb_type type);
+bool lb_type_can_dequantize(lb_type type);
+
+/* Quantize a row-major f32 matrix src [rows, cols] into dst (rows rows of
+ * lb_row_size(type, cols) bytes each, back to back). Rows are split over the
+ * pool's threads (pool may be NULL); the bytes do not depend on the thread
+ * count. Errors as lb_quantize_row, plus LB_ERR_OVERFLOW. */
+lb_status lb_quantize_rows(lb_pool *pool, lb_type type, const float *src,
+                           void *dst, int64_t rows, int64_t cols);
+
+/* Per-type reference quantizers (k elements, k a multiple of the block size;
+ * not checked). Each matches ggml's quantize_row_<type>_ref:
+ *  q4_0: per block amax = max|x| with its signed value max, d = max / -8,
+ *        id = d ? 1/d : 0, q = MIN(15, (int8_t)(x*id + 8.5f)).
+ *  q4_1: min/max, d = (max - min) / 15, id = d ? 1/d : 0, m = min,
+ *        q = MIN(15, (int8_t)((x - min)*id + 0.5f)).
+ *  q5_0: as q4_0 with d = max / -16, q = MIN(31, (int8_t)(x*id + 16.5f)).
+ *  q5_1: as q4_1 with d = (max - min) / 31, q = (uint8_t)((x - min)*id + 0.5f).
+ *  q8_0: d = amax / 127, id = d ? 1/d : 0, q = roundf(x*id).
+ *  q8_1: as q8_0, plus s = fp16(d * sum(q)).
+ *  q8_K: amax with signed max; all-zero block gives d = 0, q = 0, bsums = 0
+ *        (ggml leaves bsums unset there); else iscale = -127/max,
+ *        q = MIN(127, nearest_int(iscale*x)), bsums[j] = sum q[16j..16j+15],
+ *        d = 1/iscale. */
+void lb_quantize_row_q4_0_ref(const float *x, lb_block_q4_0 *y, int64_t k);
+void lb_quantize_row_q4_1_ref(const float *x, lb_block_q4_1 *y, int64_t k);
+void lb_quantize_row_q5_0_ref(const float *x, lb_block_q5_0 *y, int64_t k);
+void lb_quantize_row_q5_1_ref(const float *x, lb_block_q5_1 *y, int64_t k);
+void lb_quantize_row_q8_0_ref(const float *x, lb_block_q8_0 *y, int64_t k);
+void lb_quantize_row_q8_1_ref(const float *x, lb_block_q8_1 *y, int64_t k);
+void lb_quantize_row_q8_K_ref(const float *x, lb_block_q8_K *y, int64_t k);
+
+/* Per-type dequantizers (k elements, a multiple of the block size; not
+ * checked), each matching ggml's dequantize_row_<type>. */
+void lb_dequantize_row_q4_0(const lb_block_q4_0 *x, float *y, int64_t k);
+void lb_dequantize_row_q4_1(const lb_block_q4_1 *x, float *y, int64_t k);
+void lb_dequantize_row_q5_0(const lb_block_q5_0 *x, float *y, int64_t k);
+void lb_dequantize_row_q5_1(const lb_block_q5_1 *x, float *y, int64_t k);
+void lb_dequantize_row_q8_0(const lb_block_q8_0 *x, float *y, int64_t k);
+void lb_dequantize_row_q8_1(const lb_block_q8_1 *x, float *y, int64_t k);
+void lb_dequantize_row_q2_K(const lb_block_q2_K *x, float *y, int64_t k);
+void lb_dequantize_row_q3_K(const lb_block_q3_K *x, float *y, int64_t k);
+void lb_dequantize_row_q4_K(const lb_block_q4_K *x, float *y, int64_t k);
+void lb_dequantize_row_q5_K(const lb_block_q5_K *x, float *y, int64_t k);
+void lb_dequantize_row_q6_K(const lb_block_q6_K *x, float *y, int64_t k);
+void lb_dequantize_row_q8_K(const lb_block_q8_K *x, float *y, int64_t k);
+
+/* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K
+ * scales[12] array (ggml's get_scale_min_k4). */
+static inline void lb_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc,
+                                       uint8_t *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Unpack the sixteen 6-bit Q3_K scales (as stored, 0..63; the signed scale
+ * is value - 32) from scales[12] (the layout ggml's dequantize_row_q3_K
+ * decodes with kmask1/kmask2). */
+static inline void lb_q3_K_scales(const uint8_t *s12, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (s12[j] & 0xF) : (s12[j - 8] >> 4);
+        int hi = (s12[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+        out[j] = (int8_t)(lo | (hi << 4));
+    }
+}
+
 #ifdef __cplusplus
 }
 #endif

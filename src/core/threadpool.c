@@ -95,6 +95,10 @@ lb_pool *lb_pool_create(int n_threads) {
         }
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
+            if (wa) { /* filled before the thread can read it */
+                wa->pool = pool;
+                wa->ith = i;
+            }
             if (!wa || pthread_create(&pool->threads[i], NULL, worker_main,
                                       wa) != 0) {
                 free(wa);
@@ -104,8 +108,6 @@ lb_pool *lb_pool_create(int n_threads) {
                              "thread pool: cannot create thread %d", i);
                 return NULL;
             }
-            wa->pool = pool;
-            wa->ith = i;
         }
     }
     return pool;

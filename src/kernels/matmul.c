@@ -1,67 +1,268 @@
 /*
- * lb_matmul — placeholder reference implementation for F32/F16/BF16 weights
- * (f32 accumulation). The kernels work replaces this with the dispatching
- * implementation (quantized types, SIMD variants, threading).
+ * lb_matmul: kernel selection (once, from lb_cpu_get()), per-thread
+ * activation scratch, and the work split over the thread pool.
+ *
+ * Flow of one call Y[n_tokens, out] = X[n_tokens, in] W[out, in]^T:
+ *  1. the activations are quantized to the weight type's vec_dot_type into
+ *     the calling thread's scratch (token rows split over the workers,
+ *     then a barrier);
+ *  2. outputs are split over the workers by weight rows. Decode (few
+ *     tokens): rows are split evenly and each worker streams its rows once.
+ *     Prefill: rows are cut into chunks whose weights fit in L2, and each
+ *     chunk is multiplied against all tokens in tiles (weights are streamed
+ *     from memory once per call, activations from cache).
+ * Every output goes through the same per-(row, token) arithmetic whatever the
+ * split, so results do not depend on the number of threads.
  */
-#include "lowbit/kernels.h"
+#include "kernels_internal.h"
 #include "core/internal.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------- */
+/* Variant tables                                                          */
+
+static lb_kernel_table g_tables[LB_KV_COUNT];
+static bool g_usable[LB_KV_COUNT];
+static int g_current = LB_KV_REF;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const char *const g_names[LB_KV_COUNT] = {"ref", "avx2", "avx512", "avx512_vnni",
+                                                 "amx"};
+
+static void init_tables(void) {
+    const lb_cpu_features *f = lb_cpu_get();
+    g_usable[LB_KV_REF] = true;
+    g_usable[LB_KV_AVX2] = f->avx2 && f->fma && f->f16c;
+    g_usable[LB_KV_AVX512] = g_usable[LB_KV_AVX2] && f->avx512f && f->avx512bw &&
+                             f->avx512vl && f->avx512dq;
+    g_usable[LB_KV_AVX512_VNNI] = g_usable[LB_KV_AVX512] && f->avx512_vnni;
+    g_usable[LB_KV_AMX] = g_usable[LB_KV_AVX512_VNNI] && f->amx_tile && f->amx_int8;
+    /* Each table starts as a copy of the one below it; ISA-specific fill
+     * functions run only when the CPU supports them. */
+    for (int v = 0; v < LB_KV_COUNT; v++) {
+        if (v > 0) g_tables[v] = g_tables[v - 1];
+        g_tables[v].name = g_names[v];
+        if (!g_usable[v]) continue;
+        switch (v) {
+        case LB_KV_REF: lb_kernels_fill_ref(&g_tables[v]); break;
+        case LB_KV_AVX2: lb_kernels_fill_avx2(&g_tables[v]); break;
+        case LB_KV_AVX512: lb_kernels_fill_avx512(&g_tables[v]); break;
+        case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;
+        case LB_KV_AMX: lb_kernels_fill_amx(&g_tables[v]); break;
+        default: break;
+        }
+    }
+    const char *force = getenv("LB_FORCE_REF");
+    bool force_ref = force && force[0] && strcmp(force, "0") != 0;
+    /* LB_KERNELS=<name> caps the choice at that family (e.g. "avx2" on an
+     * AVX-512 machine); unknown names are ignored. */
+    int cap = LB_KV_COUNT - 1;
+    const char *want = getenv("LB_KERNELS");
+    for (int v = 0; want && v < LB_KV_COUNT; v++)
+        if (strcmp(want, g_names[v]) == 0) cap = v;
+    g_current = LB_KV_REF;
+    if (!force_ref)
+        for (int v = cap; v > 0; v--)
+            if (g_usable[v]) {
+                g_current = v;
+                break;
+            }
+}
+
+const lb_kernel_table *lb_kernels_table(int v) {
+    pthread_once(&g_once, init_tables);
+    if (v < 0 || v >= LB_KV_COUNT) return NULL;
+    return &g_tables[v];
+}
+
+bool lb_kernels_usable(int v) {
+    pthread_once(&g_once, init_tables);
+    return v >= 0 && v < LB_KV_COUNT && g_usable[v];
+}
+
+const lb_kernel_table *lb_kernels_current(void) {
+    pthread_once(&g_once, init_tables);
+    return &g_tables[g_current];
+}
+
+const char *lb_kernels_variant(void) { return lb_kernels_current()->name; }
+
+/* ---------------------------------------------------------------------- */
+/* Per-thread scratch                                                      */
+
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static bool g_scratch_key_ok;
+
+static void scratch_destroy(void *p) {
+    scratch *s = p;
+    if (s) {
+        lb_free(s->p);
+        free(s);
+    }
+}
+static void scratch_key_init(void) {
+    g_scratch_key_ok = pthread_key_create(&g_scratch_key, scratch_destroy) == 0;
+}
+
+/* The calling thread's scratch of at least `size` bytes (grown as needed,
+ * contents not kept), or NULL with the error set. */
+static void *scratch_get(size_t size) {
+    pthread_once(&g_scratch_once, scratch_key_init);
+    if (!g_scratch_key_ok) {
+        lb_set_error(LB_ERR_NOMEM, "matmul: cannot create the scratch key");
+        return NULL;
+    }
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(g_scratch_key, s) != 0) {
+            free(s);
+            lb_set_error(LB_ERR_NOMEM, "matmul: out of memory for scratch");
+            return NULL;
+        }
+    }
+    if (s->cap < size) {
+        size_t cap = size + size / 4 + 4096;
+        void *p = lb_alloc(cap);
+        if (!p) return NULL;
+        lb_free(s->p);
+        s->p = p;
+        s->cap = cap;
+    }
+    return s->p;
+}
+
+void lb_kernels_release_scratch(void) {
+    pthread_once(&g_scratch_once, scratch_key_init);
+    if (!g_scratch_key_ok) return;
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (s) {
+        pthread_setspecific(g_scratch_key, NULL);
+        scratch_destroy(s);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* The job                                                                 */
+
 typedef struct mm_job {
-    const lb_tensor *W;
+    const lb_kernel_table *kt;
+    lb_mm_fn mm;
+    lb_qact_fn qact; /* NULL: activations used as f32 directly */
+    const uint8_t *w;
+    size_t w_stride;
     const float *X;
+    const uint8_t *A;
+    size_t a_stride;
+    uint8_t *A_buf;
     float *Y;
     int64_t n_tokens, in, out;
-    size_t row_bytes;
+    int64_t row_chunk, tok_tile;
+    lb_pool *pool;
 } mm_job;
-
-static float dot_row(lb_type t, const uint8_t *w, const float *x, int64_t n) {
-    float s = 0.0f;
-    switch (t) {
-    case LB_TYPE_F32: {
-        const float *wf = (const float *)w;
-        for (int64_t i = 0; i < n; i++) s += wf[i] * x[i];
-        break;
-    }
-    case LB_TYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            s += lb_f16_to_f32_inline(lb_rd_u16(w + 2 * i)) * x[i];
-        break;
-    case LB_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++)
-            s += lb_bf16_to_f32_inline(lb_rd_u16(w + 2 * i)) * x[i];
-        break;
-    default:
-        break;
-    }
-    return s;
-}
 
 static void mm_worker(void *p, int ith, int nth) {
     mm_job *j = p;
-    size_t b, e;
-    lb_split_range((size_t)j->out, ith, nth, &b, &e);
-    const uint8_t *base = j->W->data;
-    for (size_t o = b; o < e; o++)
-        for (int64_t t = 0; t < j->n_tokens; t++)
-            j->Y[t * j->out + (int64_t)o] =
-                dot_row(j->W->type, base + o * j->row_bytes, j->X + t * j->in,
-                        j->in);
+    if (j->qact) {
+        size_t b, e;
+        lb_split_range((size_t)j->n_tokens, ith, nth, &b, &e);
+        for (size_t t = b; t < e; t++)
+            j->qact(j->X + t * (size_t)j->in, j->A_buf + t * j->a_stride, j->in);
+        lb_pool_barrier(j->pool);
+    }
+    const size_t n_chunks = (size_t)((j->out + j->row_chunk - 1) / j->row_chunk);
+    size_t cb, ce;
+    lb_split_range(n_chunks, ith, nth, &cb, &ce);
+    for (size_t c = cb; c < ce; c++) {
+        const int64_t r0 = (int64_t)c * j->row_chunk;
+        const int64_t nr = LB_MIN(j->row_chunk, j->out - r0);
+        for (int64_t t0 = 0; t0 < j->n_tokens; t0 += j->tok_tile) {
+            const int64_t nt = LB_MIN(j->tok_tile, j->n_tokens - t0);
+            j->mm(j->in, j->w + (size_t)r0 * j->w_stride, j->w_stride, nr,
+                  j->A + (size_t)t0 * j->a_stride, j->a_stride, nt,
+                  j->Y + (size_t)t0 * (size_t)j->out + (size_t)r0, (size_t)j->out);
+        }
+    }
 }
 
-lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
-                    float *Y, int64_t n_tokens) {
-    if (W->n_dims != 2)
-        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s is not 2-D",
-                            W->name ? W->name : "weight");
-    if (W->type != LB_TYPE_F32 && W->type != LB_TYPE_F16 &&
-        W->type != LB_TYPE_BF16)
-        return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: type %s has no kernel",
-                            W->name ? W->name : "weight", lb_type_name(W->type));
-    mm_job j = {W, X, Y, n_tokens, W->shape[1], W->shape[0], 0};
-    if (!lb_row_size(W->type, j.in, &j.row_bytes))
-        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: bad row size");
+lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
+                          const float *X, float *Y, int64_t n_tokens) {
+    const char *name = W && W->name ? W->name : "weight";
+    if (!W || !X || !Y || !kt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: NULL argument (%s)", name);
+    if (W->n_dims != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s is not a non-empty 2-D tensor", name);
+    if (n_tokens < 0)
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s: n_tokens %lld", name,
+                            (long long)n_tokens);
+    if ((int)W->type < 0 || W->type >= LB_TYPE_COUNT_ || !kt->w[W->type].mm)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: type %s has no kernel", name,
+                            lb_type_name((int)W->type));
+    const lb_wkernel *wk = &kt->w[W->type];
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.kt = kt;
+    j.in = W->shape[1];
+    j.out = W->shape[0];
+    j.n_tokens = n_tokens;
+    size_t total;
+    if (!lb_row_size(W->type, j.in, &j.w_stride))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "matmul: %s: %lld columns is not a multiple of the %s block size",
+                            name, (long long)j.in, lb_type_name((int)W->type));
+    if (!lb_mul_ok(j.w_stride, (size_t)j.out, &total) || total > W->nbytes || !W->data)
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s: data too small for [%lld, %lld] %s",
+                            name, (long long)j.out, (long long)j.in, lb_type_name((int)W->type));
+    if (n_tokens == 0) return LB_OK;
+    j.w = W->data;
+    j.X = X;
+    j.Y = Y;
+    j.pool = pool;
+    j.mm = wk->mm;
+    if (wk->mm_batch && n_tokens >= wk->batch_min) j.mm = wk->mm_batch;
+    if (wk->act_type == LB_TYPE_F32) {
+        j.A = (const uint8_t *)X;
+        j.a_stride = (size_t)j.in * sizeof(float);
+    } else {
+        j.qact = kt->qact[wk->act_type];
+        if (!j.qact || !lb_row_size(wk->act_type, j.in, &j.a_stride))
+            return lb_set_error(LB_ERR_INTERNAL, "matmul: %s: no activation quantizer", name);
+        size_t bytes;
+        if (!lb_mul_ok(j.a_stride, (size_t)n_tokens, &bytes))
+            return lb_set_error(LB_ERR_OVERFLOW, "matmul: %s: activation size overflows", name);
+        j.A_buf = scratch_get(bytes);
+        if (!j.A_buf) return lb_error_context(LB_ERR_NOMEM, "matmul: %s", name);
+        j.A = j.A_buf;
+    }
+    /* Work split. Row chunks: a multiple of 16 rows whose weights take about
+     * 128 KiB (L2-resident while all token tiles pass over them); fewer,
+     * even chunks when that would leave threads idle. Token tiles of up to
+     * 64 rows of activations. */
+    const int nth = lb_pool_size(pool);
+    int64_t chunk = (int64_t)((128 * 1024) / (j.w_stride ? j.w_stride : 1));
+    chunk = LB_MAX(16, chunk / 16 * 16);
+    if (n_tokens < 4) {
+        /* decode: one contiguous range per thread */
+        chunk = (j.out + nth - 1) / nth;
+    } else if ((j.out + chunk - 1) / chunk < 2 * nth) {
+        chunk = (j.out + 2 * nth - 1) / (2 * nth);
+        chunk = LB_MAX(1, (chunk + 3) / 4 * 4);
+    }
+    j.row_chunk = LB_MAX(1, chunk);
+    /* batch (AMX) kernels repack weights once per call: give them all tokens */
+    j.tok_tile = j.mm == wk->mm_batch ? n_tokens : LB_MIN(n_tokens, 64);
     lb_pool_run(pool, mm_worker, &j);
     return LB_OK;
 }
 
-const char *lb_kernels_variant(void) { return "ref"; }
+lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X, float *Y,
+                    int64_t n_tokens) {
+    return lb_matmul_table(lb_kernels_current(), pool, W, X, Y, n_tokens);
+}

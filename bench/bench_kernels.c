@@ -1,0 +1,134 @@
+/*
+ * bench_kernels — GEMV (decode, n_tokens = 1) and GEMM (prefill, n_tokens =
+ * 512) throughput of lb_matmul per kernel variant, for Q4_0, Q8_0, Q4_K and
+ * F16 weights at realistic shapes, with 1 and 2 threads. Prints GB/s of
+ * weights streamed (GEMV), GFLOP/s (both), and each variant's speed relative
+ * to the scalar reference measured in the same run.
+ *
+ *   bench_kernels [--quick] [--min-time SECONDS]
+ *
+ * The reference GEMM is timed at 16 tokens (its cost per token is constant:
+ * it is a loop of dot products) so that the run stays short; every other
+ * GEMM uses 512 tokens.
+ */
+#include "kernels/kernels_internal.h"
+#include "lowbit/quants.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 0x1234567887654321ull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+static float rndf(void) { return (float)(rnd() & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f; }
+
+/* Random weights: quantize random floats per row (valid scales). */
+static uint8_t *make_weights(lb_type t, int64_t out, int64_t in, size_t *bytes) {
+    size_t rb;
+    lb_row_size(t, in, &rb);
+    *bytes = rb * (size_t)out;
+    uint8_t *w = malloc(*bytes);
+    float *row = malloc(sizeof(float) * (size_t)in);
+    for (int64_t o = 0; o < out; o++) {
+        for (int64_t i = 0; i < in; i++) row[i] = rndf() * 0.05f;
+        if (lb_type_can_quantize(t)) {
+            lb_quantize_row(t, row, w + (size_t)o * rb, in);
+        } else { /* K-quants: random codes and scales, sane fp16 d/dmin */
+            for (size_t k = 0; k < rb; k++) w[(size_t)o * rb + k] = (uint8_t)rnd();
+            for (size_t b = 0; b < rb / sizeof(lb_block_q4_K); b++) {
+                lb_block_q4_K *blk = (lb_block_q4_K *)(w + (size_t)o * rb) + b;
+                blk->d = lb_f32_to_f16(0.001f);
+                blk->dmin = lb_f32_to_f16(0.0005f);
+            }
+        }
+    }
+    free(row);
+    return w;
+}
+
+static double time_it(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
+                      const float *X, float *Y, int64_t nt, double min_time) {
+    lb_matmul_table(kt, pool, W, X, Y, nt); /* warm-up */
+    int iters = 0;
+    double t0 = lb_time_s(), el;
+    do {
+        lb_matmul_table(kt, pool, W, X, Y, nt);
+        iters++;
+        el = lb_time_s() - t0;
+    } while (el < min_time);
+    return el / iters;
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    double min_time = 0.25;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc) min_time = atof(argv[++i]);
+    }
+    char feats[256];
+    printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
+           lb_kernels_variant());
+    const lb_type types[] = {LB_TYPE_Q4_0, LB_TYPE_Q8_0, LB_TYPE_Q4_K, LB_TYPE_F16};
+    const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
+    const int n_shapes = quick ? 2 : 3;
+    const int64_t NT = 512, NT_REF = 16;
+    printf("%-5s %-11s %-6s %2s %-12s %10s %8s %9s %9s\n", "type", "[out,in]", "mode", "th",
+           "variant", "ms/call", "GB/s", "GFLOP/s", "x ref");
+    for (int th = 1; th <= 2; th++) {
+        lb_pool *pool = th > 1 ? lb_pool_create(th) : NULL;
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            for (int s = 0; s < n_shapes; s++) {
+                const int64_t out = shapes[s][0], in = shapes[s][1];
+                size_t wbytes;
+                if (in % lb_type_get_traits(types[ti])->blck_size) {
+                    if (th == 1)
+                        printf("%-5s %lldx%lld: skipped (in is not a multiple of the block size)\n",
+                               lb_type_name(types[ti]), (long long)out, (long long)in);
+                    continue;
+                }
+                uint8_t *w = make_weights(types[ti], out, in, &wbytes);
+                lb_tensor W = {"bench", types[ti], 2, {out, in}, w, wbytes};
+                float *X = malloc(sizeof(float) * (size_t)(NT * in));
+                float *Y = malloc(sizeof(float) * (size_t)(NT * out));
+                for (int64_t i = 0; i < NT * in; i++) X[i] = rndf();
+                for (int mode = 0; mode < 2; mode++) {
+                    double ref_gflops = 0;
+                    for (int v = 0; v < LB_KV_COUNT; v++) {
+                        if (!lb_kernels_usable(v)) continue;
+                        const lb_kernel_table *kt = lb_kernels_table(v);
+                        /* skip variants identical to the one below for this type */
+                        if (v > 0) {
+                            const lb_wkernel *a = &kt->w[types[ti]], *b = &lb_kernels_table(v - 1)->w[types[ti]];
+                            if (a->mm == b->mm && a->mm_batch == b->mm_batch &&
+                                kt->qact[a->act_type] == lb_kernels_table(v - 1)->qact[a->act_type])
+                                continue;
+                        }
+                        int64_t nt = mode == 0 ? 1 : (v == LB_KV_REF ? NT_REF : NT);
+                        double sec = time_it(kt, pool, &W, X, Y, nt, v == LB_KV_REF ? min_time / 2 : min_time);
+                        double gflops = 2.0 * (double)out * (double)in * (double)nt / sec * 1e-9;
+                        double gbs = (double)wbytes / sec * 1e-9;
+                        if (v == LB_KV_REF) ref_gflops = gflops;
+                        char shape[32];
+                        snprintf(shape, sizeof shape, "%lldx%lld", (long long)out, (long long)in);
+                        printf("%-5s %-11s %-6s %2d %-12s %10.3f %8.2f %9.2f %9.2f%s\n",
+                               lb_type_name(types[ti]), shape, mode == 0 ? "gemv" : "gemm", th,
+                               kt->name, sec * 1e3, mode == 0 ? gbs : 0.0, gflops,
+                               ref_gflops > 0 ? gflops / ref_gflops : 0.0,
+                               (mode == 1 && v == LB_KV_REF) ? "  (ref at 16 tokens)" : "");
+                        fflush(stdout);
+                    }
+                }
+                free(w), free(X), free(Y);
+            }
+        }
+        lb_pool_free(pool);
+    }
+    lb_kernels_release_scratch();
+    return 0;
+}

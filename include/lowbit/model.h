@@ -1,0 +1,251 @@
+/*
+ * lowbit/model.h — the decoder-only transformer (Llama / Mistral / Qwen2 /
+ * Qwen3): weights, loading, and the f32 forward pass with a KV cache.
+ *
+ * Reference: transformers 5.12 modeling_llama.py, modeling_mistral.py,
+ * modeling_qwen2.py, modeling_qwen3.py (eager attention, float32), checked
+ * against ../shared/reference logits. Structure of one layer (pre-norm):
+ *
+ *   h   = x + o_proj(attention(rope(q_norm?(q_proj(rms(x)))),
+ *                               rope(k_norm?(k_proj(rms(x)))),
+ *                               v_proj(rms(x))))
+ *   out = h + down_proj(silu(gate_proj(rms(h))) * up_proj(rms(h)))
+ *
+ * Every linear goes through lb_matmul (lowbit/kernels.h), so a weight may
+ * be any type a kernel exists for (F32/F16/BF16 today from safetensors;
+ * block-quantized types from GGUF or GPTQ conversion). All activations are
+ * f32.
+ *
+ * Shapes are outermost-first (PyTorch order): a linear weight is
+ * [out_features, in_features]; activations are [n_tokens, features].
+ * Notation: dim = hidden_size, hd = head_dim, nh = n_heads, nkv =
+ * n_kv_heads, ff = intermediate_size, V = vocab_size.
+ */
+#ifndef LOWBIT_MODEL_H
+#define LOWBIT_MODEL_H
+
+#include "lowbit/config.h"
+#include "lowbit/core.h"
+#include "lowbit/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The seven linears of a layer, in forward order. */
+typedef enum lb_linear_id {
+    LB_LINEAR_Q = 0, /* q_proj    [nh*hd, dim]  (+ bias [nh*hd] if any)   */
+    LB_LINEAR_K,     /* k_proj    [nkv*hd, dim] (+ bias [nkv*hd])         */
+    LB_LINEAR_V,     /* v_proj    [nkv*hd, dim] (+ bias [nkv*hd])         */
+    LB_LINEAR_O,     /* o_proj    [dim, nh*hd]                            */
+    LB_LINEAR_GATE,  /* gate_proj [ff, dim]                               */
+    LB_LINEAR_UP,    /* up_proj   [ff, dim]                               */
+    LB_LINEAR_DOWN,  /* down_proj [dim, ff]                               */
+    LB_LINEAR_COUNT
+} lb_linear_id;
+
+/* HF module name of a linear ("self_attn.q_proj", "mlp.down_proj", ...). */
+const char *lb_linear_name(lb_linear_id id);
+
+/* Weights of one decoder layer. Norm weights and biases are always F32
+ * (loaders convert them); linear weights may be any type lb_matmul
+ * supports. A tensor with data == NULL is absent (bias without
+ * attention_bias, q_norm/k_norm outside Qwen3). */
+typedef struct lb_layer_weights {
+    lb_tensor attn_norm;             /* input_layernorm.weight [dim]        */
+    lb_tensor w[LB_LINEAR_COUNT];    /* the linears, see lb_linear_id       */
+    lb_tensor bq, bk, bv;            /* q/k/v_proj.bias (F32) or absent      */
+    lb_tensor q_norm, k_norm;        /* self_attn.q_norm/k_norm [hd] (F32)   */
+    lb_tensor ffn_norm;              /* post_attention_layernorm [dim]       */
+} lb_layer_weights;
+
+typedef struct lb_model_private lb_model_private;
+
+/* A loaded model. The struct is public so that quantizers can read and
+ * swap weights (use lb_model_set_linear, which checks the shape and takes
+ * ownership of replacement buffers); everything else is read-only. */
+typedef struct lb_model {
+    lb_model_config config;
+    lb_tensor tok_embd;        /* embed_tokens [V, dim]                      */
+    lb_tensor output_norm;     /* model.norm.weight [dim] (F32)              */
+    lb_tensor output;          /* lm_head [V, dim] (same data as tok_embd
+                                  when the embeddings are tied)             */
+    lb_layer_weights *layers;  /* [n_layers]                                 */
+    lb_model_private *priv;    /* owned buffers, mappings (opaque)          */
+} lb_model;
+
+typedef struct lb_model_load_opts {
+    lb_progress progress; /* optional */
+} lb_model_load_opts;
+
+/* Load a Hugging Face checkpoint directory: config.json (+
+ * generation_config.json), model.safetensors or a sharded index. Weights
+ * are mmap'ed views when their type (F32/F16/BF16) and alignment allow,
+ * otherwise converted/copied into owned aligned buffers (norms and biases
+ * always become F32). Tensor names follow transformers (model.embed_tokens,
+ * model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias},
+ * self_attn.{q,k}_norm, mlp.{gate,up,down}_proj, input_layernorm,
+ * post_attention_layernorm, model.norm, lm_head). Tied embeddings may be
+ * stored only as lm_head.weight or only as model.embed_tokens.weight.
+ * Extra tensors (e.g. rotary_emb.inv_freq) are ignored.
+ * Errors: LB_ERR_NOT_FOUND (config or a required tensor, named),
+ * LB_ERR_FORMAT (mis-shaped tensor: "NAME: expected [a, b], got [c, d]";
+ * bad JSON/safetensors), LB_ERR_UNSUPPORTED (architecture, dtype),
+ * LB_ERR_IO, LB_ERR_NOMEM. opts may be NULL. Free with lb_model_free. */
+lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
+                           lb_model **out);
+
+/* Load whatever `path` is: a directory with config.json -> HF loader; a
+ * file starting with the GGUF magic (or named *.gguf) -> the GGUF loader
+ * (not built yet: LB_ERR_UNSUPPORTED). Other paths: LB_ERR_NOT_FOUND /
+ * LB_ERR_UNSUPPORTED naming the path. */
+lb_status lb_model_load(const char *path, const lb_model_load_opts *opts,
+                        lb_model **out);
+
+void lb_model_free(lb_model *model);
+
+/* Replace linear `which` of layer `layer` by `w` (any type lb_matmul
+ * supports; shape must equal the current one, [out, in]). The tensor view
+ * is copied; its data must stay valid for the model's lifetime. If
+ * `owned` is non-NULL it is a buffer from lb_alloc that the model frees
+ * (typically the one w->data points into). Any context created from this
+ * model sees the new weight at its next forward.
+ * Errors: LB_ERR_RANGE (layer), LB_ERR_INVALID_ARG (shape differs or row
+ * size not a whole number of blocks; `owned` is NOT taken then). */
+lb_status lb_model_set_linear(lb_model *model, int layer, lb_linear_id which,
+                              const lb_tensor *w, void *owned);
+
+/* Bytes of all weights as stored (for reports). */
+size_t lb_model_weight_bytes(const lb_model *model);
+
+/* ------------------------------------------------------------------------ */
+/* Inference context                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct lb_context lb_context;
+
+typedef struct lb_context_params {
+    int32_t n_ctx;     /* KV cache length in tokens (<= 0: min(max_position
+                          _embeddings, 4096))                                */
+    int32_t n_batch;   /* initial scratch capacity in tokens (<= 0: 512);
+                          grows when a call passes more tokens            */
+    int n_threads;     /* threads of the context's own pool (<= 0: all CPUs);
+                          ignored when pool is set                         */
+    lb_pool *pool;     /* optional shared pool (not owned)                  */
+} lb_context_params;
+
+/* Defaults (all zero = automatic). */
+lb_context_params lb_context_default_params(void);
+
+/* Create a context for `model`: KV cache [n_layers][nkv][n_ctx][hd] f32 for
+ * K and V, RoPE cos/sin tables [n_ctx][hd/2], scratch buffers and a thread
+ * pool. The model must outlive the context. Errors: LB_ERR_NOMEM (names the
+ * KV cache size), LB_ERR_INVALID_ARG. Free with lb_context_free. */
+lb_status lb_context_create(const lb_model *model,
+                            const lb_context_params *params,
+                            lb_context **out);
+void lb_context_free(lb_context *ctx);
+
+const lb_model *lb_context_model(const lb_context *ctx);
+int32_t lb_context_n_ctx(const lb_context *ctx);
+lb_pool *lb_context_pool(lb_context *ctx);
+
+/* Number of positions currently held in the KV cache. */
+int32_t lb_context_n_past(const lb_context *ctx);
+/* Forget everything (n_past = 0). */
+void lb_context_reset(lb_context *ctx);
+/* Keep only positions [0, n) (n <= n_past), e.g. to re-run a suffix or
+ * start a new perplexity window on a shared prefix. */
+lb_status lb_context_truncate(lb_context *ctx, int32_t n);
+
+/* The token ids held in the cache: returns n_past and points *tokens
+ * (optional) at the ids of positions 0..n_past-1 (owned by ctx, valid
+ * until the next call on ctx); an id is -1 where the cache was filled by
+ * lb_layer_forward rather than lb_model_forward. Used to reuse a shared
+ * prompt prefix. */
+int32_t lb_context_cached_tokens(const lb_context *ctx,
+                                 const int32_t **tokens);
+
+typedef enum lb_logits_mode {
+    LB_LOGITS_NONE = 0, /* prefill only: logits_out may be NULL            */
+    LB_LOGITS_LAST,     /* logits_out [V]: the last token's               */
+    LB_LOGITS_ALL       /* logits_out [n_tokens, V]: every token's         */
+} lb_logits_mode;
+
+/* Run n_tokens tokens at positions pos .. pos+n_tokens-1 through the model,
+ * appending their K/V to the cache. pos must be <= n_past (pos < n_past
+ * overwrites — truncates — the cache from pos on) and pos + n_tokens <=
+ * n_ctx; tokens must be in [0, V). A batch (prefill) and one token per call
+ * (decode) give the same logits up to f32 rounding. Row t of the logits
+ * predicts the token after tokens[t]. Errors: LB_ERR_RANGE (ids,
+ * positions), LB_ERR_NOMEM, kernel errors (LB_ERR_UNSUPPORTED weight type);
+ * on error the cache holds positions [0, pos). */
+lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
+                           int32_t n_tokens, int32_t pos, float *logits_out,
+                           lb_logits_mode mode);
+
+/* ------------------------------------------------------------------------ */
+/* Step-by-step forward (calibration, layer-wise replay)                     */
+/* ------------------------------------------------------------------------ */
+
+/* Called with the input of every linear just before it is applied:
+ * X is [n_tokens, in_features] f32 (row-major), valid during the call only.
+ * For q/k/v the same X is passed three times (once per linear). Return
+ * LB_OK to continue; an error aborts the forward with that status. */
+typedef lb_status (*lb_linear_input_fn)(void *user, int layer,
+                                        lb_linear_id which, const float *X,
+                                        int64_t n_tokens, int64_t in_features);
+
+typedef struct lb_forward_hook {
+    lb_linear_input_fn linear_input; /* NULL = none */
+    void *user;
+} lb_forward_hook;
+
+/* Install (or with NULL remove) a hook on this context. */
+void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook);
+
+/* Embedding lookup: hidden[t, :] = embed_tokens[tokens[t], :] as f32
+ * (F32/F16/BF16 rows converted; other types through the model's
+ * dequantize-row hook). hidden: [n_tokens, dim]. Errors: LB_ERR_RANGE. */
+lb_status lb_model_embed(lb_context *ctx, const int32_t *tokens,
+                         int32_t n_tokens, float *hidden);
+
+/* One decoder layer in place on hidden [n_tokens, dim] for positions
+ * pos .. pos+n_tokens-1: writes that layer's K/V cache entries and attends
+ * to cached positions [0, pos+n_tokens) of the same layer. To run a whole
+ * model this way call it for layers 0..n_layers-1 with the same pos, then
+ * lb_context_set_n_past(ctx, pos + n_tokens). Calibration can instead run
+ * every layer over many samples (pos = 0 each time), capturing linear
+ * inputs with the hook and swapping weights in between. Errors:
+ * LB_ERR_RANGE (layer, pos + n_tokens > n_ctx, pos > n_past), kernel
+ * errors, hook errors. */
+lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
+                           int32_t n_tokens, int32_t pos);
+
+/* Set n_past after driving layers by hand (n <= n_ctx). */
+lb_status lb_context_set_n_past(lb_context *ctx, int32_t n);
+
+/* Final RMSNorm + lm_head: logits [n_tokens, V] from hidden [n_tokens,
+ * dim] (hidden is not modified). */
+lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
+                                 int32_t n_tokens, float *logits);
+
+/* ------------------------------------------------------------------------ */
+/* Building blocks (exposed for tests, kernels and other engines)            */
+/* ------------------------------------------------------------------------ */
+
+/* RMSNorm (transformers LlamaRMSNorm, float32):
+ *   y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n.  y may alias x. */
+void lb_rmsnorm(float *y, const float *x, const float *w, int64_t n,
+                float eps);
+
+/* RoPE inverse frequencies inv_freq[i], i < head_dim/2, for the config's
+ * theta and scaling (modeling_rope_utils.py: _compute_default /
+ * _compute_linear_scaling / _compute_llama3_parameters), float32 as
+ * transformers computes them. */
+void lb_rope_inv_freq(const lb_model_config *cfg, float *inv_freq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOWBIT_MODEL_H */

@@ -1,0 +1,128 @@
+/*
+ * kernels_internal.h — the kernel function tables behind lb_matmul (not
+ * installed; tests and benchmarks include it to run a specific variant).
+ *
+ * Model (ggml's CPU backend, llama.cpp 0.7.0): activations X [n_tokens, in]
+ * are quantized row by row to the weight type's vec_dot_type; then every
+ * output Y[t, o] is the dot product of weight row o with activation row t.
+ *
+ *   weight type          vec_dot_type   per-block math
+ *   F32, F16, BF16       F32            sum w_i * x_i (w converted exactly)
+ *   Q4_0, Q5_0, Q8_0     Q8_0           isum * dw * da
+ *   Q4_1, Q5_1           Q8_1           isum * dw * da + mw * sa
+ *   Q2_K..Q6_K           Q8_K           d * isum - dmin * isum_min
+ *
+ * ggml pairs F16 weights with F16 activations; lowbit keeps activations in
+ * f32 and converts the weights exactly (one less rounding, documented
+ * difference).
+ *
+ * A micro-kernel `lb_mm_fn` computes a tile of outputs; every variant's
+ * result for output (r, t) depends only on weight row r and activation row t,
+ * never on the tile shape or position (so results do not depend on the
+ * thread count). Integer block sums are exact in every variant; variants
+ * differ from the scalar reference only in the float order in which block
+ * results are scaled and summed.
+ */
+#ifndef LB_KERNELS_INTERNAL_H
+#define LB_KERNELS_INTERNAL_H
+
+#include "lowbit/kernels.h"
+#include "lowbit/quants.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Quantize one activation row of n f32 values into the vec_dot_type. */
+typedef void (*lb_qact_fn)(const float *x, void *y, int64_t n);
+
+/* Tile kernel: for r < nr, t < nt:
+ *   y[t * ldy + r] = dot(weight row r, activation row t),
+ * weight row r at (const uint8_t *)w + r * w_stride (n elements of the
+ * weight type), activation row t at (const uint8_t *)a + t * a_stride
+ * (n elements of the vec_dot_type; f32 for float weights). */
+typedef void (*lb_mm_fn)(int64_t n, const void *w, size_t w_stride, int64_t nr,
+                         const void *a, size_t a_stride, int64_t nt, float *y,
+                         size_t ldy);
+
+typedef struct lb_wkernel {
+    lb_type act_type;   /* vec_dot_type                                    */
+    lb_mm_fn mm;        /* NULL: no kernel for this weight type            */
+    lb_mm_fn mm_batch;  /* optional kernel for n_tokens >= batch_min       */
+    int batch_min;      /* (e.g. AMX tiles); 0 when mm_batch is NULL       */
+    const char *mm_name, *batch_name; /* for test/benchmark output         */
+} lb_wkernel;
+
+typedef struct lb_kernel_table {
+    const char *name;                   /* "ref", "avx2", ...            */
+    lb_qact_fn qact[LB_TYPE_COUNT_];    /* by vec_dot_type (Q8_0/Q8_1/Q8_K) */
+    lb_wkernel w[LB_TYPE_COUNT_];       /* by weight type                */
+} lb_kernel_table;
+
+enum {
+    LB_KV_REF = 0,
+    LB_KV_AVX2,
+    LB_KV_AVX512,
+    LB_KV_AVX512_VNNI,
+    LB_KV_AMX,
+    LB_KV_COUNT
+};
+
+/* Table of variant v (LB_KV_*), built once; never NULL for a valid v.
+ * lb_kernels_usable(v): the running CPU supports it (lb_cpu_get()). */
+const lb_kernel_table *lb_kernels_table(int v);
+bool lb_kernels_usable(int v);
+/* The table lb_matmul uses (best usable, or ref under LB_FORCE_REF=1). */
+const lb_kernel_table *lb_kernels_current(void);
+
+/* lb_matmul with an explicit table (tests/benchmarks). The table must be
+ * usable on this CPU. */
+lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool,
+                          const lb_tensor *W, const float *X, float *Y,
+                          int64_t n_tokens);
+
+/* ---- scalar reference kernels (kernels_ref.c) --------------------------- */
+/* Single dot products over n elements: weight row vx, activation row vy.
+ * Integer sums per block, then float scaling in ggml's generic order:
+ *   q4_0: sumf += isum * dw * da          q8_0, q5_0: sumf += isum * (dw * da)
+ *   q4_1, q5_1: sumf += (dw * da) * isum + mw * sa
+ *   q2_K: sumf += dall * isum - dmin * isum_min     (ggml order)
+ *   q3_K, q6_K: sumf += (d * da) * isum
+ *   q4_K, q5_K: sumf += (d * da) * isum; sumf -= (dmin * da) * isum_min
+ *     (ggml's generic code spreads d * isum over 8 lanes; same integers,
+ *     float summation order differs at rounding level)
+ *   f32/f16/bf16: double accumulation of f32 products (ggml's scalar path) */
+float lb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q5_1_q8_1_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q2_K_q8_K_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q3_K_q8_K_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_f32_f32_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_f16_f32_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_bf16_f32_ref(int64_t n, const void *vx, const void *vy);
+void lb_kernels_fill_ref(lb_kernel_table *kt);
+
+/* ---- AVX2 + FMA + F16C (kernels_avx2.c) --------------------------------- */
+void lb_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
+void lb_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
+void lb_quantize_q8_K_avx2(const float *x, void *y, int64_t n);
+void lb_kernels_fill_avx2(lb_kernel_table *kt);
+
+/* ---- AVX-512 F/BW/VL (+VNNI) (kernels_avx512.c) ------------------------- */
+void lb_kernels_fill_avx512(lb_kernel_table *kt);
+void lb_kernels_fill_avx512_vnni(lb_kernel_table *kt);
+
+/* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
+void lb_kernels_fill_amx(lb_kernel_table *kt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LB_KERNELS_INTERNAL_H */

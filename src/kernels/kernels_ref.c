@@ -1,0 +1,304 @@
+/*
+ * Scalar reference dot products (the _ref twins of every SIMD kernel),
+ * following ggml-cpu's generic vec_dot_<w>_<a> (ggml/src/ggml-cpu/quants.c,
+ * llama.cpp 0.7.0): exact integer block sums, then float scaling.
+ */
+#include "kernels_internal.h"
+#include "core/internal.h"
+
+static inline float h2f(lb_half h) { return lb_f16_to_f32_inline(h); }
+
+float lb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q4_0 *x = vx;
+    const lb_block_q8_0 *y = vy;
+    const int64_t nb = n / LB_QK8_0;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            s0 += ((x[i].qs[j] & 0x0F) - 8) * y[i].qs[j];
+            s1 += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        }
+        sumf += (float)(s0 + s1) * h2f(x[i].d) * h2f(y[i].d);
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q4_1 *x = vx;
+    const lb_block_q8_1 *y = vy;
+    const int64_t nb = n / LB_QK8_1;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            s0 += (x[i].qs[j] & 0x0F) * y[i].qs[j];
+            s1 += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        }
+        sumf += (h2f(x[i].d) * h2f(y[i].d)) * (float)(s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q5_0 *x = vx;
+    const lb_block_q8_0 *y = vy;
+    const int64_t nb = n / LB_QK8_0;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            s0 += (((x[i].qs[j] & 0x0F) | h0) - 16) * y[i].qs[j];
+            s1 += (((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + 16];
+        }
+        sumf += (h2f(x[i].d) * h2f(y[i].d)) * (float)(s0 + s1);
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q5_1_q8_1_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q5_1 *x = vx;
+    const lb_block_q8_1 *y = vy;
+    const int64_t nb = n / LB_QK8_1;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            s0 += ((x[i].qs[j] & 0x0F) | h0) * y[i].qs[j];
+            s1 += ((x[i].qs[j] >> 4) | h1) * y[i].qs[j + 16];
+        }
+        sumf += (h2f(x[i].d) * h2f(y[i].d)) * (float)(s0 + s1) + h2f(x[i].m) * h2f(y[i].s);
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q8_0 *x = vx;
+    const lb_block_q8_0 *y = vy;
+    const int64_t nb = n / LB_QK8_0;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += x[i].qs[j] * y[i].qs[j];
+        sumf += (float)s * (h2f(x[i].d) * h2f(y[i].d));
+    }
+    return sumf;
+}
+
+/* Q2_K: isum = sum over 16 sub-blocks of sc * sum(q * a); mins via bsums. */
+float lb_vec_dot_q2_K_q8_K_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q2_K *x = vx;
+    const lb_block_q8_K *y = vy;
+    const int64_t nb = n / LB_QK_K;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *q2 = x[i].qs, *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        int summs = 0;
+        for (int j = 0; j < 16; j++) summs += y[i].bsums[j] * (sc[j] >> 4);
+        const float dall = y[i].d * h2f(x[i].d);
+        const float dmin = y[i].d * h2f(x[i].dmin);
+        int isum = 0, is = 0;
+        for (int k = 0; k < 2; k++, q2 += 32) {
+            for (int shift = 0; shift < 8; shift += 2, q8 += 32) {
+                int s = 0;
+                for (int l = 0; l < 16; l++) s += q8[l] * ((q2[l] >> shift) & 3);
+                isum += (sc[is++] & 0xF) * s;
+                s = 0;
+                for (int l = 16; l < 32; l++) s += q8[l] * ((q2[l] >> shift) & 3);
+                isum += (sc[is++] & 0xF) * s;
+            }
+        }
+        sumf += dall * (float)isum - dmin * (float)summs;
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q3_K_q8_K_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q3_K *x = vx;
+    const lb_block_q8_K *y = vy;
+    const int64_t nb = n / LB_QK_K;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        int8_t sc[16];
+        lb_q3_K_scales(x[i].scales, sc);
+        const uint8_t *q3 = x[i].qs, *hm = x[i].hmask;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0, is = 0;
+        uint8_t m = 1;
+        for (int k = 0; k < 2; k++, q3 += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m = (uint8_t)(m << 1), q8 += 32) {
+                for (int half = 0; half < 2; half++) {
+                    int s = 0;
+                    for (int l = 16 * half; l < 16 * half + 16; l++)
+                        s += q8[l] * (((q3[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                    isum += (sc[is++] - 32) * s;
+                }
+            }
+        }
+        sumf += (h2f(x[i].d) * y[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+static void k4_scales(const uint8_t *s12, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) lb_get_scale_min_k4(j, s12, &sc[j], &mn[j]);
+}
+
+float lb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q4_K *x = vx;
+    const lb_block_q8_K *y = vy;
+    const int64_t nb = n / LB_QK_K;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        int imin = 0;
+        for (int j = 0; j < 16; j++) imin += y[i].bsums[j] * mn[j / 2];
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0;
+        for (int g = 0; g < 4; g++, q4 += 32, q8 += 64) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (q4[l] & 0xF) * q8[l];
+                s1 += (q4[l] >> 4) * q8[l + 32];
+            }
+            isum += sc[2 * g] * s0 + sc[2 * g + 1] * s1;
+        }
+        sumf += (h2f(x[i].d) * y[i].d) * (float)isum;
+        sumf -= (h2f(x[i].dmin) * y[i].d) * (float)imin;
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q5_K *x = vx;
+    const lb_block_q8_K *y = vy;
+    const int64_t nb = n / LB_QK_K;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        int imin = 0;
+        for (int j = 0; j < 16; j++) imin += y[i].bsums[j] * mn[j / 2];
+        const uint8_t *q4 = x[i].qs, *qh = x[i].qh;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0;
+        for (int g = 0; g < 4; g++, q4 += 32, q8 += 64) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += ((q4[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4)) * q8[l];
+                s1 += ((q4[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) * q8[l + 32];
+            }
+            isum += sc[2 * g] * s0 + sc[2 * g + 1] * s1;
+        }
+        sumf += (h2f(x[i].d) * y[i].d) * (float)isum;
+        sumf -= (h2f(x[i].dmin) * y[i].d) * (float)imin;
+    }
+    return sumf;
+}
+
+float lb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *vx, const void *vy) {
+    const lb_block_q6_K *x = vx;
+    const lb_block_q8_K *y = vy;
+    const int64_t nb = n / LB_QK_K;
+    float sumf = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales, *q8 = y[i].qs;
+        int isum = 0;
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, q8 += 128) {
+            int s[8] = {0};
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                s[is + 0] += (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32) * q8[l];
+                s[is + 2] += (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32) * q8[l + 32];
+                s[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * q8[l + 64];
+                s[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * q8[l + 96];
+            }
+            for (int j = 0; j < 8; j++) isum += sc[j] * s[j];
+        }
+        sumf += (h2f(x[i].d) * y[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
+float lb_vec_dot_f32_f32_ref(int64_t n, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
+float lb_vec_dot_f16_f32_ref(int64_t n, const void *vx, const void *vy) {
+    const uint8_t *x = vx;
+    const float *y = vy;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)(lb_f16_to_f32_inline(lb_rd_u16(x + 2 * i)) * y[i]);
+    return (float)s;
+}
+
+float lb_vec_dot_bf16_f32_ref(int64_t n, const void *vx, const void *vy) {
+    const uint8_t *x = vx;
+    const float *y = vy;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)(lb_bf16_to_f32_inline(lb_rd_u16(x + 2 * i)) * y[i]);
+    return (float)s;
+}
+
+/* Tile kernels: loops of the single dot products. */
+#define LB_REF_MM(name, dot)                                                   \
+    static void name(int64_t n, const void *w, size_t ws, int64_t nr,          \
+                     const void *a, size_t as, int64_t nt, float *y,           \
+                     size_t ldy) {                                             \
+        for (int64_t t = 0; t < nt; t++)                                       \
+            for (int64_t r = 0; r < nr; r++)                                   \
+                y[(size_t)t * ldy + (size_t)r] =                               \
+                    dot(n, (const uint8_t *)w + (size_t)r * ws,                \
+                        (const uint8_t *)a + (size_t)t * as);                  \
+    }
+LB_REF_MM(mm_q4_0_ref, lb_vec_dot_q4_0_q8_0_ref)
+LB_REF_MM(mm_q4_1_ref, lb_vec_dot_q4_1_q8_1_ref)
+LB_REF_MM(mm_q5_0_ref, lb_vec_dot_q5_0_q8_0_ref)
+LB_REF_MM(mm_q5_1_ref, lb_vec_dot_q5_1_q8_1_ref)
+LB_REF_MM(mm_q8_0_ref, lb_vec_dot_q8_0_q8_0_ref)
+LB_REF_MM(mm_q2_K_ref, lb_vec_dot_q2_K_q8_K_ref)
+LB_REF_MM(mm_q3_K_ref, lb_vec_dot_q3_K_q8_K_ref)
+LB_REF_MM(mm_q4_K_ref, lb_vec_dot_q4_K_q8_K_ref)
+LB_REF_MM(mm_q5_K_ref, lb_vec_dot_q5_K_q8_K_ref)
+LB_REF_MM(mm_q6_K_ref, lb_vec_dot_q6_K_q8_K_ref)
+LB_REF_MM(mm_f32_ref, lb_vec_dot_f32_f32_ref)
+LB_REF_MM(mm_f16_ref, lb_vec_dot_f16_f32_ref)
+LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
+
+static void qact_q8_0_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_0_ref(x, y, n); }
+static void qact_q8_1_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_1_ref(x, y, n); }
+static void qact_q8_K_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_K_ref(x, y, n); }
+
+void lb_kernels_fill_ref(lb_kernel_table *kt) {
+    kt->qact[LB_TYPE_Q8_0] = qact_q8_0_ref;
+    kt->qact[LB_TYPE_Q8_1] = qact_q8_1_ref;
+    kt->qact[LB_TYPE_Q8_K] = qact_q8_K_ref;
+#define SETW(T, A, F) kt->w[T] = (lb_wkernel){A, F, NULL, 0, #F, NULL}
+    SETW(LB_TYPE_Q4_0, LB_TYPE_Q8_0, mm_q4_0_ref);
+    SETW(LB_TYPE_Q4_1, LB_TYPE_Q8_1, mm_q4_1_ref);
+    SETW(LB_TYPE_Q5_0, LB_TYPE_Q8_0, mm_q5_0_ref);
+    SETW(LB_TYPE_Q5_1, LB_TYPE_Q8_1, mm_q5_1_ref);
+    SETW(LB_TYPE_Q8_0, LB_TYPE_Q8_0, mm_q8_0_ref);
+    SETW(LB_TYPE_Q2_K, LB_TYPE_Q8_K, mm_q2_K_ref);
+    SETW(LB_TYPE_Q3_K, LB_TYPE_Q8_K, mm_q3_K_ref);
+    SETW(LB_TYPE_Q4_K, LB_TYPE_Q8_K, mm_q4_K_ref);
+    SETW(LB_TYPE_Q5_K, LB_TYPE_Q8_K, mm_q5_K_ref);
+    SETW(LB_TYPE_Q6_K, LB_TYPE_Q8_K, mm_q6_K_ref);
+    SETW(LB_TYPE_F32, LB_TYPE_F32, mm_f32_ref);
+    SETW(LB_TYPE_F16, LB_TYPE_F32, mm_f16_ref);
+    SETW(LB_TYPE_BF16, LB_TYPE_F32, mm_bf16_ref);
+#undef SETW
+}

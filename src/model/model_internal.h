@@ -1,0 +1,95 @@
+/*
+ * model_internal.h — the model builder shared by every loader (HF
+ * safetensors today; GGUF and GPTQ checkpoints later). Not installed.
+ *
+ * A loader:
+ *   1. fills an lb_model_config (lb_model_config_parse, or by hand from
+ *      GGUF keys; set cfg.rope_mode = LB_ROPE_NORM for llama.cpp-permuted
+ *      q/k rows) and calls lb_model_builder_new;
+ *   2. keeps its backing storage alive with lb_model_builder_on_free (e.g.
+ *      the safetensors/GGUF mapping) or lb_model_builder_own (lb_alloc'd
+ *      buffers);
+ *   3. calls lb_model_builder_set for every tensor by role — the builder
+ *      checks the shape against the config (error "NAME: expected [a, b],
+ *      got [c, d]"), copies the name, converts norms/biases to F32 and
+ *      copies data that is not aligned for its type;
+ *   4. optionally sets lb_model_builder_set_dequant_row for embedding types
+ *      other than F32/F16/BF16 (quantized token embeddings in GGUF);
+ *   5. calls lb_model_builder_finish, which ties lm_head/embeddings when
+ *      the config says so and reports any missing tensor.
+ * On any error the loader calls lb_model_free on the half-built model.
+ */
+#ifndef LB_MODEL_INTERNAL_H
+#define LB_MODEL_INTERNAL_H
+
+#include "lowbit/model.h"
+
+typedef enum lb_tensor_role {
+    LB_ROLE_TOK_EMBD = 0, /* [V, dim]                        */
+    LB_ROLE_OUTPUT_NORM,  /* [dim]                           */
+    LB_ROLE_OUTPUT,       /* [V, dim]                        */
+    LB_ROLE_ATTN_NORM,    /* per layer from here: [dim]      */
+    LB_ROLE_Q,            /* [nh*hd, dim]                    */
+    LB_ROLE_K,            /* [nkv*hd, dim]                   */
+    LB_ROLE_V,            /* [nkv*hd, dim]                   */
+    LB_ROLE_O,            /* [dim, nh*hd]                    */
+    LB_ROLE_GATE,         /* [ff, dim]                       */
+    LB_ROLE_UP,           /* [ff, dim]                       */
+    LB_ROLE_DOWN,         /* [dim, ff]                       */
+    LB_ROLE_Q_BIAS,       /* [nh*hd]                         */
+    LB_ROLE_K_BIAS,       /* [nkv*hd]                        */
+    LB_ROLE_V_BIAS,       /* [nkv*hd]                        */
+    LB_ROLE_Q_NORM,       /* [hd]                            */
+    LB_ROLE_K_NORM,       /* [hd]                            */
+    LB_ROLE_FFN_NORM,     /* [dim]                           */
+    LB_ROLE_COUNT
+} lb_tensor_role;
+
+/* true for roles that belong to a layer (layer index needed). */
+static inline bool lb_role_is_layer(lb_tensor_role r) {
+    return r >= LB_ROLE_ATTN_NORM;
+}
+
+/* Short description of a role ("q_proj", "input_layernorm"...). */
+const char *lb_role_name(lb_tensor_role role);
+
+/* Expected shape of a role under cfg: *n_dims 1 or 2, shape outermost
+ * first. */
+void lb_role_shape(const lb_model_config *cfg, lb_tensor_role role,
+                   int *n_dims, int64_t shape[2]);
+
+/* Converts one row of n elements of `type` at src to f32. */
+typedef lb_status (*lb_dequant_row_fn)(lb_type type, const void *src,
+                                       float *dst, int64_t n);
+
+/* Empty model for cfg (copied); layers allocated, every tensor absent. */
+lb_status lb_model_builder_new(const lb_model_config *cfg, lb_model **out);
+
+/* Set the tensor of `role` (layer ignored for global roles). The view is
+ * copied; t->data must stay valid for the model's lifetime (own it or
+ * register its owner). Errors: LB_ERR_FORMAT (shape; names t->name),
+ * LB_ERR_UNSUPPORTED (norm/bias type not F32/F16/BF16, or a weight whose
+ * row is not a whole number of blocks), LB_ERR_RANGE (layer). */
+lb_status lb_model_builder_set(lb_model *m, lb_tensor_role role, int layer,
+                               const lb_tensor *t);
+
+/* The model frees `buf` (from lb_alloc) in lb_model_free. On failure to
+ * record it the buffer is freed and LB_ERR_NOMEM returned. */
+lb_status lb_model_builder_own(lb_model *m, void *buf);
+
+/* Call fn(p) in lb_model_free (after all buffers), in reverse order of
+ * registration. On failure fn(p) is called at once and LB_ERR_NOMEM
+ * returned. */
+lb_status lb_model_builder_on_free(lb_model *m, void (*fn)(void *), void *p);
+
+void lb_model_builder_set_dequant_row(lb_model *m, lb_dequant_row_fn fn);
+
+/* Tie embeddings if configured, then check every required tensor is set
+ * (LB_ERR_NOT_FOUND naming the layer and role). */
+lb_status lb_model_builder_finish(lb_model *m);
+
+/* Convert one embedding row to f32 (builtin F32/F16/BF16, else the hook). */
+lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
+                               int64_t row, float *dst);
+
+#endif

@@ -1,0 +1,586 @@
+/*
+ * GPTQ solver: AutoGPTQ GPTQ.fasterquant (auto_gptq/quantization/gptq.py
+ * @9f7d370), Frantar et al. 2022 Algorithm 1 with lazy batch updates.
+ * Float32 with the reference's operation order; the contract is in gptq.h.
+ *
+ * Work layout (all row-major):
+ *   Wp   [out, in]   W with dead columns zeroed, columns permuted (desc_act);
+ *                    receives only the cross-block updates (as AutoGPTQ's W)
+ *   B    [in, in]    damped permuted H -> Cholesky -> inverse -> U (Hinv)
+ *   W1   [out, bs]   the current block, receiving the in-block updates
+ *   Err1 [out, bs]   (w - q) / U[c,c] of the current block
+ *   T    [out, in-bs] Err1 @ U[i1:i2, i2:] before it is subtracted from Wp
+ *   Loss [out, in]   per-weight losses in permuted column order
+ */
+#include "lowbit/gptq.h"
+#include "core/internal.h"
+#include "quant/gptq_internal.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* torch's float32 cascade sum (for mean(diag H) and sum(Losses))            */
+/* ------------------------------------------------------------------------ */
+
+#define TS_LANES 8 /* Vectorized<float>::size() in torch's AVX2 build */
+#define TS_ILP 4
+#define TS_LEVELS 4
+
+static int ts_ceil_log2(int64_t x) {
+    int r = 0;
+    while (r < 62 && ((int64_t)1 << r) < x) r++;
+    return x <= 2 ? 1 : r;
+}
+
+/* multi_row_sum<Vectorized<float>, 4>: `size` rows, row i = 4 vectors of
+ * 8 lanes starting at in + i * 32. */
+static void ts_multi_row_sum(const float *in, int64_t size,
+                             float out[TS_ILP][TS_LANES]) {
+    float acc[TS_LEVELS][TS_ILP][TS_LANES];
+    memset(acc, 0, sizeof acc);
+    int64_t lp = ts_ceil_log2(size) / TS_LEVELS;
+    if (lp < 4) lp = 4;
+    const int64_t step = (int64_t)1 << lp, mask = step - 1;
+    const int64_t row = TS_ILP * TS_LANES;
+    int64_t i = 0;
+    while (i + step <= size) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int k = 0; k < TS_ILP; k++)
+                for (int l = 0; l < TS_LANES; l++)
+                    acc[0][k][l] += in[i * row + k * TS_LANES + l];
+        for (int j = 1; j < TS_LEVELS; j++) {
+            for (int k = 0; k < TS_ILP; k++)
+                for (int l = 0; l < TS_LANES; l++) {
+                    acc[j][k][l] += acc[j - 1][k][l];
+                    acc[j - 1][k][l] = 0.0f;
+                }
+            if ((i & (mask << (j * lp))) != 0) break;
+        }
+    }
+    for (; i < size; i++)
+        for (int k = 0; k < TS_ILP; k++)
+            for (int l = 0; l < TS_LANES; l++)
+                acc[0][k][l] += in[i * row + k * TS_LANES + l];
+    for (int j = 1; j < TS_LEVELS; j++)
+        for (int k = 0; k < TS_ILP; k++)
+            for (int l = 0; l < TS_LANES; l++) acc[0][k][l] += acc[j][k][l];
+    memcpy(out, acc[0], sizeof(float) * TS_ILP * TS_LANES);
+}
+
+float lb_gptq_torch_sum_f32(const float *x, int64_t n) {
+    const int64_t n_vec = n / TS_LANES, n_ilp = n_vec / TS_ILP;
+    float part[TS_ILP][TS_LANES];
+    ts_multi_row_sum(x, n_ilp, part);
+    for (int64_t i = n_ilp * TS_ILP; i < n_vec; i++)
+        for (int l = 0; l < TS_LANES; l++) part[0][l] += x[i * TS_LANES + l];
+    for (int k = 1; k < TS_ILP; k++)
+        for (int l = 0; l < TS_LANES; l++) part[0][l] += part[k][l];
+    float acc = 0.0f;
+    if (n_vec == 0) { /* size0 < vector size: torch's scalar loop */
+        for (int64_t i = 0; i < n; i++) acc += x[i];
+        return acc;
+    }
+    for (int64_t i = n_vec * TS_LANES; i < n; i++) acc += x[i];
+    for (int l = 0; l < TS_LANES; l++) acc += part[0][l];
+    return acc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+/* ------------------------------------------------------------------------ */
+
+void lb_gptq_options_default(lb_gptq_options *o) {
+    memset(o, 0, sizeof *o);
+    o->bits = 4;
+    o->group_size = 128;
+    o->sym = true;
+    o->mse_norm = 2.4f;
+    o->mse_grid = 100;
+    o->mse_maxshrink = 0.8f;
+    o->damp_percent = 0.01;
+    o->damp_auto_increment = 0.0025;
+    o->damp_max = 1.0;
+    o->blocksize = 128;
+}
+
+static lb_status check_options(const lb_gptq_options *o) {
+    static const char *who = "lb_gptq_quantize";
+    LB_TRY(lb_gptq_check_bits(o->bits, who));
+    LB_TRY(lb_gptq_check_group_size(o->group_size, who));
+    if (o->blocksize < 1)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: blocksize = %d", who,
+                            o->blocksize);
+    if (!(o->damp_percent > 0.0) || !(o->damp_percent < o->damp_max) ||
+        !(o->damp_auto_increment >= 0.0) || !isfinite(o->damp_max))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: damping needs 0 < damp_percent (%g) < "
+                            "damp_max (%g) and damp_auto_increment (%g) >= 0",
+                            who, o->damp_percent, o->damp_max,
+                            o->damp_auto_increment);
+    if (o->mse && (o->mse_grid < 1 || !(o->mse_maxshrink >= 0.0f) ||
+                   !(o->mse_norm > 0.0f)))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: bad MSE settings (grid %d, maxshrink %g, "
+                            "norm %g)",
+                            who, o->mse_grid, (double)o->mse_maxshrink,
+                            (double)o->mse_norm);
+    return LB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Permutation and inverse Hessian                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct diag_key {
+    float d;
+    int32_t idx;
+} diag_key;
+
+/* Descending by value; ties by ascending column (a stable descending sort,
+ * which is what torch's CPU sort gives; no NaN here). */
+static int cmp_diag_desc(const void *a, const void *b) {
+    const diag_key *x = a, *y = b;
+    if (x->d > y->d) return -1;
+    if (x->d < y->d) return 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* dst[j*n + i] = src[i*n + j] for an n x n matrix, in cache tiles. */
+static void transpose_sq(const float *src, float *dst, int64_t n) {
+    enum { TILE = 32 };
+    for (int64_t i0 = 0; i0 < n; i0 += TILE)
+        for (int64_t j0 = 0; j0 < n; j0 += TILE) {
+            const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) dst[j * n + i] = src[i * n + j];
+        }
+}
+
+/* B (column-major, the buffer torch hands to LAPACK) = Hp + damp I, where
+ * Hp[i][j] = H[perm[i]][perm[j]] with dead diagonals set to 1; column-major
+ * element (i, j) lives at B[i + j*n]. `rowbuf` is [n, n] scratch. */
+static void build_damped(const float *H, const int32_t *perm,
+                         const uint8_t *dead, int64_t n, float damp,
+                         float *rowbuf, float *B) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *src = H + (int64_t)perm[i] * n;
+        float *dst = rowbuf + i * n;
+        for (int64_t j = 0; j < n; j++) dst[j] = src[perm[j]];
+    }
+    transpose_sq(rowbuf, B, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (dead[perm[i]]) B[i + i * n] = 1.0f;
+        B[i + i * n] += damp;
+    }
+}
+
+/* In B: Cholesky, inverse, upper Cholesky of the inverse (torch's
+ * linalg.cholesky -> cholesky_inverse -> linalg.cholesky(upper=True)), then
+ * B is turned into the row-major upper factor U (zero below the diagonal).
+ * Returns 0 or a description of the failing step. */
+static const char *invert_factor(float *B, float *tmp, int64_t n) {
+    lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
+                                     (lapack_int)n);
+    if (info != 0) return "Cholesky of the damped H failed (spotrf)";
+    info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
+                          (lapack_int)n);
+    if (info != 0) return "inverting the Cholesky factor failed (spotri)";
+    /* symmetrise: upper (col-major) := lower, as torch's tril + tril(-1)^H.
+     * tmp = B^T, then B(j, i) = tmp... i.e. B[j + i*n] = B[i + j*n], i > j */
+    transpose_sq(B, tmp, n);
+    for (int64_t i = 0; i < n; i++) /* column i of B, rows above i */
+        memcpy(B + i * n, tmp + i * n, (size_t)i * sizeof(float));
+    info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)n, B,
+                          (lapack_int)n);
+    if (info != 0) return "Cholesky of the inverse failed (spotrf upper)";
+    /* U(i, j), i <= j, is at B[i + j*n]: transpose to row-major, zero the
+     * strictly lower part. */
+    transpose_sq(B, tmp, n);
+    for (int64_t i = 0; i < n; i++) {
+        memset(B + i * n, 0, (size_t)i * sizeof(float));
+        memcpy(B + i * n + i, tmp + i * n + i, (size_t)(n - i) * sizeof(float));
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(B[i * n + i]) || !(B[i * n + i] > 0.0f))
+            return "the inverse Hessian factor has a non-positive diagonal";
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The blocked column loop, split by output rows                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct solve_ctx {
+    const lb_gptq_options *opt;
+    lb_quant_grid grid;
+    int64_t out, in, ng, gs; /* gs: group size, -1 = whole row */
+    int32_t maxq;
+    float *Wp;               /* [out, in] */
+    const float *U;          /* [in, in] row-major upper */
+    float *W1, *Err1;        /* [out, bs] */
+    const float *T;          /* [out, in - i2_prev] pending update or NULL */
+    int64_t T_col0;          /* first column of T                          */
+    float *Loss;             /* [out, in] permuted order */
+    float *cur_scale;        /* [out] current group params */
+    int32_t *cur_zero;
+    const int32_t *perm;
+    lb_gptq_result *res;
+    int64_t i1, i2;
+    /* per-worker failure, [n_workers] (thread-local error messages cannot
+     * cross threads, so workers record and the caller reports) */
+    int n_workers;
+    int *fail_kind; /* 0 ok, 1 grid failed, 2 non-finite weight */
+    int64_t *fail_row, *fail_col;
+} solve_ctx;
+
+/* w[j] -= e * u[j], j < n: the in-block update W1[:, i+1:] -= err U[i, i+1:]
+ * of one row. Each element is one float32 product then one subtraction (no
+ * FMA: the default build has no -mfma, and C11 mode keeps -ffp-contract=off
+ * in GCC), so the generic 4-lane vectors give the scalar loop's bits. */
+typedef float lb_v4f __attribute__((vector_size(16)));
+static void row_update(float *restrict w, const float *restrict u, float e,
+                       int64_t n) {
+    const lb_v4f ev = {e, e, e, e};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        lb_v4f a, b, c, d;
+        memcpy(&a, w + j, 16);
+        memcpy(&b, u + j, 16);
+        memcpy(&c, w + j + 4, 16);
+        memcpy(&d, u + j + 4, 16);
+        a -= ev * b;
+        c -= ev * d;
+        memcpy(w + j, &a, 16);
+        memcpy(w + j + 4, &c, 16);
+    }
+    for (; j < n; j++) w[j] -= e * u[j];
+}
+
+static void solve_rows(void *p, int ith, int nth) {
+    solve_ctx *s = p;
+    size_t r0, r1;
+    lb_split_range((size_t)s->out, ith, nth, &r0, &r1);
+    const int64_t in = s->in, i1 = s->i1, i2 = s->i2, count = i2 - i1;
+    const int64_t bs = s->opt->blocksize, ng = s->ng, gs = s->gs;
+    const bool grouped = gs > 0, stat = s->opt->static_groups;
+    lb_gptq_result *res = s->res;
+    const int slot = ith;
+    for (size_t ro = r0; ro < r1; ro++) {
+        const int64_t o = (int64_t)ro;
+        float *wrow = s->Wp + o * in;
+        /* pending cross-block update W[:, i2prev:] -= T (torch: W -= T) */
+        if (s->T) {
+            const int64_t w = in - s->T_col0;
+            const float *t = s->T + o * w;
+            for (int64_t c = 0; c < w; c++) wrow[s->T_col0 + c] -= t[c];
+        }
+        float *w1 = s->W1 + o * bs, *e1 = s->Err1 + o * bs;
+        memcpy(w1, wrow + i1, (size_t)count * sizeof(float));
+        for (int64_t i = 0; i < count; i++) {
+            const int64_t c = i1 + i;
+            const int64_t oc = s->perm[c]; /* original column */
+            float scale;
+            int32_t zero;
+            if (grouped && !stat) {
+                if (c % gs == 0) {
+                    /* from the full W: no in-block updates (AutoGPTQ) */
+                    if (lb_gptq_grid_row(&s->grid, wrow + c,
+                                         LB_MIN(gs, in - c), &s->cur_scale[o],
+                                         &s->cur_zero[o]) != LB_OK) {
+                        s->fail_kind[slot] = 1;
+                        s->fail_row[slot] = o;
+                        s->fail_col[slot] = c;
+                        return;
+                    }
+                    res->scales[o * ng + c / gs] = s->cur_scale[o];
+                    res->zeros[o * ng + c / gs] = s->cur_zero[o];
+                }
+                scale = s->cur_scale[o];
+                zero = s->cur_zero[o];
+            } else if (grouped) { /* static groups, original numbering */
+                scale = res->scales[o * ng + oc / gs];
+                zero = res->zeros[o * ng + oc / gs];
+            } else {
+                scale = res->scales[o];
+                zero = res->zeros[o];
+            }
+            const float w = w1[i];
+            if (!(fabsf(w) <= FLT_MAX)) {
+                s->fail_kind[slot] = 2;
+                s->fail_row[slot] = o;
+                s->fail_col[slot] = c;
+                return;
+            }
+            const int32_t code = lb_quant_grid_code(w, scale, zero, s->maxq);
+            const float q = lb_quant_grid_dequant(code, scale, zero);
+            res->codes[o * in + oc] = code;
+            res->W_deq[o * in + oc] = q;
+            const float *urow = s->U + c * in + i1; /* U[c, i1:i2] */
+            const float d = urow[i];
+            const float diff = w - q;
+            s->Loss[o * in + c] = (diff * diff) / (d * d) / 2.0f;
+            const float err = diff / d;
+            e1[i] = err;
+            row_update(w1 + i + 1, urow + i + 1, err, count - i - 1);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
+                           const float *H, const lb_gptq_options *opt,
+                           lb_gptq_result *res) {
+    static const char *who = "lb_gptq_quantize";
+    if (!res) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL result", who);
+    memset(res, 0, sizeof *res);
+    if (!W || !H || !opt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
+    if (out < 1 || in < 1 || in > INT32_MAX || out > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad shape [%lld, %lld]",
+                            who, (long long)out, (long long)in);
+    LB_TRY(check_options(opt));
+    LB_TRY(lb_gptq_check_finite(W, out, in, in, who, "W"));
+    LB_TRY(lb_gptq_check_finite(H, in, in, in, who, "H"));
+
+    const int64_t bs = LB_MIN((int64_t)opt->blocksize, in);
+    const int64_t gs = opt->group_size > 0 ? opt->group_size : -1;
+    const int64_t ng = lb_gptq_n_groups(in, opt->group_size);
+    const bool stat = opt->static_groups && gs > 0;
+    size_t n_ow, n_ii, n_ob;
+    if (!lb_mul_ok((size_t)out, (size_t)in, &n_ow) ||
+        !lb_mul_ok((size_t)in, (size_t)in, &n_ii) ||
+        !lb_mul_ok((size_t)out, (size_t)bs, &n_ob) ||
+        !lb_mul_ok(n_ii, sizeof(float), &n_ii) ||
+        !lb_mul_ok(n_ow, sizeof(float), &n_ow) ||
+        !lb_mul_ok(n_ob, sizeof(float), &n_ob))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: sizes overflow", who);
+
+    lb_status st = lb_gptq_result_alloc(res, out, in, ng, opt->desc_act,
+                                        opt->return_hinv);
+    if (st != LB_OK) return st;
+    res->bits = opt->bits;
+    res->group_size = opt->group_size;
+
+    solve_ctx s;
+    memset(&s, 0, sizeof s);
+    float *B = lb_alloc(n_ii), *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
+    float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
+    float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
+    int32_t *cur_zero = lb_calloc((size_t)out, 4);
+    int32_t *perm = lb_alloc((size_t)in * sizeof(int32_t));
+    uint8_t *dead = lb_calloc((size_t)in, 1);
+    diag_key *keys = NULL;
+    s.n_workers = opt->pool ? lb_pool_size(opt->pool) : 1;
+    s.fail_kind = lb_calloc((size_t)s.n_workers, sizeof(int));
+    s.fail_row = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
+    s.fail_col = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
+    float *dg = lb_alloc((size_t)in * sizeof(float));
+    if (!B || !Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
+        !perm || !dead || !dg || !s.fail_kind || !s.fail_row ||
+        !s.fail_col) {
+        st = lb_set_error(LB_ERR_NOMEM,
+                          "%s: cannot allocate work space for [%lld, %lld]",
+                          who, (long long)out, (long long)in);
+        goto done;
+    }
+    lb_quant_grid_default(&s.grid, opt->bits, opt->sym);
+    s.grid.mse = opt->mse;
+    s.grid.mse_norm = opt->mse_norm;
+    s.grid.mse_grid = opt->mse_grid;
+    s.grid.mse_maxshrink = opt->mse_maxshrink;
+
+    /* 1. group_size -1: params of the whole original row (before the dead
+     *    columns are zeroed: AutoGPTQ calls find_params(W) first). */
+    if (gs < 0)
+        for (int64_t o = 0; o < out; o++) {
+            st = lb_gptq_grid_row(&s.grid, W + o * in, in, &res->scales[o],
+                                  &res->zeros[o]);
+            if (st != LB_OK) {
+                lb_error_context(st, "%s: row %lld", who, (long long)o);
+                goto done;
+            }
+        }
+
+    /* 2. dead columns */
+    for (int64_t c = 0; c < in; c++) {
+        dead[c] = H[c * in + c] == 0.0f;
+        res->n_dead += dead[c];
+        dg[c] = dead[c] ? 1.0f : H[c * in + c];
+    }
+
+    /* 3. static groups from the original (dead-zeroed) columns; Wp holds W
+     *    unpermuted for the moment. */
+    memcpy(Wp, W, n_ow);
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++)
+            if (dead[c]) Wp[o * in + c] = 0.0f;
+    if (stat)
+        for (int64_t o = 0; o < out; o++)
+            for (int64_t k = 0; k < ng; k++) {
+                int64_t c0 = k * gs;
+                st = lb_gptq_grid_row(&s.grid, Wp + o * in + c0,
+                                      LB_MIN(gs, in - c0),
+                                      &res->scales[o * ng + k],
+                                      &res->zeros[o * ng + k]);
+                if (st != LB_OK) {
+                    lb_error_context(st, "%s: row %lld group %lld", who,
+                                     (long long)o, (long long)k);
+                    goto done;
+                }
+            }
+
+    /* 4. act-order permutation */
+    for (int64_t c = 0; c < in; c++) perm[c] = (int32_t)c;
+    if (opt->desc_act) {
+        keys = malloc((size_t)in * sizeof *keys);
+        if (!keys) {
+            st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate", who);
+            goto done;
+        }
+        for (int64_t c = 0; c < in; c++) {
+            keys[c].d = dg[c];
+            keys[c].idx = (int32_t)c;
+        }
+        qsort(keys, (size_t)in, sizeof *keys, cmp_diag_desc);
+        for (int64_t c = 0; c < in; c++) perm[c] = keys[c].idx;
+        memcpy(res->perm, perm, (size_t)in * sizeof(int32_t));
+        /* Wp := W[:, perm] (row by row through T as scratch) */
+        for (int64_t o = 0; o < out; o++) {
+            float *row = Wp + o * in;
+            memcpy(T, row, (size_t)in * sizeof(float));
+            for (int64_t c = 0; c < in; c++) row[c] = T[perm[c]];
+        }
+    }
+
+    /* 5. damping (after the permutation), inverse Hessian factor */
+    for (int64_t c = 0; c < in; c++) T[c] = dg[perm[c]];
+    const float mean = lb_gptq_torch_sum_f32(T, in) / (float)in;
+    double damp_percent = opt->damp_percent;
+    /* [in, in] scratch for the factorisation: T when it is large enough */
+    float *S = out >= in ? T : lb_alloc(n_ii);
+    if (!S) {
+        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
+                          who, (long long)in, (long long)in);
+        goto done;
+    }
+    for (;;) {
+        const float damp = (float)damp_percent * mean;
+        build_damped(H, perm, dead, in, damp, S, B);
+        const char *why = invert_factor(B, S, in);
+        if (!why) {
+            res->damp_percent_used = damp_percent;
+            res->damp_added = damp;
+            break;
+        }
+        double next = damp_percent + opt->damp_auto_increment;
+        if (opt->damp_auto_increment <= 0.0 || !(next < opt->damp_max)) {
+            st = lb_set_error(LB_ERR_RANGE,
+                              "%s: %s with damp_percent %g (damp %g, mean "
+                              "diag H %g); auto-increment %g, bound %g: H is "
+                              "not positive definite enough (more "
+                              "calibration data or a larger damp_percent)",
+                              who, why, damp_percent, (double)damp,
+                              (double)mean, opt->damp_auto_increment,
+                              opt->damp_max);
+            if (S != T) lb_free(S);
+            goto done;
+        }
+        lb_log(LB_LOG_WARN, "gptq: %s at damp_percent %g; retrying with %g",
+               why, damp_percent, next);
+        damp_percent = next;
+        res->n_damp_retries++;
+    }
+    if (S != T) lb_free(S);
+    if (res->hinv_upper) memcpy(res->hinv_upper, B, n_ii);
+
+    /* 6. blocked column loop */
+    s.out = out;
+    s.in = in;
+    s.ng = ng;
+    s.gs = gs;
+    s.maxq = (1 << opt->bits) - 1;
+    s.Wp = Wp;
+    s.U = B;
+    s.W1 = W1;
+    s.Err1 = Err1;
+    s.Loss = Loss;
+    s.cur_scale = cur_scale;
+    s.cur_zero = cur_zero;
+    s.perm = perm;
+    s.res = res;
+    lb_gptq_options bopt = *opt; /* blocksize clamped to in */
+    bopt.blocksize = (int)bs;
+    s.opt = &bopt;
+    for (int64_t i1 = 0; i1 < in; i1 += bs) {
+        const int64_t i2 = LB_MIN(i1 + bs, in);
+        s.i1 = i1;
+        s.i2 = i2;
+        lb_pool_run(opt->pool, solve_rows, &s);
+        for (int k = 0; k < s.n_workers; k++)
+            if (s.fail_kind[k]) {
+                st = lb_set_error(
+                    LB_ERR_INVALID_ARG,
+                    s.fail_kind[k] == 1
+                        ? "%s: grid parameters failed (scale underflow or "
+                          "overflow) at row %lld, permuted column %lld"
+                        : "%s: the compensated weight became non-finite at "
+                          "row %lld, permuted column %lld (H badly "
+                          "conditioned?)",
+                    who, (long long)s.fail_row[k], (long long)s.fail_col[k]);
+                goto done;
+            }
+        s.T = NULL;
+        if (i2 < in) {
+            /* T = Err1 @ U[i1:i2, i2:]; the next block's workers subtract
+             * it from W[:, i2:] row by row before copying their block. */
+            const int64_t w = in - i2;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)out,
+                        (int)w, (int)(i2 - i1), 1.0f, Err1, (int)bs,
+                        B + i1 * in + i2, (int)in, 0.0f, T, (int)w);
+            s.T = T;
+            s.T_col0 = i2;
+        }
+        if (!lb_progress_report(&opt->progress, "gptq", (uint64_t)i2,
+                                (uint64_t)in)) {
+            st = lb_set_error(LB_ERR_CANCELLED, "%s: cancelled", who);
+            goto done;
+        }
+    }
+
+    /* 7. g_idx, loss */
+    {
+        const int64_t g = gs > 0 ? gs : in;
+        for (int64_t c = 0; c < in; c++) {
+            if (opt->desc_act && !stat)
+                res->g_idx[perm[c]] = (int32_t)(c / g);
+            else
+                res->g_idx[c] = (int32_t)(c / g);
+        }
+    }
+    res->loss = lb_gptq_torch_sum_f32(Loss, out * in);
+    st = LB_OK;
+
+done:
+    lb_free(B);
+    lb_free(Wp);
+    lb_free(Loss);
+    lb_free(W1);
+    lb_free(Err1);
+    lb_free(T);
+    lb_free(cur_scale);
+    lb_free(cur_zero);
+    lb_free(perm);
+    lb_free(dead);
+    lb_free(dg);
+    lb_free(s.fail_kind);
+    lb_free(s.fail_row);
+    lb_free(s.fail_col);
+    free(keys);
+    if (st != LB_OK) lb_gptq_result_free(res);
+    return st;
+}

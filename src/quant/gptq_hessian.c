@@ -1,0 +1,162 @@
+/*
+ * GPTQ Hessian accumulator: AutoGPTQ GPTQ.add_batch (gptq.py @9f7d370) for
+ * nn.Linear inputs, H = 2/N * sum_j X_j^T X_j as a running average.
+ *
+ * float32 mode (the reference): H *= (float)(n / (n + k)); n += k;
+ * x = (float)sqrt(2 / n) * X^T; T = x x^T (cblas_sgemm); H += T.
+ * float64 mode: the same formula in double with cblas_dsyrk (upper), then
+ * mirrored on read.
+ */
+#include "lowbit/gptq.h"
+#include "core/internal.h"
+#include "quant/gptq_internal.h"
+
+#include <cblas.h>
+#include <math.h>
+
+struct lb_gptq_hessian {
+    int64_t in;
+    int64_t nsamples;
+    bool f64;
+    float *H32;  /* [in, in] (f32 mode)                   */
+    float *T32;  /* [in, in] scratch x x^T (f32 mode)      */
+    double *H64; /* [in, in] upper triangle valid (f64)   */
+    double *xd;  /* scaled copy of a chunk of X (f64 mode) */
+    int64_t chunk_rows;
+};
+
+/* Rows of X scaled per call into the scratch copy (bounded memory). */
+#define HESS_CHUNK_ELEMS (1 << 22)
+
+lb_status lb_gptq_hessian_create(int64_t in, bool f64_accum,
+                                 lb_gptq_hessian **out) {
+    if (!out)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "lb_gptq_hessian_create: NULL out");
+    *out = NULL;
+    if (in < 1 || in > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "lb_gptq_hessian_create: in_features = %lld",
+                            (long long)in);
+    size_t nn;
+    if (!lb_mul_ok((size_t)in, (size_t)in, &nn) ||
+        !lb_mul_ok(nn, sizeof(double), &nn))
+        return lb_set_error(LB_ERR_OVERFLOW,
+                            "lb_gptq_hessian_create: [%lld, %lld] overflows",
+                            (long long)in, (long long)in);
+    lb_gptq_hessian *h = lb_calloc(1, sizeof *h);
+    if (!h) return LB_ERR_NOMEM;
+    h->in = in;
+    h->f64 = f64_accum;
+    h->chunk_rows = LB_MAX(1, HESS_CHUNK_ELEMS / in);
+    if (f64_accum) {
+        h->H64 = lb_calloc((size_t)(in * in), sizeof(double));
+        h->xd = lb_alloc((size_t)(h->chunk_rows * in) * sizeof(double));
+        if (!h->H64 || !h->xd) goto nomem;
+    } else {
+        h->H32 = lb_calloc((size_t)(in * in), sizeof(float));
+        h->T32 = lb_alloc((size_t)(in * in) * sizeof(float));
+        if (!h->H32 || !h->T32) goto nomem;
+    }
+    *out = h;
+    return LB_OK;
+nomem:
+    lb_gptq_hessian_free(h);
+    return lb_set_error(LB_ERR_NOMEM,
+                        "lb_gptq_hessian_create: cannot allocate [%lld, %lld]",
+                        (long long)in, (long long)in);
+}
+
+void lb_gptq_hessian_free(lb_gptq_hessian *h) {
+    if (!h) return;
+    lb_free(h->H32);
+    lb_free(h->T32);
+    lb_free(h->H64);
+    lb_free(h->xd);
+    lb_free(h);
+}
+
+int64_t lb_gptq_hessian_in_features(const lb_gptq_hessian *h) {
+    return h ? h->in : 0;
+}
+int64_t lb_gptq_hessian_nsamples(const lb_gptq_hessian *h) {
+    return h ? h->nsamples : 0;
+}
+
+lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
+                                    int64_t n_rows, int64_t n_samples) {
+    static const char *who = "lb_gptq_hessian_add_batch";
+    if (!h || !X) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL", who);
+    if (n_rows < 1 || n_samples < 1 || n_rows > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: n_rows = %lld, n_samples = %lld", who,
+                            (long long)n_rows, (long long)n_samples);
+    const int64_t in = h->in;
+    size_t nx;
+    if (!lb_mul_ok((size_t)n_rows, (size_t)in, &nx) ||
+        !lb_mul_ok(nx, sizeof(double), &nx))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: X [%lld, %lld] overflows",
+                            who, (long long)n_rows, (long long)in);
+    LB_TRY(lb_gptq_check_finite(X, n_rows, in, in, who, "X"));
+
+    const double n0 = (double)h->nsamples, n1 = n0 + (double)n_samples;
+    const size_t nn = (size_t)in * (size_t)in;
+    if (!h->f64) {
+        /* torch: X^T X of the whole batch in one sgemm, so the f32 mode
+         * scales a full copy of X (sgemm's summation over rows must not be
+         * split, or the rounding would differ from the reference). */
+        float *xs = lb_alloc((size_t)n_rows * (size_t)in * sizeof(float));
+        if (!xs)
+            return lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate X copy",
+                                who);
+        const float ratio = (float)(n0 / n1);
+        for (size_t i = 0; i < nn; i++) h->H32[i] *= ratio;
+        const float f = (float)sqrt(2.0 / n1);
+        for (size_t i = 0; i < (size_t)n_rows * (size_t)in; i++)
+            xs[i] = f * X[i];
+        /* T[in, in] = xs^T xs : xs is [n_rows, in] row-major. */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)in,
+                    (int)n_rows, 1.0f, xs, (int)in, xs, (int)in, 0.0f, h->T32,
+                    (int)in);
+        for (size_t i = 0; i < nn; i++) h->H32[i] += h->T32[i];
+        lb_free(xs);
+    } else {
+        const double ratio = n0 / n1, f = sqrt(2.0 / n1);
+        for (size_t i = 0; i < nn; i++) h->H64[i] *= ratio;
+        for (int64_t r0 = 0; r0 < n_rows; r0 += h->chunk_rows) {
+            int64_t nr = LB_MIN(h->chunk_rows, n_rows - r0);
+            const float *src = X + r0 * in;
+            for (int64_t i = 0; i < nr * in; i++)
+                h->xd[i] = f * (double)src[i];
+            /* H (upper, row-major) += xd^T xd */
+            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)in,
+                        (int)nr, 1.0, h->xd, (int)in, 1.0, h->H64, (int)in);
+        }
+    }
+    h->nsamples += n_samples;
+    return LB_OK;
+}
+
+void lb_gptq_hessian_get(const lb_gptq_hessian *h, float *H_out) {
+    const int64_t in = h->in;
+    if (!h->f64) {
+        memcpy(H_out, h->H32, (size_t)(in * in) * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t j = 0; j < in; j++)
+            H_out[i * in + j] =
+                (float)(j >= i ? h->H64[i * in + j] : h->H64[j * in + i]);
+}
+
+void lb_gptq_hessian_get_f64(const lb_gptq_hessian *h, double *H_out) {
+    const int64_t in = h->in;
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t j = 0; j < in; j++) {
+            if (!h->f64)
+                H_out[i * in + j] = (double)h->H32[i * in + j];
+            else
+                H_out[i * in + j] =
+                    j >= i ? h->H64[i * in + j] : h->H64[j * in + i];
+        }
+}

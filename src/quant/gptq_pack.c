@@ -1,0 +1,146 @@
+/*
+ * AutoGPTQ checkpoint packing of qweight / qzeros (qlinear_cuda_old.py
+ * QuantLinear.pack and its torch dequantization path, AutoGPTQ @9f7d370;
+ * qlinear_exllama's pack is the same for 4 bits). See gptq.h for layouts.
+ *
+ * Both tensors pack a sequence of b-bit fields v[0..n) into 32-bit words,
+ * LSB first. For 2/4/8 bits word k holds v[k*(32/b) + j] at bit j*b. For
+ * 3 bits each group of 32 fields takes 3 words (96 bits) and field j simply
+ * sits at bit 3j of the 96-bit little-endian concatenation, which is what
+ * AutoGPTQ's "10 + 2|1 + 10 + 1|2 + 10" construction produces.
+ */
+#include "lowbit/gptq.h"
+#include "core/internal.h"
+#include "quant/gptq_internal.h"
+
+int64_t lb_gptq_packed_len(int64_t n, int bits) {
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 8) return -1;
+    if (n < 32 || n % 32 != 0 || n > INT64_MAX / 8) return -1;
+    return n / 32 * bits;
+}
+
+/* Field j (b bits) of a sequence packed in words w[] (stride `ws` between
+ * consecutive words). */
+static inline uint32_t get_field(const int32_t *w, int64_t ws, int64_t j,
+                                 int bits) {
+    const int64_t bit = j * bits;
+    const int64_t k = bit >> 5;
+    const int sh = (int)(bit & 31);
+    uint64_t lo = (uint32_t)w[k * ws];
+    if (sh + bits > 32) lo |= (uint64_t)(uint32_t)w[(k + 1) * ws] << 32;
+    return (uint32_t)(lo >> sh) & ((1u << bits) - 1u);
+}
+
+static inline void put_field(uint32_t *w, int64_t ws, int64_t j, int bits,
+                             uint32_t v) {
+    const int64_t bit = j * bits;
+    const int64_t k = bit >> 5;
+    const int sh = (int)(bit & 31);
+    const uint64_t x = (uint64_t)v << sh;
+    w[k * ws] |= (uint32_t)x;
+    if (sh + bits > 32) w[(k + 1) * ws] |= (uint32_t)(x >> 32);
+}
+
+static lb_status check_pack_args(const void *a, const void *b, int64_t n_pack,
+                                 int64_t n_other, int bits, const char *who,
+                                 const char *dim) {
+    if (!a || !b) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL", who);
+    LB_TRY(lb_gptq_check_bits(bits, who));
+    if (n_other < 1)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad size %lld", who,
+                            (long long)n_other);
+    if (lb_gptq_packed_len(n_pack, bits) < 0)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: %s = %lld is not a positive multiple of 32 "
+                            "(AutoGPTQ layout)",
+                            who, dim, (long long)n_pack);
+    size_t t;
+    if (!lb_mul_ok((size_t)n_pack, (size_t)n_other, &t))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: size overflows", who);
+    return LB_OK;
+}
+
+lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
+                               int bits, int32_t *qweight) {
+    static const char *who = "lb_gptq_pack_qweight";
+    LB_TRY(check_pack_args(codes, qweight, in, out, bits, who, "in_features"));
+    const int64_t rows = lb_gptq_packed_len(in, bits);
+    const int32_t maxq = (1 << bits) - 1;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++) {
+            int32_t v = codes[o * in + c];
+            if (v < 0 || v > maxq)
+                return lb_set_error(LB_ERR_INVALID_ARG,
+                                    "%s: code %d at [%lld, %lld] is outside "
+                                    "0..%d",
+                                    who, v, (long long)o, (long long)c, maxq);
+        }
+    uint32_t *q = (uint32_t *)qweight;
+    memset(q, 0, (size_t)rows * (size_t)out * sizeof(uint32_t));
+    /* column o of qweight packs codes[o, 0..in) along the rows */
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++)
+            put_field(q + o, out, c, bits, (uint32_t)codes[o * in + c]);
+    return LB_OK;
+}
+
+lb_status lb_gptq_unpack_qweight(const int32_t *qweight, int64_t out,
+                                 int64_t in, int bits, int32_t *codes) {
+    static const char *who = "lb_gptq_unpack_qweight";
+    LB_TRY(check_pack_args(qweight, codes, in, out, bits, who, "in_features"));
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++)
+            codes[o * in + c] = (int32_t)get_field(qweight + o, out, c, bits);
+    return LB_OK;
+}
+
+lb_status lb_gptq_pack_qzeros(const int32_t *zeros, int64_t n_groups,
+                              int64_t out, int bits, lb_gptq_format fmt,
+                              int32_t *qzeros) {
+    static const char *who = "lb_gptq_pack_qzeros";
+    LB_TRY(check_pack_args(zeros, qzeros, out, n_groups, bits, who,
+                           "out_features"));
+    if (fmt != LB_GPTQ_FORMAT_V1 && fmt != LB_GPTQ_FORMAT_V2)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: format %d", who,
+                            (int)fmt);
+    const int64_t cols = lb_gptq_packed_len(out, bits);
+    const int32_t maxq = (1 << bits) - 1;
+    const int32_t off = fmt == LB_GPTQ_FORMAT_V1 ? 1 : 0;
+    for (int64_t g = 0; g < n_groups; g++)
+        for (int64_t o = 0; o < out; o++) {
+            int32_t z = zeros[g * out + o];
+            if (z - off < 0 || z - off > maxq)
+                return lb_set_error(
+                    LB_ERR_RANGE,
+                    "%s: zero %d at [group %lld, column %lld] cannot be "
+                    "stored in GPTQ %s (allowed %d..%d)%s",
+                    who, z, (long long)g, (long long)o,
+                    off ? "v1" : "v2", off, maxq + off,
+                    off && z == 0 ? "; use the v2 format" : "");
+        }
+    uint32_t *q = (uint32_t *)qzeros;
+    memset(q, 0, (size_t)n_groups * (size_t)cols * sizeof(uint32_t));
+    for (int64_t g = 0; g < n_groups; g++)
+        for (int64_t o = 0; o < out; o++)
+            put_field(q + g * cols, 1, o, bits,
+                      (uint32_t)(zeros[g * out + o] - off));
+    return LB_OK;
+}
+
+lb_status lb_gptq_unpack_qzeros(const int32_t *qzeros, int64_t n_groups,
+                                int64_t out, int bits, lb_gptq_format fmt,
+                                int32_t *zeros) {
+    static const char *who = "lb_gptq_unpack_qzeros";
+    LB_TRY(check_pack_args(qzeros, zeros, out, n_groups, bits, who,
+                           "out_features"));
+    if (fmt != LB_GPTQ_FORMAT_V1 && fmt != LB_GPTQ_FORMAT_V2)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: format %d", who,
+                            (int)fmt);
+    const int64_t cols = lb_gptq_packed_len(out, bits);
+    const int32_t off = fmt == LB_GPTQ_FORMAT_V1 ? 1 : 0;
+    for (int64_t g = 0; g < n_groups; g++)
+        for (int64_t o = 0; o < out; o++)
+            zeros[g * out + o] =
+                (int32_t)get_field(qzeros + g * cols, 1, o, bits) + off;
+    return LB_OK;
+}

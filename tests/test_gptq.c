@@ -1,0 +1,976 @@
+/*
+ * GPTQ core: quantizer grid, RTN, Hessian, solver — unit tests and golden
+ * tests against ../shared/reference/gptq (AutoGPTQ @9f7d370, float32) and
+ * ../shared/reference/gptq_model (RTN baseline of the whole tiny model).
+ * Agreement figures are printed to stderr ("gptq-ref ..." lines).
+ */
+#include "lowbit/gptq.h"
+#include "test_gptq_st.h"
+#include "quant/gptq_internal.h"
+
+#include <cblas.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define REF "reference/gptq/"
+
+/* Bit-exact mode: the reference was computed by torch on netlib's reference
+ * BLAS + LAPACK (3.x), whose summation orders differ from OpenBLAS's. When
+ * this test re-runs itself with those libraries preloaded
+ * (LB_GPTQ_BITEXACT=1, see test_bitexact_netlib), H, Hinv, codes, scales,
+ * W_deq and the loss must all equal AutoGPTQ's bit for bit, which proves the
+ * operation order of lowbit's code is exactly AutoGPTQ's. */
+static int bitexact_mode;
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float grand(void) { /* ~ N(0, 1/3*4/...) sum of 4 uniforms */
+    return frand() + frand() + frand() + frand();
+}
+
+/* Checks that every code is in range and W_deq = scale*(code-zero). */
+static void check_consistent(const lb_gptq_result *r) {
+    const int64_t out = r->out_features, in = r->in_features,
+                  ng = r->n_groups;
+    const int32_t maxq = (1 << r->bits) - 1;
+    int64_t bad = 0;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++) {
+            int32_t g = r->g_idx[c];
+            if (g < 0 || g >= ng) {
+                bad++;
+                continue;
+            }
+            int32_t q = r->codes[o * in + c];
+            float s = r->scales[o * ng + g];
+            int32_t z = r->zeros[o * ng + g];
+            if (q < 0 || q > maxq || z < 0 || z > maxq ||
+                r->W_deq[o * in + c] != s * (float)(q - z))
+                bad++;
+        }
+    TH_CHECK_MSG(bad == 0, "%lld inconsistent weights", (long long)bad);
+}
+
+/* ------------------------------------------------------------------------ */
+/* grid                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void test_grid_exact(void) {
+    lb_quant_grid g;
+    float s;
+    int32_t z;
+    /* 4-bit sym: scale = 2*max|x|/15 (= 1 here), zero 8; half-even:
+     * -7.5 -> -8 -> code 0, 2.5 -> 2 -> 10, 3.5 -> 4 -> 12; +7.5 clips */
+    lb_quant_grid_default(&g, 4, true);
+    const float r1[] = {-7.5f, 3.5f, 2.5f};
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, r1, 1, 3, 3, &s, &z));
+    TH_CHECK(s == 1.0f);
+    TH_CHECK_INT(z, 8);
+    TH_CHECK_INT(lb_quant_grid_code(-7.5f, s, z, 15), 0);
+    TH_CHECK_INT(lb_quant_grid_code(2.5f, s, z, 15), 10);
+    TH_CHECK_INT(lb_quant_grid_code(3.5f, s, z, 15), 12);
+    TH_CHECK_INT(lb_quant_grid_code(7.5f, s, z, 15), 15);
+    TH_CHECK_INT(lb_quant_grid_code(-100.0f, s, z, 15), 0);
+    /* sym with no negative value: xmin stays 0 -> scale = max/15 (quirk) */
+    const float r2[] = {0.5f, 1.0f};
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, r2, 1, 2, 2, &s, &z));
+    TH_CHECK(s == 1.0f / 15.0f);
+    TH_CHECK_INT(z, 8);
+    TH_CHECK_INT(lb_quant_grid_code(1.0f, s, z, 15), 15);
+    /* 2-bit asym [-1.5, 1.5]: scale 1, zero rint(1.5) = 2; half-even */
+    lb_quant_grid_default(&g, 2, false);
+    const float r3[] = {-1.5f, 0.5f, -0.5f, 1.5f, 1.0f};
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, r3, 1, 5, 5, &s, &z));
+    TH_CHECK(s == 1.0f);
+    TH_CHECK_INT(z, 2);
+    const int32_t want3[] = {0, 2, 2, 3, 3};
+    for (int i = 0; i < 5; i++)
+        TH_CHECK_INT(lb_quant_grid_code(r3[i], s, z, 3), want3[i]);
+    TH_CHECK(lb_quant_grid_dequant(0, s, z) == -2.0f);
+    /* asym with only positive values: xmin = 0 -> zero 0 */
+    lb_quant_grid_default(&g, 4, false);
+    const float r4[] = {0.25f, 3.75f};
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, r4, 1, 2, 2, &s, &z));
+    TH_CHECK(s == 0.25f);
+    TH_CHECK_INT(z, 0);
+    /* 8-bit sym: zero 128, scale 255/255 = 1; -127.5 -> -128 -> 0;
+     * +127.5 -> 128 -> 256 clips to 255 */
+    lb_quant_grid_default(&g, 8, true);
+    const float r5[] = {-127.5f, 127.5f};
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, r5, 1, 2, 2, &s, &z));
+    TH_CHECK(s == 1.0f);
+    TH_CHECK_INT(z, 128);
+    TH_CHECK_INT(lb_quant_grid_code(127.5f, s, z, 255), 255);
+    TH_CHECK_INT(lb_quant_grid_code(-127.5f, s, z, 255), 0);
+}
+
+static void test_grid_zero_rows(void) {
+    /* all-zero row: xmin = -1, xmax = 1 -> scale = 2/maxq (float32); asym
+     * zero = rint(1 / scale): float32 gives 1.5 for 2 bits (-> 2) but just
+     * under 3.5, 7.5, 127.5 for 3, 4, 8 bits (-> 3, 7, 127), as torch */
+    const int bits[] = {2, 3, 4, 8};
+    const int32_t zasym[] = {2, 3, 7, 127};
+    const float zeros_row[7] = {0};
+    for (int b = 0; b < 4; b++) {
+        const int32_t maxq = (1 << bits[b]) - 1;
+        for (int sym = 0; sym < 2; sym++) {
+            lb_quant_grid g;
+            lb_quant_grid_default(&g, bits[b], sym);
+            float s;
+            int32_t z;
+            TH_CHECK_OK(lb_quant_grid_find_params(&g, zeros_row, 1, 7, 7, &s,
+                                                  &z));
+            TH_CHECK(s == 2.0f / (float)maxq);
+            TH_CHECK_INT(z, sym ? (maxq + 1) / 2 : zasym[b]);
+            TH_CHECK(lb_quant_grid_dequant(lb_quant_grid_code(0.0f, s, z,
+                                                              maxq),
+                                           s, z) == 0.0f);
+        }
+    }
+}
+
+static void test_grid_ld_and_errors(void) {
+    lb_quant_grid g;
+    lb_quant_grid_default(&g, 3, false);
+    /* two rows with a stride of 4 (last column ignored) */
+    const float x[8] = {-1, 2, 0.5f, 1000, 0, 0.1f, 0.7f, -1000};
+    float s[2];
+    int32_t z[2];
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, x, 2, 3, 4, s, z));
+    TH_CHECK(s[0] == 3.0f / 7.0f);
+    TH_CHECK_INT(z[0], 2); /* rint(1 / (3/7)) = rint(2.33) */
+    TH_CHECK(s[1] == 0.7f / 7.0f);
+    TH_CHECK_INT(z[1], 0);
+    g.bits = 5;
+    TH_CHECK_FAILS(lb_quant_grid_find_params(&g, x, 2, 3, 4, s, z),
+                   LB_ERR_INVALID_ARG);
+    g.bits = 4;
+    TH_CHECK_FAILS(lb_quant_grid_find_params(&g, x, 2, 3, 2, s, z),
+                   LB_ERR_INVALID_ARG);
+    const float bad[3] = {1, NAN, 0};
+    TH_CHECK_FAILS(lb_quant_grid_find_params(&g, bad, 1, 3, 3, s, z),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "not finite") != NULL);
+}
+
+static double norm_err(const float *x, int n, float s, int32_t z, int maxq,
+                       double p) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        e += pow(fabs((double)(lb_quant_grid_dequant(
+                                   lb_quant_grid_code(x[i], s, z, maxq), s,
+                                   z) -
+                               x[i])),
+                 p);
+    return e;
+}
+
+static void test_grid_mse(void) {
+    enum { R = 64, C = 128 };
+    float *x = malloc(sizeof(float) * R * C);
+    for (int i = 0; i < R * C; i++) x[i] = grand();
+    const int bits[] = {2, 3, 4, 8};
+    for (int b = 0; b < 4; b++)
+        for (int sym = 0; sym < 2; sym++) {
+            lb_quant_grid g0, g1;
+            lb_quant_grid_default(&g0, bits[b], sym);
+            g1 = g0;
+            g1.mse = true;
+            float s0[R], s1[R];
+            int32_t z0[R], z1[R];
+            TH_CHECK_OK(lb_quant_grid_find_params(&g0, x, R, C, C, s0, z0));
+            TH_CHECK_OK(lb_quant_grid_find_params(&g1, x, R, C, C, s1, z1));
+            int n_worse = 0, n_shrunk = 0;
+            double e0 = 0, e1 = 0;
+            const int maxq = (1 << bits[b]) - 1;
+            for (int r = 0; r < R; r++) {
+                double a = norm_err(x + r * C, C, s0[r], z0[r], maxq, 2.4);
+                double m = norm_err(x + r * C, C, s1[r], z1[r], maxq, 2.4);
+                n_worse += m > a * (1 + 1e-12);
+                n_shrunk += s1[r] < s0[r];
+                TH_CHECK(s1[r] <= s0[r]);
+                TH_CHECK(z1[r] >= 0 && z1[r] <= maxq);
+                e0 += a;
+                e1 += m;
+            }
+            TH_CHECK_MSG(n_worse == 0, "bits %d sym %d: %d rows worse",
+                         bits[b], sym, n_worse);
+            if (bits[b] <= 3)
+                TH_CHECK_MSG(n_shrunk > 0, "bits %d sym %d: no row shrunk",
+                             bits[b], sym);
+            if (bits[b] == 2)
+                fprintf(stderr,
+                        "  mse 2-bit sym=%d: |err|^2.4 sum %.4g -> %.4g, %d/%d "
+                        "rows shrunk\n",
+                        sym, e0, e1, n_shrunk, R);
+        }
+    free(x);
+}
+
+/* ------------------------------------------------------------------------ */
+/* RTN                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_rtn_units(void) {
+    enum { RO = 5, RI = 70 };
+    float W[RO * RI];
+    for (int i = 0; i < RO * RI; i++) W[i] = grand();
+    for (int i = 0; i < RI; i++) W[3 * RI + i] = 0.0f; /* a zero row */
+    lb_gptq_result r;
+    TH_CHECK_OK(lb_rtn_quantize(W, RO, RI, 3, 32, false, false, &r));
+    TH_CHECK_INT(r.n_groups, 3); /* 32 + 32 + 6 */
+    TH_CHECK_INT(r.g_idx[69], 2);
+    TH_CHECK(r.perm == NULL && r.hinv_upper == NULL);
+    check_consistent(&r);
+    /* group 2 of row 1 = params of its 6 columns */
+    lb_quant_grid g;
+    lb_quant_grid_default(&g, 3, false);
+    float s;
+    int32_t z;
+    TH_CHECK_OK(lb_quant_grid_find_params(&g, W + 1 * RI + 64, 1, 6, 6, &s, &z));
+    TH_CHECK(r.scales[1 * 3 + 2] == s);
+    TH_CHECK_INT(r.zeros[1 * 3 + 2], z);
+    for (int i = 0; i < RI; i++) TH_CHECK(r.W_deq[3 * RI + i] == 0.0f);
+    lb_gptq_result_free(&r);
+    lb_gptq_result_free(&r); /* idempotent */
+    TH_CHECK_OK(lb_rtn_quantize(W, RO, RI, 8, -1, true, true, &r));
+    TH_CHECK_INT(r.n_groups, 1);
+    check_consistent(&r);
+    lb_gptq_result_free(&r);
+    TH_CHECK_FAILS(lb_rtn_quantize(W, RO, RI, 4, 0, true, false, &r),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(r.codes == NULL);
+    TH_CHECK_FAILS(lb_rtn_quantize(W, RO, RI, 6, 32, true, false, &r),
+                   LB_ERR_INVALID_ARG);
+    W[7] = INFINITY;
+    TH_CHECK_FAILS(lb_rtn_quantize(W, RO, RI, 4, 32, true, false, &r),
+                   LB_ERR_INVALID_ARG);
+}
+
+/* lowbit's RTN vs AutoGPTQ's RTN baseline (4-bit sym g128) on the 14
+ * linears of tinystories-656k. */
+static void test_rtn_reference(void) {
+    tst_file model, qt;
+    if (!tst_open(&model, th_shared("models/tinystories-656k/model.safetensors")) ||
+        !tst_open(&qt, th_shared("reference/gptq_model/quant_tensors.safetensors"))) {
+        TH_CHECK_MSG(0, "cannot read the tinystories-656k / gptq_model files");
+        return;
+    }
+    static const char *mods[] = {"self_attn.k_proj", "self_attn.v_proj",
+                                 "self_attn.q_proj", "self_attn.o_proj",
+                                 "mlp.up_proj",      "mlp.gate_proj",
+                                 "mlp.down_proj"};
+    int64_t n_codes = 0, n_diff = 0, n_sdiff = 0, n_zdiff = 0;
+    for (int layer = 0; layer < 2; layer++)
+        for (int m = 0; m < 7; m++) {
+            char name[160];
+            int64_t shw[4], shq[4], shs[4], shz[4];
+            int nd;
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer,
+                     mods[m]);
+            const float *W = tst_get(&model, name, "F32", shw, &nd);
+            snprintf(name, sizeof name, "rtn.model.layers.%d.%s.codes", layer,
+                     mods[m]);
+            const int32_t *q = tst_get(&qt, name, "I32", shq, &nd);
+            snprintf(name, sizeof name, "rtn.model.layers.%d.%s.scale", layer,
+                     mods[m]);
+            const float *sc = tst_get(&qt, name, "F32", shs, &nd);
+            snprintf(name, sizeof name, "rtn.model.layers.%d.%s.zero", layer,
+                     mods[m]);
+            const int32_t *zr = tst_get(&qt, name, "I32", shz, &nd);
+            TH_CHECK_MSG(W && q && sc && zr, "tensors of layer %d %s", layer,
+                         mods[m]);
+            if (!W || !q || !sc || !zr) continue;
+            const int64_t out = shw[0], in = shw[1];
+            lb_gptq_result r;
+            TH_CHECK_OK(lb_rtn_quantize(W, out, in, 4, 128, true, false, &r));
+            if (!r.codes) continue;
+            TH_CHECK_INT(r.n_groups, shs[1]);
+            for (int64_t i = 0; i < out * in; i++) n_diff += r.codes[i] != q[i];
+            for (int64_t i = 0; i < out * r.n_groups; i++) {
+                n_sdiff += r.scales[i] != sc[i];
+                n_zdiff += r.zeros[i] != zr[i];
+            }
+            n_codes += out * in;
+            lb_gptq_result_free(&r);
+        }
+    fprintf(stderr,
+            "  rtn-ref 14 linears: %lld/%lld codes differ, %lld scales, %lld "
+            "zeros differ\n",
+            (long long)n_diff, (long long)n_codes, (long long)n_sdiff,
+            (long long)n_zdiff);
+    TH_CHECK_INT(n_codes, 2 * (64 * 128 * 2 + 128 * 128 * 2 + 384 * 128 * 2 +
+                               128 * 384));
+    TH_CHECK_INT(n_diff, 0);
+    TH_CHECK_INT(n_sdiff, 0);
+    TH_CHECK_INT(n_zdiff, 0);
+    tst_close(&model);
+    tst_close(&qt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hessian                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const char *ref_mods[2] = {"q_proj", "down_proj"};
+static const int64_t ref_in[2] = {128, 384};
+#define REF_OUT 128
+#define REF_NSEQ 32
+#define REF_TOK 128
+
+static void test_hessian_reference(void) {
+    for (int m = 0; m < 2; m++) {
+        const int64_t in = ref_in[m];
+        char p[256];
+        snprintf(p, sizeof p, REF "%s/X.f32", ref_mods[m]);
+        float *X = tst_raw(p, (size_t)(REF_NSEQ * REF_TOK * in), 4);
+        snprintf(p, sizeof p, REF "%s/H.f32", ref_mods[m]);
+        float *Href = tst_raw(p, (size_t)(in * in), 4);
+        snprintf(p, sizeof p, REF "%s/H_float64_accum.f64", ref_mods[m]);
+        double *H64ref = tst_raw(p, (size_t)(in * in), 8);
+        TH_CHECK_MSG(X && Href && H64ref, "reference files of %s",
+                     ref_mods[m]);
+        if (!X || !Href || !H64ref) {
+            free(X), free(Href), free(H64ref);
+            continue;
+        }
+        for (int f64 = 0; f64 < 2; f64++) {
+            lb_gptq_hessian *h;
+            TH_CHECK_OK(lb_gptq_hessian_create(in, f64, &h));
+            if (!h) continue;
+            for (int j = 0; j < REF_NSEQ; j++)
+                TH_CHECK_OK(lb_gptq_hessian_add_batch(
+                    h, X + (size_t)j * REF_TOK * in, REF_TOK, 1));
+            TH_CHECK_INT(lb_gptq_hessian_nsamples(h), REF_NSEQ);
+            TH_CHECK_INT(lb_gptq_hessian_in_features(h), in);
+            double *H = malloc(sizeof(double) * in * in);
+            float *Hf = malloc(sizeof(float) * in * in);
+            lb_gptq_hessian_get_f64(h, H);
+            lb_gptq_hessian_get(h, Hf);
+            double maxrel = 0, maxabs = 0, hmax = 0;
+            int64_t n_eq = 0;
+            for (int64_t i = 0; i < in * in; i++) {
+                double ref = f64 ? H64ref[i] : (double)Href[i];
+                hmax = fmax(hmax, fabs(ref));
+                maxabs = fmax(maxabs, fabs(H[i] - ref));
+                if (ref != 0) maxrel = fmax(maxrel, fabs(H[i] - ref) / fabs(ref));
+                n_eq += f64 ? H[i] == ref : Hf[i] == Href[i];
+                if (!f64) TH_CHECK(H[i] == (double)Hf[i]);
+            }
+            fprintf(stderr,
+                    "  hessian %s %s: max |dH| %.3g (max|H| %.3g, rel to max "
+                    "%.3g, elementwise rel %.3g), %lld/%lld bitwise equal\n",
+                    ref_mods[m], f64 ? "f64-accum vs H_float64_accum" : "f32 vs H.f32",
+                    maxabs, hmax, maxabs / hmax, maxrel, (long long)n_eq,
+                    (long long)(in * in));
+            /* f32: reference rounding differs only in sgemm's summation
+             * order; f64: a different sum order of double products */
+            TH_CHECK(maxabs <= (f64 ? 1e-12 : 2e-6) * hmax);
+            if (bitexact_mode && !f64) TH_CHECK_INT(n_eq, in * in);
+            free(H);
+            free(Hf);
+            lb_gptq_hessian_free(h);
+        }
+        free(X), free(Href), free(H64ref);
+    }
+}
+
+static void test_hessian_units(void) {
+    lb_gptq_hessian *h = NULL;
+    TH_CHECK_FAILS(lb_gptq_hessian_create(0, false, &h), LB_ERR_INVALID_ARG);
+    TH_CHECK(h == NULL);
+    /* two batches of different sample counts: H = 2/N sum X^T X */
+    enum { IN = 5, R1 = 7, R2 = 3 };
+    float X1[R1 * IN], X2[R2 * IN];
+    for (int i = 0; i < R1 * IN; i++) X1[i] = frand();
+    for (int i = 0; i < R2 * IN; i++) X2[i] = frand();
+    for (int f64 = 0; f64 < 2; f64++) {
+        TH_CHECK_OK(lb_gptq_hessian_create(IN, f64, &h));
+        TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X1, R1, 2));
+        TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X2, R2, 1));
+        TH_CHECK_FAILS(lb_gptq_hessian_add_batch(h, X2, R2, 0),
+                       LB_ERR_INVALID_ARG);
+        float bad[IN] = {0, 1, INFINITY, 0, 0};
+        TH_CHECK_FAILS(lb_gptq_hessian_add_batch(h, bad, 1, 1),
+                       LB_ERR_INVALID_ARG);
+        TH_CHECK_INT(lb_gptq_hessian_nsamples(h), 3);
+        double H[IN * IN];
+        lb_gptq_hessian_get_f64(h, H);
+        for (int i = 0; i < IN; i++)
+            for (int j = 0; j < IN; j++) {
+                double s = 0;
+                for (int r = 0; r < R1; r++)
+                    s += (double)X1[r * IN + i] * X1[r * IN + j];
+                for (int r = 0; r < R2; r++)
+                    s += (double)X2[r * IN + i] * X2[r * IN + j];
+                TH_CHECK_NEAR(H[i * IN + j], 2.0 / 3.0 * s,
+                              f64 ? 1e-12 : 1e-5);
+            }
+        lb_gptq_hessian_free(h);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPTQ vs AutoGPTQ                                                          */
+/* ------------------------------------------------------------------------ */
+
+static const char *ref_cfgs[7] = {
+    "i_b4_sym_g128",        "ii_b4_asym_g32",     "iii_b4_sym_g32_act",
+    "iv_b4_sym_g32_act_static", "v_b8_sym_perchannel", "vi_b3_asym_g32",
+    "vii_b2_asym_g64"};
+
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+static int jbool(const cJSON *o, const char *k) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+typedef struct ref_totals {
+    int64_t codes, codes_diff, deq_diff;
+    double worst_scale_rel, worst_loss_rel;
+} ref_totals;
+
+static void run_reference_config(int m, const cJSON *cfg, const char *name,
+                                 const float *W, const float *H,
+                                 ref_totals *tot) {
+    const int64_t in = ref_in[m], out = REF_OUT;
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(cfg, "settings");
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.bits = (int)jnum(set, "bits");
+    o.group_size = (int)jnum(set, "group_size");
+    o.sym = jbool(set, "sym");
+    o.desc_act = jbool(set, "desc_act");
+    o.static_groups = jbool(set, "static_groups");
+    o.blocksize = (int)jnum(set, "blocksize");
+    o.damp_percent = jnum(set, "percdamp");
+    o.mse = jbool(set, "mse");
+    o.return_hinv = true;
+    const int64_t ng = (int64_t)jnum(cfg, "n_groups");
+    const double want_loss = jnum(cfg, "total_loss_sum_Losses");
+    const double want_damp = jnum(cfg, "damp_added");
+
+    char p[256];
+#define LOADREF(var, type, file, n)                                            \
+    snprintf(p, sizeof p, REF "%s/%s/" file, ref_mods[m], name);               \
+    type *var = tst_raw(p, (size_t)(n), sizeof(type));
+    LOADREF(Q, int32_t, "Q.i32", out * in);
+    LOADREF(S, float, "scale.f32", out * ng);
+    LOADREF(Z, int32_t, "zero.i32", out * ng);
+    LOADREF(G, int32_t, "g_idx.i32", in);
+    LOADREF(D, float, "W_deq.f32", out * in);
+    LOADREF(U, float, "Hinv_upper.f32", in * in);
+    int32_t *P = NULL;
+    if (o.desc_act) {
+        LOADREF(P_, int32_t, "perm.i32", in);
+        P = P_;
+    }
+#undef LOADREF
+    TH_CHECK_MSG(Q && S && Z && G && D && U && (P || !o.desc_act),
+                 "reference files of %s/%s", ref_mods[m], name);
+    lb_gptq_result r;
+    lb_status st = lb_gptq_quantize(W, out, in, H, &o, &r);
+    TH_CHECK_OK(st);
+    if (st == LB_OK && Q && S && Z && G && D && U && (P || !o.desc_act)) {
+        TH_CHECK_INT(r.n_groups, ng);
+        check_consistent(&r);
+        int64_t nq = 0, nd = 0, nz = 0, ng_diff = 0, np = 0, ns_eq = 0;
+        double srel = 0, deq_same_code = 0, urel = 0, umax = 0;
+        for (int64_t i = 0; i < out * in; i++) {
+            nq += r.codes[i] != Q[i];
+            nd += r.W_deq[i] != D[i];
+            if (r.codes[i] == Q[i])
+                deq_same_code = fmax(deq_same_code, fabs(r.W_deq[i] - D[i]));
+        }
+        for (int64_t i = 0; i < out * ng; i++) {
+            srel = fmax(srel, fabs(r.scales[i] - S[i]) / fabs(S[i]));
+            ns_eq += r.scales[i] == S[i];
+            nz += r.zeros[i] != Z[i];
+        }
+        for (int64_t c = 0; c < in; c++) {
+            ng_diff += r.g_idx[c] != G[c];
+            if (P) np += r.perm[c] != P[c];
+        }
+        for (int64_t i = 0; i < in * in; i++) umax = fmax(umax, fabs(U[i]));
+        for (int64_t i = 0; i < in * in; i++)
+            urel = fmax(urel, fabs(r.hinv_upper[i] - U[i]) / umax);
+        const double lrel = fabs((double)r.loss - want_loss) / want_loss;
+        const double pct = 100.0 * (double)(out * in - nq) / (double)(out * in);
+        fprintf(stderr,
+                "  gptq-ref %-9s %-24s codes %6.2f%% (%lld diff)  scales max "
+                "rel %.2g (%lld/%lld bitwise)  zeros diff %lld  W_deq %lld "
+                "diff  loss %.9g vs %.9g (rel %.2g)  damp %.9g vs %.9g  "
+                "Hinv max diff/max %.2g\n",
+                ref_mods[m], name, pct, (long long)nq, srel, (long long)ns_eq,
+                (long long)(out * ng), (long long)nz, (long long)nd,
+                (double)r.loss, want_loss, lrel, (double)r.damp_added,
+                want_damp, urel);
+        TH_CHECK_MSG(pct >= 99.0, "%s/%s codes %.3f%%", ref_mods[m], name,
+                     pct);
+        TH_CHECK_MSG(srel <= 1e-3, "%s/%s scale rel %g", ref_mods[m], name,
+                     srel);
+        TH_CHECK_MSG(lrel <= 0.01, "%s/%s loss rel %g", ref_mods[m], name,
+                     lrel);
+        TH_CHECK_INT(ng_diff, 0);
+        TH_CHECK_INT(np, 0);
+        TH_CHECK(urel <= 1e-5);
+        TH_CHECK(deq_same_code <= 1e-3 * 0.1);
+        TH_CHECK(fabs((double)r.damp_added - want_damp) <= 1e-6 * want_damp);
+        TH_CHECK(r.damp_percent_used == o.damp_percent);
+        TH_CHECK_INT(r.n_damp_retries, 0);
+        TH_CHECK_INT(r.n_dead, 0);
+        if (bitexact_mode) {
+            TH_CHECK_INT(nq, 0);
+            TH_CHECK_INT(nd, 0);
+            TH_CHECK_INT(ns_eq, out * ng);
+            TH_CHECK(urel == 0.0);
+            TH_CHECK(r.loss == (float)want_loss);
+            TH_CHECK(r.damp_added == (float)want_damp);
+        }
+        tot->codes += out * in;
+        tot->codes_diff += nq;
+        tot->deq_diff += nd;
+        tot->worst_scale_rel = fmax(tot->worst_scale_rel, srel);
+        tot->worst_loss_rel = fmax(tot->worst_loss_rel, lrel);
+    }
+    lb_gptq_result_free(&r);
+    free(Q), free(S), free(Z), free(G), free(D), free(U), free(P);
+}
+
+static void test_gptq_reference(void) {
+    cJSON *meta = tst_json(th_shared(REF "meta.json"));
+    TH_CHECK_MSG(meta, "cannot read %s", th_shared(REF "meta.json"));
+    if (!meta) return;
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(meta, "modules");
+    ref_totals tot = {0};
+    for (int m = 0; m < 2; m++) {
+        const int64_t in = ref_in[m];
+        const cJSON *mod = cJSON_GetObjectItemCaseSensitive(mods, ref_mods[m]);
+        const cJSON *cfgs = cJSON_GetObjectItemCaseSensitive(mod, "configs");
+        char p[256];
+        snprintf(p, sizeof p, REF "%s/W.f32", ref_mods[m]);
+        float *W = tst_raw(p, (size_t)(REF_OUT * in), 4);
+        snprintf(p, sizeof p, REF "%s/H.f32", ref_mods[m]);
+        float *H = tst_raw(p, (size_t)(in * in), 4);
+        TH_CHECK(W && H && cfgs);
+        if (W && H && cfgs)
+            for (int c = 0; c < 7; c++) {
+                const cJSON *cfg =
+                    cJSON_GetObjectItemCaseSensitive(cfgs, ref_cfgs[c]);
+                TH_CHECK_MSG(cfg, "config %s", ref_cfgs[c]);
+                if (cfg) run_reference_config(m, cfg, ref_cfgs[c], W, H, &tot);
+            }
+        free(W), free(H);
+    }
+    fprintf(stderr,
+            "  gptq-ref total: %lld/%lld codes differ, %lld W_deq differ, "
+            "worst scale rel %.2g, worst loss rel %.2g\n",
+            (long long)tot.codes_diff, (long long)tot.codes,
+            (long long)tot.deq_diff, tot.worst_scale_rel, tot.worst_loss_rel);
+    TH_CHECK_INT(tot.codes, 7 * REF_OUT * (128 + 384));
+    cJSON_Delete(meta);
+}
+
+/* The solver on the Hessian lowbit accumulates itself (not H.f32). */
+static void test_gptq_from_own_hessian(void) {
+    const int64_t in = 384, out = REF_OUT;
+    float *X = tst_raw(REF "down_proj/X.f32", (size_t)(REF_NSEQ * REF_TOK * in), 4);
+    float *W = tst_raw(REF "down_proj/W.f32", (size_t)(out * in), 4);
+    int32_t *Q = tst_raw(REF "down_proj/ii_b4_asym_g32/Q.i32", (size_t)(out * in), 4);
+    TH_CHECK(X && W && Q);
+    if (X && W && Q) {
+        lb_gptq_hessian *h;
+        TH_CHECK_OK(lb_gptq_hessian_create(in, false, &h));
+        for (int j = 0; j < REF_NSEQ; j++)
+            lb_gptq_hessian_add_batch(h, X + (size_t)j * REF_TOK * in, REF_TOK, 1);
+        float *H = malloc(sizeof(float) * in * in);
+        lb_gptq_hessian_get(h, H);
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = 32;
+        o.sym = false;
+        lb_gptq_result r;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &r));
+        int64_t nq = 0;
+        for (int64_t i = 0; r.codes && i < out * in; i++) nq += r.codes[i] != Q[i];
+        fprintf(stderr, "  gptq from lowbit's own H (down_proj, 4-bit asym g32): "
+                        "%lld/%lld codes differ from AutoGPTQ\n",
+                (long long)nq, (long long)(out * in));
+        TH_CHECK(nq <= out * in / 100);
+        lb_gptq_result_free(&r);
+        free(H);
+        lb_gptq_hessian_free(h);
+    }
+    free(X), free(W), free(Q);
+}
+
+/* Row-parallel solve gives identical bytes; progress and cancellation. */
+typedef struct prog_rec {
+    int calls;
+    uint64_t last;
+    int stop_after;
+} prog_rec;
+static bool prog_cb(void *user, const char *stage, uint64_t done,
+                    uint64_t total) {
+    prog_rec *p = user;
+    p->calls++;
+    p->last = done;
+    (void)stage;
+    (void)total;
+    return p->stop_after == 0 || p->calls < p->stop_after;
+}
+
+static void test_gptq_threads_progress(void) {
+    const int64_t in = 384, out = REF_OUT;
+    float *W = tst_raw(REF "down_proj/W.f32", (size_t)(out * in), 4);
+    float *H = tst_raw(REF "down_proj/H.f32", (size_t)(in * in), 4);
+    TH_CHECK(W && H);
+    if (!W || !H) {
+        free(W), free(H);
+        return;
+    }
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.group_size = 32;
+    o.desc_act = true;
+    o.sym = false;
+    prog_rec pr = {0};
+    o.progress.fn = prog_cb;
+    o.progress.user = &pr;
+    lb_gptq_result a, b;
+    TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+    TH_CHECK_INT(pr.calls, 3);
+    TH_CHECK_INT(pr.last, 384);
+    lb_pool *pool = lb_pool_create(3);
+    TH_CHECK(pool != NULL);
+    o.pool = pool;
+    o.progress.fn = NULL;
+    TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &b));
+    if (a.codes && b.codes) {
+        TH_CHECK(memcmp(a.codes, b.codes, sizeof(int32_t) * out * in) == 0);
+        TH_CHECK(memcmp(a.W_deq, b.W_deq, sizeof(float) * out * in) == 0);
+        TH_CHECK(memcmp(a.scales, b.scales, sizeof(float) * out * a.n_groups) == 0);
+        TH_CHECK(memcmp(a.zeros, b.zeros, sizeof(int32_t) * out * a.n_groups) == 0);
+        TH_CHECK(a.loss == b.loss);
+    }
+    lb_gptq_result_free(&a);
+    lb_gptq_result_free(&b);
+    /* cancellation after the first block */
+    pr = (prog_rec){0, 0, 1};
+    o.progress.fn = prog_cb;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, out, in, H, &o, &a), LB_ERR_CANCELLED);
+    TH_CHECK(a.codes == NULL);
+    lb_pool_free(pool);
+    /* odd block size and a group size that straddles blocks */
+    o.pool = NULL;
+    o.progress.fn = NULL;
+    o.blocksize = 50;
+    o.group_size = 96;
+    o.desc_act = false;
+    o.mse = true;
+    TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+    if (a.codes) {
+        TH_CHECK_INT(a.n_groups, 4);
+        check_consistent(&a);
+        TH_CHECK(a.loss > 0);
+    }
+    lb_gptq_result_free(&a);
+    free(W), free(H);
+}
+
+/* Block size: per-row groups (-1) have no stale-parameter quirk, so the
+ * lazy-batch blocking only changes float rounding; tiny and awkward shapes
+ * (1 column, groups larger than the row, blocksize 1) work. */
+static void test_gptq_blocksizes_and_shapes(void) {
+    const int64_t in = 384, out = REF_OUT;
+    float *W = tst_raw(REF "down_proj/W.f32", (size_t)(out * in), 4);
+    float *H = tst_raw(REF "down_proj/H.f32", (size_t)(in * in), 4);
+    TH_CHECK(W && H);
+    if (W && H) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = -1;
+        lb_gptq_result a, b;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        const int bss[] = {1, 7, 64, 1000};
+        for (int k = 0; k < 4; k++) {
+            o.blocksize = bss[k];
+            TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &b));
+            if (a.codes && b.codes) {
+                int64_t nd = 0;
+                for (int64_t i = 0; i < out * in; i++) nd += a.codes[i] != b.codes[i];
+                TH_CHECK_MSG(nd <= out * in / 100, "blocksize %d: %lld codes differ",
+                             bss[k], (long long)nd);
+                TH_CHECK_NEAR(b.loss, a.loss, 1e-3 * a.loss);
+                TH_CHECK(memcmp(a.scales, b.scales, sizeof(float) * out) == 0);
+            }
+            lb_gptq_result_free(&b);
+        }
+        lb_gptq_result_free(&a);
+        /* group larger than the row: one group, g_idx 0 */
+        lb_gptq_options_default(&o);
+        o.group_size = 1024;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        TH_CHECK_INT(a.n_groups, 1);
+        if (a.g_idx) TH_CHECK_INT(a.g_idx[383], 0);
+        lb_gptq_result_free(&a);
+        /* static groups that do not divide the row, with act-order */
+        o.group_size = 100;
+        o.static_groups = true;
+        o.desc_act = true;
+        TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &a));
+        TH_CHECK_INT(a.n_groups, 4);
+        if (a.codes) {
+            check_consistent(&a);
+            for (int64_t c = 0; c < in; c++) TH_CHECK_INT(a.g_idx[c], c / 100);
+        }
+        lb_gptq_result_free(&a);
+    }
+    /* 1 x 1 and 3 x 2 problems */
+    const float w1 = 0.3f, h1 = 2.0f;
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    lb_gptq_result r;
+    TH_CHECK_OK(lb_gptq_quantize(&w1, 1, 1, &h1, &o, &r));
+    if (r.codes) {
+        TH_CHECK_INT(r.n_groups, 1);
+        check_consistent(&r);
+        /* sym 4-bit, no negative value: xmin stays 0, scale = 0.3/15;
+         * +0.3 is 15 steps above zero 8: clips to 15 */
+        TH_CHECK(r.scales[0] == w1 / 15.0f);
+        TH_CHECK_INT(r.codes[0], 15);
+    }
+    lb_gptq_result_free(&r);
+    const float w3[6] = {1, -2, 0.5f, 0, 0, 0}, h2[4] = {1, 0.5f, 0.5f, 1};
+    o.group_size = 1;
+    o.sym = false;
+    o.bits = 2;
+    o.blocksize = 1;
+    o.desc_act = true;
+    TH_CHECK_OK(lb_gptq_quantize(w3, 3, 2, h2, &o, &r));
+    if (r.codes) {
+        TH_CHECK_INT(r.n_groups, 2);
+        check_consistent(&r);
+    }
+    lb_gptq_result_free(&r);
+    free(W), free(H);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Damping, dead columns, bad input                                          */
+/* ------------------------------------------------------------------------ */
+
+/* H = I + c (e0 e1^T + e1 e0^T) has eigenvalues 1 +- c: indefinite for
+ * c > 1; mean diag = 1, so Cholesky needs damp_percent > c - 1. */
+static void make_indefinite(float *H, int n, float c) {
+    memset(H, 0, sizeof(float) * n * n);
+    for (int i = 0; i < n; i++) H[i * n + i] = 1.0f;
+    H[0 * n + 1] = H[1 * n + 0] = c;
+}
+
+static void test_gptq_damp_auto(void) {
+    enum { N = 40, O = 8 };
+    float H[N * N], W[O * N];
+    for (int i = 0; i < O * N; i++) W[i] = frand();
+    make_indefinite(H, N, 1.02f); /* eigenvalue -0.02 */
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.group_size = -1;
+    lb_gptq_result r;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, N, H, &o, &r));
+    /* 0.01 -> 0.0125 -> ... -> 0.0225 (first > 0.02) */
+    TH_CHECK_INT(r.n_damp_retries, 5);
+    TH_CHECK_NEAR(r.damp_percent_used, 0.0225, 1e-12);
+    TH_CHECK_NEAR(r.damp_added, 0.0225, 1e-7);
+    if (r.codes) check_consistent(&r);
+    lb_gptq_result_free(&r);
+    /* larger steps */
+    o.damp_auto_increment = 0.01;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, N, H, &o, &r));
+    TH_CHECK_INT(r.n_damp_retries, 2);
+    TH_CHECK_NEAR(r.damp_percent_used, 0.03, 1e-12);
+    lb_gptq_result_free(&r);
+    /* no auto-increment: clear failure */
+    o.damp_auto_increment = 0;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_RANGE);
+    TH_CHECK(strstr(lb_last_error(), "damp_percent 0.01") != NULL);
+    TH_CHECK(r.codes == NULL);
+    /* bound reached: eigenvalue -1.5 needs damp > 1.5 * mean, beyond 1.0 */
+    o.damp_auto_increment = 0.1;
+    make_indefinite(H, N, 2.5f);
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_RANGE);
+    TH_CHECK(strstr(lb_last_error(), "not positive definite") != NULL);
+    /* an all-zero H: every column dead, diag -> 1, identity problem = RTN */
+    memset(H, 0, sizeof H);
+    o.damp_auto_increment = 0.0025;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, N, H, &o, &r));
+    TH_CHECK_INT(r.n_dead, N);
+    if (r.codes) {
+        /* W zeroed after the row params were taken from the original W */
+        for (int i = 0; i < O * N; i++)
+            TH_CHECK_INT(r.codes[i], r.zeros[i / N]);
+    }
+    lb_gptq_result_free(&r);
+}
+
+static void test_gptq_dead_and_identity(void) {
+    /* H = identity except one dead column: GPTQ = RTN with zero feedback
+     * (U = I / sqrt(1 + damp), no off-diagonal), dead column -> code zero */
+    enum { N = 64, O = 16 };
+    float H[N * N], W[O * N];
+    for (int i = 0; i < O * N; i++) W[i] = grand();
+    memset(H, 0, sizeof H);
+    for (int i = 0; i < N; i++) H[i * N + i] = 1.0f;
+    H[5 * N + 5] = 0.0f;
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.group_size = 16;
+    o.sym = false;
+    o.bits = 3;
+    lb_gptq_result r, rtn;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, N, H, &o, &r));
+    float W0[O * N];
+    memcpy(W0, W, sizeof W);
+    for (int i = 0; i < O; i++) W0[i * N + 5] = 0.0f;
+    TH_CHECK_OK(lb_rtn_quantize(W0, O, N, 3, 16, false, false, &rtn));
+    TH_CHECK_INT(r.n_dead, 1);
+    if (r.codes && rtn.codes) {
+        TH_CHECK(memcmp(r.codes, rtn.codes, sizeof(int32_t) * O * N) == 0);
+        TH_CHECK(memcmp(r.scales, rtn.scales, sizeof(float) * O * 4) == 0);
+        for (int i = 0; i < O; i++) TH_CHECK(r.W_deq[i * N + 5] == 0.0f);
+    }
+    lb_gptq_result_free(&r);
+    lb_gptq_result_free(&rtn);
+}
+
+static void test_gptq_bad_args(void) {
+    enum { N = 32, O = 4 };
+    float H[N * N] = {0}, W[O * N] = {0};
+    for (int i = 0; i < N; i++) H[i * N + i] = 1.0f;
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    lb_gptq_result r;
+    o.bits = 1;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    lb_gptq_options_default(&o);
+    o.group_size = -2;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    lb_gptq_options_default(&o);
+    o.blocksize = 0;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    lb_gptq_options_default(&o);
+    o.damp_percent = 0;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    lb_gptq_options_default(&o);
+    TH_CHECK_FAILS(lb_gptq_quantize(W, 0, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    TH_CHECK_FAILS(lb_gptq_quantize(NULL, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    H[3] = NAN;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "H[0, 3]") != NULL);
+    H[3] = 0;
+    W[40] = -INFINITY;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, N, H, &o, &r), LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "W[1, 8]") != NULL);
+    W[40] = 0;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, N, H, &o, &r)); /* zero W is fine */
+    lb_gptq_result_free(&r);
+}
+
+/* torch-order float32 sum: a real sum on awkward lengths (exact on small
+ * integers); its exact torch order is checked through damp_added above. */
+static void test_torch_sum_lengths(void) {
+    const int ns[] = {1, 3, 7, 8, 31, 33, 127, 129, 1000, 70001};
+    for (int k = 0; k < 10; k++) {
+        const int n = ns[k];
+        float *x = malloc(sizeof(float) * n);
+        double s = 0, sa = 0;
+        for (int i = 0; i < n; i++) {
+            x[i] = (float)(i % 17);
+            s += x[i];
+        }
+        TH_CHECK(lb_gptq_torch_sum_f32(x, n) == (float)s);
+        for (int i = 0; i < n; i++) {
+            x[i] = frand();
+            sa += x[i];
+        }
+        TH_CHECK_NEAR(lb_gptq_torch_sum_f32(x, n), sa, 1e-5 * sqrt(n));
+        free(x);
+    }
+}
+
+/* Re-run the golden tests with netlib's reference BLAS and LAPACK
+ * preloaded (the libraries the reference was computed with), asserting bit
+ * equality. Skipped (and said so) where they are not installed, and under
+ * sanitizers (which must come first in the library list). */
+static void test_bitexact_netlib(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "  bit-exact netlib re-run: not under ASan\n");
+    return;
+#else
+    const char *blas = getenv("LB_NETLIB_BLAS");
+    const char *lapack = getenv("LB_NETLIB_LAPACK");
+    if (!blas) blas = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3";
+    if (!lapack) lapack = "/usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3";
+    if (access(blas, R_OK) != 0 || access(lapack, R_OK) != 0) {
+        fprintf(stderr,
+                "  bit-exact netlib re-run: SKIPPED (%s or %s missing)\n",
+                blas, lapack);
+        return;
+    }
+    char preload[2100];
+    snprintf(preload, sizeof preload, "%s %s", blas, lapack);
+    fflush(stderr);
+    pid_t pid = fork();
+    TH_CHECK(pid >= 0);
+    if (pid == 0) {
+        setenv("LD_PRELOAD", preload, 1);
+        setenv("LB_GPTQ_BITEXACT", "1", 1);
+        execl("/proc/self/exe", "test_gptq", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    TH_CHECK(waitpid(pid, &status, 0) == pid);
+    TH_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                 "bit-exact re-run failed (status %d)", status);
+#endif
+}
+
+int main(void) {
+    openblas_set_num_threads(1);
+    if (getenv("LB_GPTQ_BITEXACT")) {
+        bitexact_mode = 1;
+        fprintf(stderr, "bit-exact mode (netlib BLAS/LAPACK preloaded)\n");
+        TH_RUN(test_hessian_reference);
+        TH_RUN(test_gptq_reference);
+        return th_report();
+    }
+    TH_RUN(test_grid_exact);
+    TH_RUN(test_grid_zero_rows);
+    TH_RUN(test_grid_ld_and_errors);
+    TH_RUN(test_grid_mse);
+    TH_RUN(test_rtn_units);
+    TH_RUN(test_rtn_reference);
+    TH_RUN(test_hessian_units);
+    TH_RUN(test_hessian_reference);
+    TH_RUN(test_gptq_reference);
+    TH_RUN(test_gptq_from_own_hessian);
+    TH_RUN(test_gptq_threads_progress);
+    TH_RUN(test_gptq_blocksizes_and_shapes);
+    TH_RUN(test_gptq_damp_auto);
+    TH_RUN(test_gptq_dead_and_identity);
+    TH_RUN(test_gptq_bad_args);
+    TH_RUN(test_torch_sum_lengths);
+    TH_RUN(test_bitexact_netlib);
+    return th_report();
+}
