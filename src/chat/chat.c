@@ -88,12 +88,24 @@ static void scan_numbers(jj_rt *rt, const char *what, const char *s, size_t n, n
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c == '"') {
-            for (i++; i < n && s[i] != '"'; i++) {
-                if (s[i] == '\\' && i + 1 < n) {
-                    i++;
-                    if (s[i] == 'u' && i + 4 < n && memcmp(s + i + 1, "0000", 4) == 0)
-                        jj_throw(rt->err, LB_ERR_UNSUPPORTED,
-                                 "%s: JSON strings containing \\u0000 are not supported", what);
+            /* skip the string: find the closing quote, stepping over escapes */
+            size_t j = i + 1;
+            for (;;) {
+                const char *q = j < n ? memchr(s + j, '"', n - j) : NULL;
+                size_t qe = q ? (size_t)(q - s) : n;
+                const char *b = qe > j ? memchr(s + j, '\\', qe - j) : NULL;
+                if (!b) {
+                    i = qe;
+                    break;
+                }
+                size_t bi = (size_t)(b - s);
+                if (bi + 5 < n && s[bi + 1] == 'u' && memcmp(s + bi + 2, "0000", 4) == 0)
+                    jj_throw(rt->err, LB_ERR_UNSUPPORTED,
+                             "%s: JSON strings containing \\u0000 are not supported", what);
+                j = bi + 2;
+                if (j >= n) {
+                    i = n;
+                    break;
                 }
             }
             continue;
@@ -148,7 +160,8 @@ static jv from_cjson(jj_rt *rt, const char *what, const cJSON *j, numscan *ns, i
             jj_throw(rt->err, LB_ERR_UNSUPPORTED, "%s: integer %s is outside the 64-bit range", what, buf);
         return jv_int((int64_t)v);
     }
-    if (cJSON_IsString(j)) return jv_str(rt, j->valuestring, strlen(j->valuestring));
+    if (cJSON_IsString(j)) /* points into the cJSON tree, alive for the whole render */
+        return jv_strv(jj_str_nocopy(rt, j->valuestring, strlen(j->valuestring)));
     if (cJSON_IsArray(j)) {
         jj_vec v = {0};
         for (const cJSON *c = j->child; c; c = c->next) jj_vec_push(rt, &v, from_cjson(rt, what, c, ns, depth + 1));
@@ -157,7 +170,7 @@ static jv from_cjson(jj_rt *rt, const char *what, const cJSON *j, numscan *ns, i
     if (cJSON_IsObject(j)) {
         jdict *d = jj_dict_new(rt, 4);
         for (const cJSON *c = j->child; c; c = c->next) {
-            jv k = jv_str(rt, c->string ? c->string : "", c->string ? strlen(c->string) : 0);
+            jv k = jv_strv(c->string ? jj_str_nocopy(rt, c->string, strlen(c->string)) : &jj_empty_str);
             jj_dict_set(rt, d, k, from_cjson(rt, what, c, ns, depth + 1));
         }
         return jv_dictv(d);
@@ -254,8 +267,6 @@ static lb_status render(const lb_chat_template *tpl, const char *messages_json,
     mj = parse_json(&rt, "messages_json", messages_json, &ns);
     if (!cJSON_IsArray(mj)) jj_throw(&err, LB_ERR_INVALID_ARG, "messages_json: not a JSON array");
     jv messages = from_cjson(&rt, "messages_json", mj, &ns, 0);
-    cJSON_Delete(mj);
-    mj = NULL;
     jlist *ml = messages.u.l;
     const jv content_key = jv_strv(jj_cstr(&rt, "content"));
     for (size_t i = 0; i < ml->n; i++) {
@@ -278,8 +289,6 @@ static lb_status render(const lb_chat_template *tpl, const char *messages_json,
         ej = parse_json(&rt, "extra_json", extra_json, &ns);
         if (!cJSON_IsObject(ej)) jj_throw(&err, LB_ERR_INVALID_ARG, "extra_json: not a JSON object");
         jv extra = from_cjson(&rt, "extra_json", ej, &ns, 0);
-        cJSON_Delete(ej);
-        ej = NULL;
         jdict *d = extra.u.d;
         for (size_t i = 0; i < d->n; i++) {
             const jstr *k = d->k[i].u.s;
@@ -296,6 +305,8 @@ static lb_status render(const lb_chat_template *tpl, const char *messages_json,
     rt.out = &result;
     jj_exec_template(&rt, g);
 
+    cJSON_Delete(mj);
+    cJSON_Delete(ej);
     char *buf = malloc(result.n + 1);
     if (!buf) {
         jj_arena_release(&ar);

@@ -332,6 +332,8 @@ size_t jj_cp_off(const jstr *s, size_t i);
 const jstr *jj_str(jj_rt *rt, const char *p, size_t len); /* copies */
 const jstr *jj_str_nocopy(jj_rt *rt, const char *p, size_t len);
 const jstr *jj_cstr(jj_rt *rt, const char *z);
+/* a + b (no copy when either is empty) */
+const jstr *jj_str_cat(jj_rt *rt, const jstr *a, const jstr *b);
 jv jv_str(jj_rt *rt, const char *p, size_t len);
 extern const jstr jj_empty_str;
 

@@ -260,14 +260,7 @@ jv jj_binop(jj_rt *rt, int op, jv a, jv b) {
     }
     switch (op) {
     case JOP_ADD:
-        if (a.kind == JV_STR && b.kind == JV_STR) {
-            if (a.u.s->len == 0) return b;
-            if (b.u.s->len == 0) return a;
-            jj_sb sb = {0};
-            jj_sb_put(rt, &sb, a.u.s->p, a.u.s->len);
-            jj_sb_put(rt, &sb, b.u.s->p, b.u.s->len);
-            return jv_strv(jj_sb_str(rt, &sb));
-        }
+        if (a.kind == JV_STR && b.kind == JV_STR) return jv_strv(jj_str_cat(rt, a.u.s, b.u.s));
         if (a.kind == JV_STR)
             JJ_TYPE_ERR(rt, "can only concatenate str (not \"%s\") to str", jj_type_name(b));
         if (jv_is_seq(a) && a.kind == b.kind) {

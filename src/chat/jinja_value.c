@@ -116,6 +116,14 @@ size_t jj_utf8_check(const char *s, size_t len) {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (i < len) {
+        /* ASCII fast path, 8 bytes at a time */
+        while (len - i >= 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= len) break;
         unsigned c = p[i];
         if (c < 0x80) {
             i++;
@@ -149,10 +157,17 @@ size_t jj_utf8_check(const char *s, size_t len) {
 }
 
 size_t jj_utf8_ncp(const char *s, size_t len) {
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80) n++;
-    return n;
+    /* code points = bytes - continuation bytes (10xxxxxx), 8 at a time */
+    size_t cont = 0, i = 0;
+    for (; len - i >= 8; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        uint64_t x = (w >> 7) & ~(w >> 6) & 0x0101010101010101ull; /* 1 per byte */
+        cont += (size_t)((x * 0x0101010101010101ull) >> 56);
+    }
+    for (; i < len; i++)
+        if (((unsigned char)s[i] & 0xC0) == 0x80) cont++;
+    return len - cont;
 }
 
 uint32_t jj_utf8_dec(const char *s, size_t len, size_t *adv) {
@@ -241,6 +256,24 @@ const jstr *jj_str(jj_rt *rt, const char *p, size_t len) {
 }
 
 const jstr *jj_cstr(jj_rt *rt, const char *z) { return jj_str(rt, z, strlen(z)); }
+
+const jstr *jj_str_cat(jj_rt *rt, const jstr *a, const jstr *b) {
+    if (a->len == 0) return b;
+    if (b->len == 0) return a;
+    size_t len;
+    if (!lb_add_ok(a->len, b->len, &len)) jj_fail(rt, LB_ERR_RANGE, "string too long");
+    check_len(rt, len);
+    jj_charge(rt, len);
+    char *d = jj_alloc(rt->ar, len + 1);
+    memcpy(d, a->p, a->len);
+    memcpy(d + a->len, b->p, b->len);
+    d[len] = 0;
+    jstr *s = jj_alloc(rt->ar, sizeof *s);
+    s->len = len;
+    s->ncp = a->ncp + b->ncp;
+    s->p = d;
+    return s;
+}
 
 jv jv_str(jj_rt *rt, const char *p, size_t len) { return jv_strv(jj_str(rt, p, len)); }
 
