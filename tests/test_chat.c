@@ -100,6 +100,15 @@ static void test_whitespace_control(void) {
     /* raw blocks are verbatim; their own tags honour - */
     EXPECT("{% raw %}{{ x }}{% y %}{% endraw %}", "{{ x }}{% y %}");
     EXPECT("a {%- raw -%}  b  {%- endraw -%}  c", "abc");
+    /* lstrip_blocks removes any Python whitespace (\\s: \\f, \\v, U+3000...)
+     * between the line start and the tag, not only spaces and tabs */
+    EXPECT("a\n\f\v\xe3\x80\x80{% if true %}x{% endif %}", "a\nx");
+    EXPECT("a\n\fb{% if true %}x{% endif %}", "a\n\fbx");
+    /* an opening comment/raw tag with nothing after it ends the template
+     * (Jinja2's lexer stops at EOF without an error) */
+    EXPECT("a{#", "a");
+    EXPECT("a {#-", "a");
+    EXPECT("a{% raw %}", "a");
     /* a typical multi-line template body */
     EXPECT("{% for x in [1, 2] %}\n  - {{ x }}\n{% endfor %}\n", "  - 1\n  - 2\n");
     EXPECT("{%- for x in [1, 2] -%}\n  [{{ x }}]\n{%- endfor %}", "[1][2]");

@@ -8,8 +8,8 @@
  * strip all whitespace (Python str.isspace) before the tag, "-%}"/"-}}"/
  * "-#}" all whitespace after it; "%}" and "#}" (not "}}") eat one following
  * newline (trim_blocks) unless written "+%}"; a "{%"/"{#" tag preceded on its
- * line only by spaces/tabs has them removed (lstrip_blocks) unless written
- * "{%+". Inside tags, a closing "}}"/"%}" only ends the tag when brackets
+ * line only by whitespace (Python \s, e.g. spaces, tabs, \f, \v, U+3000)
+ * has it removed (lstrip_blocks) unless written "{%+". Inside tags, a closing "}}"/"%}" only ends the tag when brackets
  * are balanced. {% raw %} ... {% endraw %} is copied verbatim.
  *
  * Parser: recursive descent mirroring jinja2.parser.Parser (precedence:
@@ -311,8 +311,12 @@ static size_t lstrip_text(jp *p, size_t from, size_t to, char sign, bool is_var,
     size_t l = to;
     while (l > from && p->s[l - 1] != '\n') l--;
     if (l > from || line_starting) {
-        for (size_t k = l; k < to; k++)
-            if (p->s[k] != ' ' && p->s[k] != '\t') return to;
+        /* Jinja2 3.1: whitespace_re.fullmatch(text, l_pos), \s+ Unicode */
+        for (size_t k = l; k < to;) {
+            size_t adv;
+            if (!jj_py_isspace(cp_at(p, k, &adv))) return to;
+            k += adv;
+        }
         return l;
     }
     return to;
@@ -701,6 +705,11 @@ static void lex(jp *p) {
         size_t raw_end = kind == '%' ? match_raw_begin(p, i) : 0;
         size_t tend = lstrip_text(p, pos, i, sign, kind == '{', ls);
         emit_data(p, pos, tend);
+        /* Jinja2's comment/raw states fail through a "(.)" rule, which
+         * cannot match at the end of the source: an unterminated comment or
+         * raw block that reaches EOF with nothing after its opening tag just
+         * ends the template */
+        if ((raw_end && raw_end >= n) || (kind == '#' && after >= n)) break;
         if (raw_end) {
             size_t j = raw_end, e = 0;
             char rs = 0;
