@@ -442,6 +442,13 @@ static void test_limits(void) {
     /* string work is charged per byte: a big substring search in a loop */
     EXPECT_ERR_L("{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{{ 'y' in s }}{% endfor %}",
                  &lim, LB_ERR_RANGE, "evaluation step limit");
+    /* indexing a non-ASCII string costs O(n) per access: charged */
+    EXPECT_ERR_L("{% set s = '\xc3\xa9' * 100000 %}{% for i in range(100000) %}{{ s[i] }}{% endfor %}",
+                 &lim, LB_ERR_RANGE, "evaluation step limit");
+    /* right-to-left searches are linear (no O(n*m) backward memcmp) */
+    EXPECT("{{ ('a' * 100000).rsplit('a' * 50000 + 'b')|length }}{{ ('a' * 100000).rfind('a' * 50000 + 'b') }}",
+           "1-1");
+    EXPECT_ERR("{{ '%99999999999999999999999s' % 'x' }}", LB_ERR_RANGE, "format width too large");
     lb_chat_limits lo = {0};
     lo.max_output_bytes = 1000;
     EXPECT_ERR_L("{% for i in range(1000) %}{{ 'xxxxxxxxxx' }}{% endfor %}", &lo, LB_ERR_RANGE,

@@ -180,6 +180,32 @@ static size_t prev_start(const jstr *s, size_t pos) {
     return q;
 }
 
+typedef struct rev_search {
+    char *rh, *rn; /* reversed haystack / needle */
+    size_t n, m;
+} rev_search;
+
+static void rev_init(jj_rt *rt, rev_search *r, const char *h, size_t n, const char *nd, size_t m) {
+    r->rh = jj_alloc(rt->ar, n + 1);
+    r->rn = jj_alloc(rt->ar, m + 1);
+    for (size_t i = 0; i < n; i++) r->rh[i] = h[n - 1 - i];
+    for (size_t i = 0; i < m; i++) r->rn[i] = nd[m - 1 - i];
+    r->n = n;
+    r->m = m;
+    jj_charge(rt, n + m);
+}
+
+/* Start of the rightmost occurrence ending at or before `end` (bytes), or
+ * -1. */
+static long rev_find(const rev_search *r, size_t end) {
+    size_t from = r->n - end; /* reversed offset */
+    if (r->m > end) return -1;
+    const char *f = memmem(r->rh + from, r->n - from, r->rn, r->m);
+    if (!f) return -1;
+    size_t rpos = (size_t)(f - r->rh);
+    return (long)(r->n - rpos - r->m);
+}
+
 /* Python str.split / str.rsplit */
 static jv do_split(jj_rt *rt, const jstr *s, jv sepv, int64_t maxsplit, bool rev) {
     jj_vec out = {0};
@@ -235,18 +261,12 @@ static jv do_split(jj_rt *rt, const jstr *s, jv sepv, int64_t maxsplit, bool rev
     } else {
         jj_vec tmp = {0};
         size_t end = s->len;
+        rev_search rs;
+        rev_init(rt, &rs, s->p, s->len, sep->p, sep->len);
         while (maxsplit-- > 0 && end >= sep->len) {
-            size_t pos = end - sep->len;
-            bool found = false;
-            for (;;) {
-                if (memcmp(s->p + pos, sep->p, sep->len) == 0) {
-                    found = true;
-                    break;
-                }
-                if (pos == 0) break;
-                pos--;
-            }
-            if (!found) break;
+            long f = rev_find(&rs, end);
+            if (f < 0) break;
+            size_t pos = (size_t)f;
             jj_vec_push(rt, &tmp, jv_strv(substr(rt, s, pos + sep->len, end)));
             end = pos;
         }
@@ -380,13 +400,12 @@ static int64_t str_find(jj_rt *rt, const jstr *s, const jstr *sub, jv vs, jv ve,
         return f ? (int64_t)cp_index_of_off(s, (size_t)(f - s->p)) : -1;
     }
     if (b - a < sub->len) return -1;
-    for (size_t pos = b - sub->len;; pos--) {
-        if (memcmp(s->p + pos, sub->p, sub->len) == 0 &&
-            ((unsigned char)s->p[pos] & 0xC0) != 0x80)
-            return (int64_t)cp_index_of_off(s, pos);
-        if (pos == a) break;
-    }
-    return -1;
+    if (sub->len == 0) return (int64_t)cp_index_of_off(s, b);
+    /* valid UTF-8 needles only match at character boundaries */
+    rev_search rs;
+    rev_init(rt, &rs, s->p + a, b - a, sub->p, sub->len);
+    long f = rev_find(&rs, b - a);
+    return f < 0 ? -1 : (int64_t)cp_index_of_off(s, a + (size_t)f);
 }
 
 static bool tailmatch(jj_rt *rt, const jstr *s, const jstr *sub, jv vs, jv ve, bool suffix) {
@@ -397,6 +416,7 @@ static bool tailmatch(jj_rt *rt, const jstr *s, const jstr *sub, jv vs, jv ve, b
     end -= (int64_t)sub->ncp;
     if (end < start) return false;
     if (sub->len == 0) return true;
+    if (s->ncp != s->len) jj_charge(rt, s->len); /* O(n) offset */
     size_t off = jj_cp_off(s, (size_t)(suffix ? end : start));
     jj_charge(rt, sub->len);
     return s->len - off >= sub->len && memcmp(s->p + off, sub->p, sub->len) == 0;
@@ -670,11 +690,17 @@ jv jj_py_format(jj_rt *rt, const jstr *fmt, jv argv) {
         flags[nf] = 0;
         int64_t width = -1, prec = -1;
         if (i < n && p[i] == '*') jj_fail(rt, LB_ERR_UNSUPPORTED, "'*' width in %%-format is not supported");
-        while (i < n && p[i] >= '0' && p[i] <= '9') width = (width < 0 ? 0 : width) * 10 + (p[i++] - '0');
+        while (i < n && p[i] >= '0' && p[i] <= '9') {
+            width = (width < 0 ? 0 : width) * 10 + (p[i++] - '0');
+            if (width > 100000) jj_fail(rt, LB_ERR_RANGE, "format width too large");
+        }
         if (i < n && p[i] == '.') {
             i++;
             prec = 0;
-            while (i < n && p[i] >= '0' && p[i] <= '9') prec = prec * 10 + (p[i++] - '0');
+            while (i < n && p[i] >= '0' && p[i] <= '9') {
+                prec = prec * 10 + (p[i++] - '0');
+                if (prec > 100000) jj_fail(rt, LB_ERR_RANGE, "format precision too large");
+            }
         }
         while (i < n && (p[i] == 'l' || p[i] == 'h' || p[i] == 'L')) i++;
         if (i >= n) JJ_TYPE_ERR(rt, "incomplete format");

@@ -374,6 +374,7 @@ jv jj_getitem(jj_rt *rt, jv obj, jv key) {
             if (i < 0) i += (int64_t)len;
             if (i >= 0 && (uint64_t)i < len) {
                 if (obj.kind != JV_STR) return obj.u.l->v[i];
+                if (obj.u.s->ncp != obj.u.s->len) jj_charge(rt, obj.u.s->len); /* O(n) offset */
                 size_t off = jj_cp_off(obj.u.s, (size_t)i), adv;
                 jj_utf8_dec(obj.u.s->p + off, obj.u.s->len - off, &adv);
                 return jv_strv(jj_str_nocopy(rt, obj.u.s->p + off, adv));
@@ -449,6 +450,7 @@ static jv do_slice(jj_rt *rt, jv obj, jv vstart, jv vstop, jv vstep) {
     }
     jj_charge(rt, (size_t)count * 4);
     if (obj.kind == JV_STR) {
+        if (obj.u.s->ncp != obj.u.s->len) jj_charge(rt, obj.u.s->len);
         const jstr *s = obj.u.s;
         if (step == 1) {
             size_t a = jj_cp_off(s, (size_t)start), b = jj_cp_off(s, (size_t)(start + count));

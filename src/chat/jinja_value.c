@@ -329,6 +329,7 @@ jlist *jj_list_new(jj_rt *rt, size_t n) {
     jlist *l = jj_alloc(rt->ar, sizeof *l);
     size_t bytes;
     if (!lb_mul_ok(n, sizeof(jv), &bytes)) jj_fail(rt, LB_ERR_RANGE, "list too long");
+    jj_charge(rt, bytes / 2); /* callers fill it: ~8 steps per 64 items */
     l->v = n ? jj_alloc0(rt->ar, bytes) : NULL;
     for (size_t i = 0; i < n; i++) l->v[i].kind = JV_NONE;
     l->n = n;
@@ -339,6 +340,7 @@ void jj_vec_push(jj_rt *rt, jj_vec *vec, jv x) {
     if (vec->n == vec->cap) {
         size_t cap = vec->cap ? vec->cap * 2 : 8, bytes;
         if (!lb_mul_ok(cap, sizeof(jv), &bytes)) jj_fail(rt, LB_ERR_RANGE, "list too long");
+        jj_charge(rt, bytes);
         jv *nv = jj_alloc(rt->ar, bytes);
         if (vec->n) memcpy(nv, vec->v, vec->n * sizeof(jv));
         vec->v = nv;
@@ -400,7 +402,9 @@ uint64_t jj_hash(jj_rt *rt, jv v, int depth) {
         memcpy(&b, &f, 8);
         return mix64(b);
     }
-    case JV_STR: return hash_bytes(v.u.s->p, v.u.s->len);
+    case JV_STR:
+        jj_charge(rt, v.u.s->len);
+        return hash_bytes(v.u.s->p, v.u.s->len);
     case JV_TUPLE: {
         uint64_t h = 0x7475706cull;
         jj_charge(rt, v.u.l->n * 8);
