@@ -263,6 +263,17 @@ static void test_macros(void) {
                "no keyword argument 'b'");
 }
 
+static void test_strftime_now(void) {
+    /* Llama 3.2 uses strftime_now when date_string is not given */
+    EXPECT("{{ strftime_now is defined }}{{ strftime_now('%Y')|length }}{{ strftime_now('') }}",
+           "True4");
+    EXPECT("{% if not date_string is defined %}{% if strftime_now is defined %}"
+           "{% set date_string = strftime_now('%d %b %Y') %}{% endif %}{% endif %}"
+           "{{ date_string|length in [10, 11] }}",
+           "True");
+    EXPECT_ERR("{{ strftime_now(5) }}", LB_ERR_INVALID_ARG, "expected str");
+}
+
 static void test_other_statements(void) {
     EXPECT("{% filter upper %}ab{{ 'c' }}{% endfilter %}", "ABC");
     EXPECT("{% generation %}ok{% endgeneration %}", "ok");
@@ -822,6 +833,7 @@ int main(void) {
     TH_RUN(test_scoping_and_set);
     TH_RUN(test_macros);
     TH_RUN(test_other_statements);
+    TH_RUN(test_strftime_now);
     TH_RUN(test_tests);
     TH_RUN(test_filters);
     TH_RUN(test_methods);

@@ -114,7 +114,61 @@ static void test_reference(void) {
     cJSON_Delete(meta);
 }
 
+/* The reference set has no tool use; this case was derived by hand from
+ * the Qwen3 template text: the tools block goes into a system turn (no
+ * system message given), the reverse scan sets last_query_index = 0 (the
+ * only user turn), the assistant turn has empty content and no reasoning,
+ * so it is "<|im_start|>assistant\n" + the tool call (no leading newline
+ * because content is empty), and the tool turn becomes a user turn with a
+ * <tool_response>. */
+static void test_qwen3_tools(void) {
+    char *cfg_text = read_text(th_shared("tokenizers/qwen3/tokenizer_config.json"));
+    if (!cfg_text) th_skip("../shared/tokenizers/qwen3 not found");
+    cJSON *cj = cJSON_Parse(cfg_text);
+    free(cfg_text);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(cj, "chat_template");
+    lb_chat_template *tpl = NULL;
+    TH_CHECK_OK(lb_chat_template_compile(cJSON_IsString(src) ? src->valuestring : "", &tpl));
+    cJSON_Delete(cj);
+    if (!tpl) return;
+    const char *msgs =
+        "[{\"role\":\"user\",\"content\":\"Q\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":{\"x\":1}}}]},"
+        "{\"role\":\"tool\",\"content\":\"R\"}]";
+    const char *extra =
+        "{\"add_generation_prompt\":true,\"eos_token\":\"<|im_end|>\",\"bos_token\":null,"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}";
+    const char *want =
+        "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user "
+        "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nQ<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>"
+        "<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nR\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n";
+    char *out = NULL;
+    size_t n = 0;
+    TH_CHECK_OK(lb_chat_template_render(tpl, msgs, extra, &out, &n));
+    TH_CHECK_STR(out, want);
+    free(out);
+    /* an assistant turn with content null (OpenAI tool-call shape) fails as
+     * in transformers: '</think>' in none */
+    lb_clear_error();
+    lb_status st = lb_chat_template_render(
+        tpl, "[{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":null}]", NULL,
+        &out, &n);
+    TH_CHECK_INT(st, LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "argument of type 'NoneType' is not iterable") != NULL);
+    lb_chat_template_free(tpl);
+}
+
 int main(void) {
     TH_RUN(test_reference);
+    TH_RUN(test_qwen3_tools);
     return th_report();
 }

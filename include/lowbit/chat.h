@@ -19,22 +19,31 @@
  * calling it is an error). Output is byte-identical to transformers for the
  * supported subset (tests: ../shared/reference/chat and tests/test_chat*.c).
  *
- * Supported template language (see docs in src/chat/jinja.h for details):
+ * Supported template language:
  *  - {{ }}, {% %}, {# #}; statements: if/elif/else, for (loop.index, index0,
  *    revindex, revindex0, first, last, length, depth, depth0, previtem,
- *    nextitem, cycle(), changed(); else; tuple unpacking; `if` filter),
- *    break/continue, set (name, tuple, namespace attribute, block set with
- *    optional filters), macro (defaults, varargs, kwargs, caller), call
- *    blocks, filter blocks, with, raw, print, generation (transformers'
- *    assistant-mask tag; renders its body).
+ *    nextitem, cycle(), changed(); else; tuple unpacking; an `if` filter,
+ *    applied lazily like Jinja2's LoopContext), break/continue, set (name,
+ *    tuple, namespace attribute, block set with optional filters), macro
+ *    (defaults, varargs, kwargs, caller), call blocks, filter blocks, with,
+ *    raw, print, generation (transformers' assistant-mask tag; renders its
+ *    body). Scoping as Jinja2: a for body gets a fresh scope per iteration
+ *    (hence namespace()), if does not; macros close over their defining
+ *    scope. Jinja2 quirks kept: ** is left-associative, `-2 ** 2` is 4, a
+ *    for-else also runs when no iteration reached the end of the body.
  *  - Expressions: literals (strings with Python escapes, ints incl. 0x/0o/0b
  *    and `_`, floats, true/false/none in both cases), lists, tuples, dicts,
- *    attribute/item access, slices, + - * / // % ** ~, comparisons (chained),
- *    in / not in, and/or/not, a if c else b, filters, tests, calls.
+ *    attribute/item access (dict methods win over keys for `d.items`, keys
+ *    win for `d['items']`), slices incl. negative steps, + - * / // % **
+ *    (Python int/float semantics, str % args), ~, comparisons (chained),
+ *    in / not in, and/or (returning an operand), not, a if c else b,
+ *    filters, tests, calls.
  *  - Filters: abs attr capitalize center count d default dictsort e escape
  *    first float format indent int items join last length list lower map max
  *    min reject rejectattr replace reverse round safe select selectattr sort
- *    string sum title tojson trim unique upper wordcount.
+ *    string sum title tojson trim unique upper wordcount. tojson takes
+ *    transformers' arguments (ensure_ascii, indent as int or string,
+ *    separators, sort_keys).
  *  - Tests: all Jinja2 3.1 builtin tests (defined, undefined, none, boolean,
  *    true, false, integer, float, number, string, mapping, iterable,
  *    sequence, callable, sameas, eq/equalto/==, ne/!=, lt/</lessthan, le/<=,
@@ -44,28 +53,42 @@
  *    endswith replace upper lower title capitalize swapcase find rfind index
  *    rindex count join format isdigit isalpha isalnum isspace isupper islower
  *    center ljust rjust zfill), dict (items keys values get), list (index
- *    count). Mutating methods (list.append, dict.update, ...) fail with the
- *    sandbox's "access to attribute ... is unsafe" error, as in transformers.
+ *    count). Mutating methods (list.append, dict.update, ...) are undefined
+ *    and fail when called with the sandbox's "access to attribute ... is
+ *    unsafe" message, as in transformers' ImmutableSandboxedEnvironment.
  *  - Globals: range (at most 100000 items, the sandbox's MAX_RANGE),
  *    namespace, dict, raise_exception, strftime_now (local time, C
- *    strftime).
- * Not supported (compile error LB_ERR_UNSUPPORTED): extends, block, include,
- * import, from, autoescape, recursive loops; Jinja2 filters not listed above
- * fail when evaluated (LB_ERR_UNSUPPORTED); unknown filter or test names fail
- * at compile time (LB_ERR_FORMAT), as Jinja2 does.
+ *    strftime, result at most 2047 bytes). cycler, joiner and lipsum fail
+ *    when called (LB_ERR_UNSUPPORTED).
+ * Not supported: the tags extends, block, include, import, from, autoescape
+ * and recursive for loops, and *args / **kwargs in calls (compile error
+ * LB_ERR_UNSUPPORTED); \N{NAME} string escapes (LB_ERR_FORMAT); the Jinja2
+ * filters batch, filesizeformat, forceescape, groupby, pprint, random,
+ * slice, striptags, truncate, urlencode, urlize, wordwrap and xmlattr fail
+ * when evaluated (LB_ERR_UNSUPPORTED). Filter or test names Jinja2 does not
+ * know fail at compile time (LB_ERR_FORMAT "No filter named 'x'."), as in
+ * Jinja2.
  *
  * Known differences from Python (documented, not silent): integers are
  * 64-bit (overflow is an error, not a big int); str.upper/lower/title use
- * utf8proc's simple case mapping (no "ß" -> "SS"); printing a range, a
- * dict's items() or a bound method gives a list / list of tuples /
- * "<built-in method NAME>" instead of Python's object reprs.
+ * utf8proc's simple case mapping (no "ß" -> "SS", no final sigma); escape
+ * and safe return plain strings (no Markup); filters that return lazy
+ * generators in Jinja2 (map, select, reject, selectattr, rejectattr,
+ * reverse) and range(), dict.items()/keys()/values() return lists, so
+ * printing one directly shows a list instead of Python's
+ * "<generator object ...>" / "range(0, 3)" / "dict_items([...])"; a bound
+ * method prints as "<built-in method NAME>".
  *
  * Hostile input: templates and JSON may come from an HTTP client. Every
  * render is bounded (lb_chat_limits): recursion depth, evaluation steps
- * (charged per node and per byte of string work), memory, and output size;
- * exceeding one fails with LB_ERR_RANGE. The template source is at most
- * LB_CHAT_MAX_TEMPLATE_BYTES and its syntax tree at most
- * LB_CHAT_MAX_NESTING levels deep. Inputs must be valid UTF-8.
+ * (charged per node, per loop iteration and per byte of string/list work),
+ * memory, and the size of the output and of any string; exceeding one fails
+ * with LB_ERR_RANGE. The template source is at most
+ * LB_CHAT_MAX_TEMPLATE_BYTES, its syntax tree and bracket nesting at most
+ * LB_CHAT_MAX_NESTING levels deep; JSON inputs may nest at most 240 levels
+ * and values are walked (repr, tojson, ==) at most 256 levels deep. Inputs
+ * must be valid UTF-8. At the default max_depth a render needs less than
+ * 256 KiB of C stack (about 1 MiB under AddressSanitizer).
  *
  * Errors: compile errors are LB_ERR_FORMAT ("chat template line L:C: ...",
  * column counted in characters from 1) or LB_ERR_UNSUPPORTED; render errors

@@ -1924,8 +1924,8 @@ jv jj_call_builtin(jj_rt *rt, jfunc *fn, size_t nargs, const jv *args, size_t nk
     }
     case G_STRFTIME: {
         BIND("strftime_now", "format");
+        if (!GIVEN(0)) JJ_TYPE_ERR(rt, "strftime_now() missing required argument 'format'");
         const jstr *f = need_str(rt, a_[0], "strftime_now");
-        if (!GIVEN(0)) JJ_TYPE_ERR(rt, "strftime_now() missing format");
         if (f->len > 256 || memchr(f->p, 0, f->len))
             JJ_TYPE_ERR(rt, "strftime_now format too long or contains NUL");
         char fmt[260], buf[2048];
