@@ -1,2 +1,3 @@
 /* The subcommand table: LB_CMD(name, one-line summary). One line each. */
 LB_CMD(version, "print version and detected CPU features")
+LB_CMD(inspect, "show a GGUF file's tensors, bits/weight and metadata")
