@@ -1,0 +1,62 @@
+/*
+ * ex_ctx.h — the exporter's working state (one export), shared by
+ * ex_plan.c (planning), ex_write.c (GGUF output) and ex_gptq.c (GPTQ
+ * modules). Not installed.
+ */
+#ifndef LB_EX_CTX_H
+#define LB_EX_CTX_H
+
+#include "export/export_internal.h"
+
+typedef struct ex_rule {
+    char *text;   /* the rule as given                           */
+    void *code;   /* compiled PCRE2 regex                         */
+    int type;     /* target type, -1 with keep                    */
+    bool keep;
+} ex_rule;
+
+typedef struct ex_ctx {
+    char *dir;            /* input directory                          */
+    char *name;           /* general.name                             */
+    char arch[16];        /* GGUF architecture                        */
+    bool permute;         /* llama: q/k rows permuted                 */
+    lb_model_config cfg;
+    lb_safetensors *st;   /* NULL for vocab-only                      */
+    ex_vocab vocab;
+    ex_tensor *t;         /* GGUF order                               */
+    size_t n, cap;
+    ex_rule *rules;
+    int n_rules;
+    bool gptq;            /* a GPTQ checkpoint                         */
+    void *gptq_state;     /* ex_gptq.c's parsed quantization config    */
+    lb_type default_float; /* dense default type (F16 / BF16)          */
+    char tied_note[160];
+    lb_export_plan *plan; /* owned until handed out                   */
+} ex_ctx;
+
+/* ex_plan.c */
+lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts, ex_ctx **out);
+void ex_ctx_free(ex_ctx *c);
+
+/* ex_write.c: a writer holding every key and tensor info of the plan (no
+ * data yet); also sets plan->file_bytes. */
+lb_status ex_build_writer(ex_ctx *c, bool vocab_only, lb_gguf_writer **out);
+/* Set plan->file_bytes (builds and drops a writer). */
+lb_status ex_plan_layout(ex_ctx *c, bool vocab_only);
+
+/* ex_gptq.c */
+/* Detect a GPTQ checkpoint (config.json quantization_config with
+ * quant_method "gptq", or quantize_config.json) and parse its config. */
+lb_status ex_gptq_detect(ex_ctx *c);
+/* Fill a GPTQ tensor's views, shape, bits and direct-route decision from
+ * module `module` ("model.layers.0.self_attn.q_proj"). */
+lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module);
+/* Dequantize a GPTQ tensor into W [out, in] f32, GGUF row order (the q/k
+ * permutation applied). */
+lb_status ex_gptq_dequantize(const ex_ctx *c, const ex_tensor *t, float *W);
+/* Write the direct-route bytes of a GPTQ tensor (t->info.type) into dst
+ * (t->info.nbytes), GGUF row order. */
+lb_status ex_gptq_direct(const ex_ctx *c, const ex_tensor *t, void *dst);
+void ex_gptq_free(ex_ctx *c);
+
+#endif /* LB_EX_CTX_H */
