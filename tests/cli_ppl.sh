@@ -21,6 +21,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -q '^Final estimate: PPL = 39.2612 +/- 1.1623[0-9]$' "$T/full.txt" || { cat "$T/full.txt"; fail "full protocol line"; }
 grep -q '^\[1\][0-9.]*,\[2\]' "$T/full.err" || fail "per-chunk running figures on stderr"
 
+# the same from the text through the model's tokenizer (HF tokenizer.json:
+# the reference ids)
+TXT="$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt"
+"$LOWBIT" ppl "$M" --text-file "$TXT" --ctx 256 --protocol full -t 2 >"$T/full-text.txt" 2>/dev/null
+cmp -s "$T/full.txt" "$T/full-text.txt" || { cat "$T/full-text.txt"; fail "--text-file differs from --ids"; }
+"$LOWBIT" --json ppl "$M" --text-file "$TXT" --ctx 256 -t 2 >"$T/llama-text.json"
+
 # llama protocol (default), JSON
 "$LOWBIT" --json ppl "$M" --ids "$IDS" --ctx 256 -t 2 >"$T/llama.json"
 python3 - "$T/llama.json" <<'PY'
@@ -31,6 +38,7 @@ assert j["chunks"] == 30 and j["tokens_scored"] == 3810, j
 assert abs(j["ppl"] - 34.50692077517078) < 34.5 * 2e-5, j
 assert abs(j["ppl_err"] - 1.412768392441898) < 1.4128 * 1e-4, j
 PY
+cmp -s "$T/llama.json" "$T/llama-text.json" || fail "llama protocol: text and ids differ"
 # --chunks, --batch
 "$LOWBIT" --json ppl "$M" --ids "$IDS" --ctx 128 --chunks 5 --batch 50 -t 2 >"$T/c5.json"
 python3 -c "import json,sys; j=json.load(open('$T/c5.json')); assert j['chunks']==5 and j['tokens_scored']==5*63, j"

@@ -1,34 +1,44 @@
-/* Text -> token ids for the CLI (see cli_text.h).
- * Until the tokenizer branch is merged this build has no tokenizer: the
- * functions fail with LB_ERR_UNSUPPORTED and the commands take ids. */
+/* Text -> token ids for the CLI (see cli_text.h): the model's tokenizer
+ * (tokenizer.json of a checkpoint directory, or a .gguf vocabulary). */
 #include "cli_text.h"
+
+#include "lowbit/file.h"
+#include "lowbit/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 lb_status cli_tokenizer_open(const char *model, void **tok) {
     *tok = NULL;
-    return lb_set_error(LB_ERR_UNSUPPORTED,
-                        "%s: this build has no tokenizer; give token ids "
-                        "(--ids / --calib-ids)",
-                        model);
+    lb_tokenizer *t = NULL;
+    size_t n = strlen(model);
+    lb_status st = n >= 5 && !strcmp(model + n - 5, ".gguf")
+                       ? lb_tokenizer_load_gguf(model, &t)
+                       : lb_tokenizer_load_hf(model, &t);
+    if (st == LB_OK) *tok = t;
+    return st;
 }
 
 lb_status cli_tokenize_cb(void *tok, const char *text, size_t len,
                           int32_t **ids, size_t *n) {
-    (void)tok;
-    (void)text;
-    (void)len;
-    *ids = NULL;
-    *n = 0;
-    return lb_set_error(LB_ERR_UNSUPPORTED, "no tokenizer in this build");
+    return lb_tokenizer_encode(tok, text, len, true, ids, n);
 }
 
-void cli_tokenizer_close(void *tok) { (void)tok; }
+void cli_tokenizer_close(void *tok) { lb_tokenizer_free(tok); }
 
 lb_status cli_tokenize_file(const char *model, const char *file,
                             bool strip_one_newline, int32_t **ids, size_t *n) {
-    (void)file;
-    (void)strip_one_newline;
     *ids = NULL;
     *n = 0;
-    void *tok;
-    return cli_tokenizer_open(model, &tok);
+    char *text = NULL;
+    size_t len = 0;
+    lb_status st = lb_read_file(file, (size_t)1 << 34, &text, &len);
+    if (st != LB_OK) return st;
+    if (strip_one_newline && len && text[len - 1] == '\n') len--;
+    void *tok = NULL;
+    st = cli_tokenizer_open(model, &tok);
+    if (st == LB_OK) st = cli_tokenize_cb(tok, text, len, ids, n);
+    cli_tokenizer_close(tok);
+    free(text);
+    return st;
 }
