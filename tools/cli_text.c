@@ -42,3 +42,19 @@ lb_status cli_tokenize_file(const char *model, const char *file,
     free(text);
     return st;
 }
+
+lb_status cli_tokenizer_bos(const char *model, int32_t *bos) {
+    *bos = -1;
+    void *tok = NULL;
+    lb_status st = cli_tokenizer_open(model, &tok);
+    if (st != LB_OK) return st;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    /* what the post-processor puts around a text: BOS first or nothing */
+    st = lb_tokenizer_encode(tok, "a", 1, true, &ids, &n);
+    int32_t b = lb_tokenizer_bos(tok);
+    if (st == LB_OK && n > 0 && b >= 0 && ids[0] == b) *bos = b;
+    free(ids);
+    cli_tokenizer_close(tok);
+    return st;
+}

@@ -34,7 +34,9 @@ static void usage(FILE *fp) {
             "  --batch N           tokens per forward call (default: ctx)\n"
             "  --chunks N          evaluate at most N chunks\n"
             "  --no-bos            llama protocol: keep each chunk's first "
-            "token\n"
+            "token (default:\n"
+            "                      replaced by BOS when the tokenizer adds "
+            "one, as llama.cpp)\n"
             "  --gptq-mode M       GPTQ checkpoints: auto (exact Q4_0/Q8_0, "
             "else F32),\n"
             "                      f32, f16, fast (auto + approximate Q4_1)\n"
@@ -170,7 +172,17 @@ int cmd_ppl(int argc, char **argv) {
     pp.n_ctx = (int32_t)ctx_len;
     pp.n_batch = (int32_t)batch;
     pp.max_chunks = (int32_t)chunks;
-    pp.bos_id = no_bos ? -1 : m->config.bos_token_id;
+    /* llama.cpp replaces the first token only when the vocabulary adds
+     * BOS; without a usable tokenizer, the config's bos_token_id */
+    pp.bos_id = m->config.bos_token_id;
+    if (protocol == LB_PPL_LLAMA && !no_bos) {
+        int32_t b;
+        if (cli_tokenizer_bos(model, &b) == LB_OK)
+            pp.bos_id = b;
+        else
+            lb_clear_error();
+    }
+    if (no_bos) pp.bos_id = -1;
     chunk_printer cpr = {!g_cli.quiet && !g_cli.json};
     pp.on_chunk = on_chunk;
     pp.user = &cpr;

@@ -292,22 +292,29 @@ lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
         free(js);
         free(p);
     }
-    if (s != LB_OK) {
-        lb_model_config_clear(&cfg);
-        return s;
-    }
-    lb_model *m = NULL;
-    s = lb_model_builder_new(&cfg, &m);
-    lb_model_config_clear(&cfg);
-    if (s != LB_OK) {
-        lb_gptq_qconfig_clear(&qc);
-        return s;
-    }
-    load_ctx c = {.m = m, .dir = dir, .qc = &qc,
-                  .mode = opts ? opts->gptq_mode : LB_GPTQ_LOAD_AUTO};
     lb_safetensors *st = NULL;
-    s = open_weights(dir, &st);
-    if (s == LB_OK) s = lb_model_builder_on_free(m, st_close_cb, st);
+    if (s == LB_OK) s = open_weights(dir, &st);
+    if (s == LB_OK) s = lb_gptq_build_model(&cfg, &qc, st, true, dir, opts, out);
+    lb_model_config_clear(&cfg);
+    lb_gptq_qconfig_clear(&qc);
+    return s;
+}
+
+lb_status lb_gptq_build_model(const lb_model_config *cfg,
+                              const lb_gptq_qconfig *qc, lb_safetensors *st,
+                              bool own_st, const char *label,
+                              const lb_model_load_opts *opts, lb_model **out) {
+    *out = NULL;
+    lb_model *m = NULL;
+    lb_status s = lb_model_builder_new(cfg, &m);
+    if (s != LB_OK) {
+        if (own_st) lb_st_close(st);
+        return s;
+    }
+    const char *dir = label;
+    load_ctx c = {.m = m, .dir = dir, .qc = qc,
+                  .mode = opts ? opts->gptq_mode : LB_GPTQ_LOAD_AUTO};
+    if (own_st) s = lb_model_builder_on_free(m, st_close_cb, st);
     if (s != LB_OK) goto fail;
     c.st = st;
     const lb_model_config *mc = &m->config;
@@ -381,15 +388,13 @@ lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
     lb_log(LB_LOG_INFO,
            "%s: GPTQ %d-bit checkpoint (%s): %d Q4_0, %d Q8_0, %d Q4_1, "
            "%d F32, %d F16 linears from qweight, %d dense linears",
-           dir, qc.bits, qc.format == LB_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq",
+           dir, qc->bits, qc->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq",
            c.n_by_type[LB_TYPE_Q4_0], c.n_by_type[LB_TYPE_Q8_0],
            c.n_by_type[LB_TYPE_Q4_1], c.n_by_type[LB_TYPE_F32],
            c.n_by_type[LB_TYPE_F16], c.n_dense);
-    lb_gptq_qconfig_clear(&qc);
     *out = m;
     return LB_OK;
 fail:
-    lb_gptq_qconfig_clear(&qc);
     lb_model_free(m);
     return s;
 }
