@@ -1,0 +1,671 @@
+/*
+ * lb_quantize_model: GPTQ checkpoints written and reloaded.
+ *  - tinystories-656k, the reference protocol: the packed tensors equal
+ *    AutoGPTQ's own checkpoint (../shared/reference/gptq_model/
+ *    gptq_checkpoint), the reload gives ppl within 1% of 41.4763 (F32) and
+ *    loads as exact Q4_0; config.json / quantize_config.json / tokenizer
+ *    files / report; nothing left beside the output;
+ *  - resume: a run cancelled after layer 0 and resumed gives the same
+ *    bytes as an uninterrupted run; other settings start afresh;
+ *  - RTN asym gptq_v2 with module rules (8-bit, skip) -> dynamic config,
+ *    mixed reload; v1 cannot hold a zero point of 0;
+ *  - the vllm-w4a8 profile (lm_head quantized and untied, BF16 embedding,
+ *    SNR report); sharding; output-directory rules and argument errors.
+ */
+#include "th.h"
+
+#include "lowbit/eval.h"
+#include "lowbit/file.h"
+#include "lowbit/gptq_ckpt.h"
+#include "lowbit/model.h"
+#include "lowbit/quantize.h"
+#include "lowbit/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TS_DIR "models/tinystories-656k"
+#define QW_DIR "models/random/qwen2-random"
+
+static double ppl_full256(lb_model *m) {
+    size_t nb = 0;
+    int32_t *ids = th_read_bin(th_shared("reference/ppl/ids/tinystories-lf."
+                                         "hf-tokenizers.ids.i32"),
+                               &nb);
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    lb_context *ctx = NULL;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    lb_ppl_params p = lb_ppl_default_params();
+    p.protocol = LB_PPL_FULL;
+    p.n_ctx = 256;
+    lb_ppl_result r = {0};
+    if (ctx && ids)
+        TH_CHECK_OK(lb_perplexity(ctx, ids, (int64_t)nb / 4, &p, &r));
+    lb_context_free(ctx);
+    free(ids);
+    return r.ppl;
+}
+
+static cJSON *read_json(const char *path) {
+    size_t n;
+    char *s = th_read_bin(path, &n);
+    if (!s) return NULL;
+    cJSON *j = cJSON_ParseWithLength(s, n);
+    free(s);
+    return j;
+}
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][700];
+    static int k;
+    char *b = buf[k++ & 7];
+    snprintf(b, sizeof buf[0], "%s/%s", th_tmpdir(), name);
+    return b;
+}
+
+/* Entries of th_tmpdir() whose name starts with prefix. */
+static int count_entries(const char *prefix) {
+    DIR *d = opendir(th_tmpdir());
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static bool files_equal(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    void *pa = th_read_bin(a, &na), *pb = th_read_bin(b, &nb);
+    bool eq = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return eq;
+}
+
+static lb_calib random_calib(int64_t ns, int64_t T, int32_t vocab,
+                             uint32_t seed) {
+    lb_calib c = {0};
+    c.ids = malloc((size_t)(ns * T) * 4);
+    c.nsamples = ns;
+    c.seqlen = T;
+    for (int64_t i = 0; i < ns * T; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        c.ids[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+    }
+    return c;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_reference_checkpoint(void) {
+    lb_calib cal;
+    TH_CHECK_OK(lb_calib_load_ids(th_shared("reference/gptq_model/"
+                                            "calib_ids.i32"),
+                                  128, 0, &cal));
+    const char *out = tmp_path("ts-gptq");
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.n_threads = 2;
+    p.write_report = true;
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(th_shared(TS_DIR), out, &p, &cal, &rep));
+    TH_CHECK_INT(rep.n_shards, 1);
+    TH_CHECK_INT(rep.quantized_params, 393216);
+    TH_CHECK_NEAR(rep.bits_per_weight, 4.34375, 1e-9);
+    TH_CHECK_INT(count_entries("ts-gptq.tmp-"), 0);
+    /* packed tensors vs AutoGPTQ's checkpoint */
+    lb_safetensors *mine = NULL, *theirs = NULL;
+    char p1[800];
+    snprintf(p1, sizeof p1, "%s/model.safetensors", out);
+    TH_CHECK_OK(lb_st_open(p1, &mine));
+    TH_CHECK_OK(lb_st_open(th_shared("reference/gptq_model/gptq_checkpoint/"
+                                     "gptq_model-4bit-128g.safetensors"),
+                           &theirs));
+    if (mine && theirs) {
+        TH_CHECK_STR(lb_st_metadata(mine, "format"), "pt");
+        TH_CHECK_STR(lb_st_metadata(mine, "quantizer"), "lowbit:0.1.0");
+        int64_t n_words = 0, n_diff = 0, n_sc = 0, n_sc_diff = 0;
+        int n_t = 0;
+        for (size_t i = 0; i < lb_st_count(theirs); i++) {
+            const lb_tensor *t = lb_st_tensor_at(theirs, i);
+            /* tied: the source stores only lm_head.weight, AutoGPTQ's
+             * state_dict also has model.embed_tokens.weight */
+            if (!strcmp(t->name, "model.embed_tokens.weight")) continue;
+            const lb_tensor *u = lb_st_find(mine, t->name);
+            TH_CHECK_MSG(u != NULL, "%s missing", t->name);
+            if (!u) continue;
+            n_t++;
+            TH_CHECK_MSG(u->type == t->type && u->nbytes == t->nbytes,
+                         "%s: %s %zu vs %s %zu", t->name,
+                         lb_type_name(u->type), u->nbytes,
+                         lb_type_name(t->type), t->nbytes);
+            if (u->nbytes != t->nbytes) continue;
+            bool scales = strstr(t->name, ".scales") != NULL;
+            size_t esz = scales ? 2 : 4;
+            for (size_t k = 0; k < t->nbytes / esz; k++) {
+                bool d = memcmp((const uint8_t *)t->data + k * esz,
+                                (const uint8_t *)u->data + k * esz, esz) != 0;
+                if (scales) {
+                    n_sc++;
+                    n_sc_diff += d;
+                } else {
+                    n_words++;
+                    n_diff += d;
+                }
+            }
+        }
+        fprintf(stderr, "  vs AutoGPTQ's checkpoint: %d tensors, %lld of %lld "
+                "words (qweight, qzeros, g_idx, other tensors) and %lld of "
+                "%lld f16 scales differ\n",
+                n_t, (long long)n_diff, (long long)n_words,
+                (long long)n_sc_diff, (long long)n_sc);
+        TH_CHECK_INT(n_t, (int)lb_st_count(theirs) - 1);
+        TH_CHECK_INT(lb_st_count(mine), lb_st_count(theirs) - 1);
+        TH_CHECK_INT(n_diff, 0);
+        /* the forward's f32 rounding differs from torch's: allow a few f16
+         * scales to round the other way (measured: none) */
+        TH_CHECK(n_sc_diff * 100 <= n_sc);
+    }
+    lb_st_close(mine);
+    lb_st_close(theirs);
+    /* configs */
+    snprintf(p1, sizeof p1, "%s/config.json", out);
+    cJSON *cfg = read_json(p1);
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+    TH_CHECK(cJSON_IsObject(qc));
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(qc, "bits")->valueint, 4);
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(qc, "group_size")->valueint,
+                 128);
+    TH_CHECK_STR(cJSON_GetObjectItemCaseSensitive(qc, "quant_method")
+                     ->valuestring, "gptq");
+    TH_CHECK_STR(cJSON_GetObjectItemCaseSensitive(qc, "checkpoint_format")
+                     ->valuestring, "gptq");
+    TH_CHECK_STR(cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetObjectItemCaseSensitive(qc, "meta"), "quantizer")
+                     ->valuestring, "lowbit:0.1.0");
+    TH_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cfg, "tie_word_embeddings")));
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(cfg, "vocab_size")->valueint,
+                 2048);
+    cJSON_Delete(cfg);
+    snprintf(p1, sizeof p1, "%s/quantize_config.json", out);
+    cJSON *qcf = read_json(p1);
+    TH_CHECK(qcf && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
+                        qcf, "model_file_base_name")));
+    TH_CHECK_NEAR(cJSON_GetObjectItemCaseSensitive(qcf, "damp_percent")
+                      ->valuedouble, 0.01, 1e-12);
+    cJSON_Delete(qcf);
+    static const char *copied[] = {"tokenizer.json", "tokenizer_config.json",
+                                   "special_tokens_map.json",
+                                   "generation_config.json"};
+    for (int i = 0; i < 4; i++) {
+        char a[800];
+        snprintf(a, sizeof a, "%s/%s", out, copied[i]);
+        char b[300];
+        snprintf(b, sizeof b, "%s/%s", TS_DIR, copied[i]);
+        TH_CHECK_MSG(files_equal(a, th_shared(b)), "%s", copied[i]);
+    }
+    snprintf(p1, sizeof p1, "%s/quantize_report.json", out);
+    cJSON *rj = read_json(p1);
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(rj, "modules");
+    TH_CHECK_INT(cJSON_GetArraySize(mods), 14);
+    const cJSON *m0 = cJSON_GetArrayItem(mods, 0);
+    TH_CHECK_STR(cJSON_GetObjectItemCaseSensitive(m0, "name")->valuestring,
+                 "model.layers.0.self_attn.q_proj");
+    TH_CHECK_NEAR(cJSON_GetObjectItemCaseSensitive(m0, "loss")->valuedouble,
+                  130.68748474121094, 1e-3);
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(m0, "nsamples")->valueint,
+                 128);
+    cJSON_Delete(rj);
+    snprintf(p1, sizeof p1, "%s/lowbit-state.json", out);
+    TH_CHECK(!lb_is_file(p1));
+    snprintf(p1, sizeof p1, "%s/layers", out);
+    TH_CHECK(!lb_is_dir(p1));
+    /* reload: F32 (fake-quant with f16 scales) and exact Q4_0 */
+    lb_model_load_opts o = {0};
+    o.gptq_mode = LB_GPTQ_LOAD_F32;
+    lb_model *mf = NULL, *mq = NULL;
+    TH_CHECK_OK(lb_model_load(out, &o, &mf));
+    TH_CHECK_OK(lb_model_load(out, NULL, &mq));
+    if (mf && mq) {
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; i < 7; i++) {
+                TH_CHECK_INT(mf->layers[l].w[i].type, LB_TYPE_F32);
+                TH_CHECK_INT(mq->layers[l].w[i].type, LB_TYPE_Q4_0);
+            }
+        double pf = ppl_full256(mf), pq = ppl_full256(mq);
+        fprintf(stderr, "  reload: F32 ppl %.6f (AutoGPTQ's checkpoint "
+                "41.476337), Q4_0 ppl %.6f\n", pf, pq);
+        TH_CHECK_NEAR(pf, 41.476336683400724, 41.4763 * 0.01);
+        TH_CHECK_NEAR(pf, 41.476336683400724, 41.4763 * 1e-4);
+        TH_CHECK_NEAR(pq, 41.476336683400724, 41.4763 * 0.01);
+        TH_CHECK(pf < 43.04081023366871);
+    }
+    lb_model_free(mf);
+    lb_model_free(mq);
+    lb_quantize_report_free(&rep);
+    lb_calib_free(&cal);
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct cancel_at {
+    const char *prefix;
+    bool fired;
+} cancel_at;
+
+static bool cancel_cb(void *user, const char *stage, uint64_t done,
+                      uint64_t total) {
+    (void)done;
+    (void)total;
+    cancel_at *c = user;
+    if (!strncmp(stage, c->prefix, strlen(c->prefix))) {
+        c->fired = true;
+        return false;
+    }
+    return true;
+}
+
+static void check_same_dirs(const char *a, const char *b) {
+    static const char *files[] = {"model.safetensors", "config.json",
+                                  "quantize_config.json",
+                                  "generation_config.json"};
+    for (int i = 0; i < 4; i++) {
+        char pa[800], pb[800];
+        snprintf(pa, sizeof pa, "%s/%s", a, files[i]);
+        snprintf(pb, sizeof pb, "%s/%s", b, files[i]);
+        TH_CHECK_MSG(files_equal(pa, pb), "%s differs", files[i]);
+    }
+}
+
+static void test_resume(void) {
+    lb_calib cal = random_calib(8, 32, 512, 7);
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.n_threads = 2;
+    p.lm_head = true;
+    p.group_size = 32;
+    p.desc_act = true;
+    const char *ref = tmp_path("qw-full"), *out = tmp_path("qw-resumed");
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), ref, &p, &cal, &rep));
+    TH_CHECK_INT(rep.layers_resumed, 0);
+    TH_CHECK_INT(rep.n_modules, 15);
+    lb_quantize_report_free(&rep);
+    /* cancelled when layer 2 starts: layer 0 is on disk */
+    cancel_at c = {"layer 2/2", false};
+    p.progress.fn = cancel_cb;
+    p.progress.user = &c;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, NULL),
+                   LB_ERR_CANCELLED);
+    TH_CHECK(c.fired);
+    TH_CHECK(strstr(lb_last_error(), "--resume"));
+    TH_CHECK(!lb_is_dir(out));
+    TH_CHECK_INT(count_entries("qw-resumed.tmp-"), 1);
+    /* cancelled again in lm_head: layers 0 and 1 on disk */
+    c.prefix = "lm_head";
+    p.resume = true;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, &rep),
+                   LB_ERR_CANCELLED);
+    TH_CHECK_INT(count_entries("qw-resumed.tmp-"), 1);
+    /* a different setting does not reuse it */
+    p.progress.fn = NULL;
+    p.damp_percent = 0.02;
+    const char *other = tmp_path("qw-other");
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), other, &p, &cal, &rep));
+    TH_CHECK_INT(rep.layers_resumed, 0);
+    lb_quantize_report_free(&rep);
+    /* resumed with the same settings (another checkpoint format is fine):
+     * byte-identical to the uninterrupted run */
+    p.damp_percent = 0.01;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, &rep));
+    TH_CHECK_INT(rep.layers_resumed, 2);
+    TH_CHECK(rep.n_modules == 15 && rep.modules[0].resumed &&
+             !rep.modules[14].resumed);
+    TH_CHECK(rep.modules[0].loss > 0 && rep.modules[0].nsamples == 8);
+    lb_quantize_report_free(&rep);
+    TH_CHECK_INT(count_entries("qw-resumed.tmp-"), 0);
+    check_same_dirs(ref, out);
+    /* a fresh run with the same settings: identical too (determinism) */
+    const char *again = tmp_path("qw-again");
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), again, &p, &cal, NULL));
+    check_same_dirs(ref, again);
+    /* the lm_head was quantized: untied config, embedding kept */
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/config.json", ref);
+    cJSON *cfg = read_json(pth);
+    TH_CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+        cfg, "tie_word_embeddings")));
+    TH_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config"),
+        "lm_head")));
+    cJSON_Delete(cfg);
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(ref, NULL, &m));
+    /* desc_act g_idx: not block-constant -> F32 */
+    if (m) {
+        TH_CHECK_INT(m->layers[0].w[0].type, LB_TYPE_F32);
+        TH_CHECK_INT(m->output.type, LB_TYPE_F32);
+    }
+    lb_model_free(m);
+    lb_calib_free(&cal);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_rtn_rules_v2(void) {
+    const char *out = tmp_path("qw-rtn");
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.method = LB_QUANT_RTN;
+    p.sym = false;
+    p.group_size = 32;
+    p.format = LB_GPTQ_FORMAT_V2;
+    const char *rules[] = {"mlp\\.down_proj=8:g-1:sym",
+                           "layers\\.1\\.self_attn\\.o_proj=skip"};
+    p.rules = rules;
+    p.n_rules = 2;
+    p.write_report = true;
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, NULL, &rep));
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/config.json", out);
+    cJSON *cfg = read_json(pth);
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+    const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(qc, "dynamic");
+    TH_CHECK_INT(cJSON_GetArraySize(dyn), 2);
+    const cJSON *d0 = cJSON_GetArrayItem(dyn, 0);
+    TH_CHECK_STR(d0 ? d0->string : NULL, "+:.*(?:mlp\\.down_proj)");
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(d0, "bits")->valueint, 8);
+    TH_CHECK_INT(cJSON_GetObjectItemCaseSensitive(d0, "group_size")->valueint,
+                 -1);
+    TH_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d0, "sym")));
+    const cJSON *d1 = cJSON_GetArrayItem(dyn, 1);
+    TH_CHECK_STR(d1 ? d1->string : NULL,
+                 "-:.*(?:layers\\.1\\.self_attn\\.o_proj)");
+    TH_CHECK_STR(cJSON_GetObjectItemCaseSensitive(qc, "checkpoint_format")
+                     ->valuestring, "gptq_v2");
+    TH_CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(qc, "sym")));
+    cJSON_Delete(cfg);
+    /* the skipped module's report entry */
+    TH_CHECK(!rep.modules[10].quantized);
+    TH_CHECK(strstr(rep.modules[10].note, "skip"));
+    /* reload: layer-1 o_proj dense and bit-equal, down_proj 8-bit sym
+     * per-channel -> Q8_0, the rest asym 4-bit -> F32; the SNR of the
+     * reloaded weights equals the report's (f16 scales as stored) */
+    lb_model *m = NULL, *src = NULL;
+    TH_CHECK_OK(lb_model_load(out, NULL, &m));
+    TH_CHECK_OK(lb_model_load(th_shared(QW_DIR), NULL, &src));
+    if (m && src) {
+        TH_CHECK_INT(m->layers[1].w[3].type, LB_TYPE_F32);
+        TH_CHECK(memcmp(m->layers[1].w[3].data, src->layers[1].w[3].data,
+                        src->layers[1].w[3].nbytes) == 0);
+        TH_CHECK_INT(m->layers[0].w[6].type, LB_TYPE_Q8_0);
+        TH_CHECK_INT(m->layers[0].w[0].type, LB_TYPE_F32);
+        /* qwen2 q/k/v biases: written f16 (AutoGPTQ), read back */
+        const float *b0 = m->layers[0].bq.data, *b1 = src->layers[0].bq.data;
+        TH_CHECK(b0[3] == lb_f16_to_f32(lb_f32_to_f16(b1[3])));
+        lb_model_load_opts o = {0};
+        o.gptq_mode = LB_GPTQ_LOAD_F32;
+        lb_model *mf = NULL;
+        TH_CHECK_OK(lb_model_load(out, &o, &mf));
+        for (int l = 0; mf && l < 2; l++)
+            for (int i = 0; i < 7; i++) {
+                const lb_quantize_module_report *r = &rep.modules[l * 7 + i];
+                if (!r->quantized) continue;
+                const lb_tensor *t = &mf->layers[l].w[i];
+                const lb_tensor *w = &src->layers[l].w[i];
+                double se = 0, sw = 0;
+                const float *a = t->data, *b = w->data;
+                for (int64_t k = 0; k < lb_tensor_nelements(t); k++) {
+                    se += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+                    sw += (double)b[k] * b[k];
+                }
+                TH_CHECK_NEAR(10 * log10(sw / se), r->snr_db, 1e-9);
+                TH_CHECK_INT(r->bits, i == 6 ? 8 : 4);
+            }
+        lb_model_free(mf);
+    }
+    lb_model_free(m);
+    lb_model_free(src);
+    lb_quantize_report_free(&rep);
+}
+
+/* A model with one all-positive linear: asymmetric zero points of 0,
+ * which v1 cannot hold; v2 can. */
+static void test_v1_zero_point(void) {
+    const char *dir = tmp_path("qw-positive");
+    mkdir(dir, 0755);
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(th_shared(QW_DIR), &st));
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    float *pos = NULL;
+    for (size_t i = 0; st && i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        const void *data = t->data;
+        if (!strcmp(t->name, "model.layers.1.mlp.up_proj.weight")) {
+            pos = malloc(t->nbytes);
+            memcpy(pos, t->data, t->nbytes);
+            for (int64_t k = 0; k < lb_tensor_nelements(t); k++)
+                pos[k] = fabsf(pos[k]) + 0.01f;
+            data = pos;
+        }
+        TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, t->n_dims, t->shape,
+                                     data));
+    }
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/model.safetensors", dir);
+    TH_CHECK_OK(lb_st_writer_write_file(w, pth));
+    lb_st_writer_free(w);
+    lb_st_close(st);
+    free(pos);
+    size_t n;
+    void *cfg = th_read_bin(th_shared(QW_DIR "/config.json"), &n);
+    snprintf(pth, sizeof pth, "%s/config.json", dir);
+    FILE *f = fopen(pth, "wb");
+    fwrite(cfg, 1, n, f);
+    fclose(f);
+    free(cfg);
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.method = LB_QUANT_RTN;
+    p.sym = false;
+    p.group_size = 32;
+    TH_CHECK_FAILS(lb_quantize_model(dir, tmp_path("qw-pos-v1"), &p, NULL,
+                                     NULL),
+                   LB_ERR_RANGE);
+    TH_CHECK(strstr(lb_last_error(), "model.layers.1.mlp.up_proj"));
+    TH_CHECK(strstr(lb_last_error(), "gptq_v2"));
+    /* layer 0 finished and is kept for --resume */
+    TH_CHECK(strstr(lb_last_error(), "--resume"));
+    TH_CHECK_INT(count_entries("qw-pos-v1.tmp-"), 1);
+    p.format = LB_GPTQ_FORMAT_V2;
+    p.resume = true; /* another format may reuse the finished layers */
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(dir, tmp_path("qw-pos-v1"), &p, NULL, &rep));
+    TH_CHECK_INT(rep.layers_resumed, 1);
+    TH_CHECK_INT(count_entries("qw-pos-v1.tmp-"), 0);
+    lb_quantize_report_free(&rep);
+    lb_model_load_opts o = {0};
+    o.gptq_mode = LB_GPTQ_LOAD_F32;
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(tmp_path("qw-pos-v1"), &o, &m));
+    if (m) { /* all-positive row: dequantized values >= 0 */
+        const float *wq = m->layers[1].w[5].data;
+        float mn = 1;
+        for (int64_t k = 0; k < lb_tensor_nelements(&m->layers[1].w[5]); k++)
+            mn = wq[k] < mn ? wq[k] : mn;
+        TH_CHECK(mn >= 0.0f);
+    }
+    lb_model_free(m);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_vllm_profile(void) {
+    const char *out = tmp_path("ts-vllm");
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.method = LB_QUANT_RTN;
+    p.profile = LB_QUANT_PROFILE_VLLM_W4A8;
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(th_shared(TS_DIR), out, &p, NULL, &rep));
+    TH_CHECK_INT(rep.n_modules, 15);
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/config.json", out);
+    cJSON *cfg = read_json(pth);
+    TH_CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+        cfg, "tie_word_embeddings")));
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+    TH_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qc, "lm_head")));
+    TH_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qc, "sym")));
+    cJSON_Delete(cfg);
+    snprintf(pth, sizeof pth, "%s/model.safetensors", out);
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(pth, &st));
+    if (st) {
+        const lb_tensor *e = lb_st_find(st, "model.embed_tokens.weight");
+        TH_CHECK(e && e->type == LB_TYPE_BF16);
+        TH_CHECK(lb_st_find(st, "lm_head.qweight") != NULL);
+        TH_CHECK(lb_st_find(st, "lm_head.weight") == NULL);
+        /* symmetric: every stored v1 field is 7 (zero 8) */
+        const lb_tensor *qz = lb_st_find(st, "lm_head.qzeros");
+        TH_CHECK(qz && qz->nbytes > 0);
+        int64_t bad = 0;
+        for (size_t k = 0; qz && k < qz->nbytes / 4; k++)
+            bad += ((const uint32_t *)qz->data)[k] != 0x77777777u;
+        TH_CHECK_INT(bad, 0);
+    }
+    lb_st_close(st);
+    snprintf(pth, sizeof pth, "%s/quantization_report.json", out);
+    cJSON *r = read_json(pth);
+    const cJSON *snr = cJSON_GetObjectItemCaseSensitive(r, "snr_db");
+    double mn = cJSON_GetObjectItemCaseSensitive(snr, "min")->valuedouble,
+           mx = cJSON_GetObjectItemCaseSensitive(snr, "max")->valuedouble,
+           me = cJSON_GetObjectItemCaseSensitive(snr, "mean")->valuedouble;
+    fprintf(stderr, "  vllm-w4a8 (RTN): SNR %.2f / %.2f / %.2f dB, %.4f "
+            "bits/weight\n", mn, me, mx, rep.bits_per_weight);
+    TH_CHECK(mn > 5 && mn <= me && me <= mx && mx < 40);
+    TH_CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r,
+                                                                    "tensors")),
+                 15);
+    TH_CHECK_NEAR(cJSON_GetObjectItemCaseSensitive(r, "bits_per_weight")
+                      ->valuedouble, rep.bits_per_weight, 1e-9);
+    cJSON_Delete(r);
+    /* MSE scale search: no worse SNR than plain RTN for any tensor */
+    lb_quantize_params q;
+    lb_quantize_default_params(&q);
+    q.method = LB_QUANT_RTN;
+    q.lm_head = true;
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(th_shared(TS_DIR), NULL, &m));
+    lb_quantize_report plain;
+    TH_CHECK_OK(lb_quantize_model_inplace(m, &q, NULL, &plain));
+    lb_model_free(m);
+    int better = 0;
+    for (int i = 0; i < 15; i++) better += rep.modules[i].snr_db >
+                                           plain.modules[i].snr_db;
+    TH_CHECK(better >= 13);
+    lb_quantize_report_free(&plain);
+    /* reload: untied, quantized lm_head as exact Q4_0 (mse scales are
+     * f16 values of the searched scale), BF16 embedding */
+    m = NULL;
+    TH_CHECK_OK(lb_model_load(out, NULL, &m));
+    if (m) {
+        TH_CHECK(!m->config.tie_word_embeddings);
+        TH_CHECK_INT(m->output.type, LB_TYPE_Q4_0);
+        TH_CHECK_INT(m->tok_embd.type, LB_TYPE_BF16);
+        double ppl = ppl_full256(m);
+        fprintf(stderr, "  vllm-w4a8 (RTN) reload ppl %.4f\n", ppl);
+        TH_CHECK(ppl > 39.0 && ppl < 50.0);
+    }
+    lb_model_free(m);
+    lb_quantize_report_free(&rep);
+}
+
+static void test_sharding_and_dirs(void) {
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.method = LB_QUANT_RTN;
+    p.max_shard_bytes = 100000;
+    const char *out = tmp_path("qw-shards");
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, NULL, &rep));
+    TH_CHECK(rep.n_shards > 1);
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/model.safetensors.index.json", out);
+    TH_CHECK(lb_is_file(pth));
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(out, NULL, &m));
+    lb_model_free(m);
+    lb_quantize_report_free(&rep);
+    /* a non-empty output is refused without force, replaced with it */
+    p.max_shard_bytes = 0;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), out, &p, NULL, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "--force"));
+    p.force = true;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, NULL, NULL));
+    TH_CHECK(!lb_is_file(pth)); /* the old index went with the old dir */
+    snprintf(pth, sizeof pth, "%s/model.safetensors", out);
+    TH_CHECK(lb_is_file(pth));
+    TH_CHECK_INT(count_entries("qw-shards.old-"), 0);
+    /* an existing empty directory is fine */
+    const char *empty = tmp_path("qw-empty");
+    mkdir(empty, 0755);
+    p.force = false;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), empty, &p, NULL, NULL));
+    /* errors */
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), "/nonexistent/x/y",
+                                     &p, NULL, NULL),
+                   LB_ERR_NOT_FOUND);
+    TH_CHECK_FAILS(lb_quantize_model(out, tmp_path("qw-requant"), &p, NULL,
+                                     NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "already quantized"));
+    p.method = LB_QUANT_GPTQ;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), tmp_path("qw-nocal"),
+                                     &p, NULL, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "calibration"));
+    TH_CHECK_INT(count_entries("qw-nocal"), 0);
+    p.profile = LB_QUANT_PROFILE_VLLM_W4A8;
+    p.bits = 8;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), tmp_path("qw-x"), &p,
+                                     NULL, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "4-bit"));
+    p.bits = 4;
+    const char *r8[] = {"down_proj=8"};
+    p.rules = r8;
+    p.n_rules = 1;
+    p.method = LB_QUANT_RTN;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), tmp_path("qw-x"), &p,
+                                     NULL, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "mlp.down_proj"));
+    p.profile = LB_QUANT_PROFILE_NONE;
+    const char *bad[] = {"mlp=5"};
+    p.rules = bad;
+    TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), tmp_path("qw-x"), &p,
+                                     NULL, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK(strstr(lb_last_error(), "'mlp=5'"));
+    TH_CHECK_INT(count_entries("qw-x"), 0);
+}
+
+int main(void) {
+    TH_RUN(test_reference_checkpoint);
+    TH_RUN(test_resume);
+    TH_RUN(test_rtn_rules_v2);
+    TH_RUN(test_v1_zero_point);
+    TH_RUN(test_vllm_profile);
+    TH_RUN(test_sharding_and_dirs);
+    return th_report();
+}
