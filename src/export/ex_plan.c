@@ -744,7 +744,7 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             why = "dequantized (no --qtype)";
         } else if (c->gptq) {
             ty = (lb_type)e->src_type; /* GPTQ input without qtype: keep */
-            why = "not quantized in the checkpoint: kept";
+            why = "not quantized in the checkpoint";
         } else {
             ty = c->default_float;
             snprintf(whybuf, sizeof whybuf, "default %s (highest-fidelity 16-bit type)",

@@ -211,7 +211,10 @@ static void rope_freqs(const lb_model_config *cfg, float *out, int64_t n) {
 static lb_status write_dense(ex_run *r, const ex_tensor *t) {
     const lb_export_tensor *e = &t->info;
     const lb_tensor *src = t->dense;
-    const int64_t rows = rows_of(e), cols = e->shape[e->n_dims - 1];
+    /* a permuted 1-D tensor (q/k bias) permutes its elements: rows of 1 */
+    const bool vec = e->n_dims == 1 && e->permuted;
+    const int64_t rows = vec ? e->shape[0] : rows_of(e),
+                  cols = vec ? 1 : e->shape[e->n_dims - 1];
     r->st->bytes_in += src->nbytes;
     if ((int)e->type == e->src_type && !e->permuted) {
         /* as stored: straight from the mapping */

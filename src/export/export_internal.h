@@ -8,6 +8,7 @@
 #include "lowbit/config.h"
 #include "lowbit/export.h"
 #include "lowbit/gguf.h"
+#include "lowbit/gptq_ckpt.h"
 #include "lowbit/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -86,7 +87,7 @@ typedef struct ex_tensor {
     ex_src_kind kind;
     const lb_tensor *dense;      /* EX_SRC_DENSE                          */
     const lb_tensor *qweight, *qzeros, *scales, *g_idx; /* EX_SRC_GPTQ    */
-    int gptq_format;             /* lb_gptq_format of qzeros              */
+    lb_gptq_linear lin;          /* EX_SRC_GPTQ: checked view of the above */
     int perm_heads;              /* > 0: LlamaModel.permute with this many
                                     heads                                 */
     bool is_weight2d;            /* a 2-D ".weight" the mix may retype     */
