@@ -22,6 +22,7 @@
 #ifndef LB_MODEL_INTERNAL_H
 #define LB_MODEL_INTERNAL_H
 
+#include "lowbit/gguf.h"
 #include "lowbit/model.h"
 
 typedef enum lb_tensor_role {
@@ -91,5 +92,12 @@ lb_status lb_model_builder_finish(lb_model *m);
 /* Convert one embedding row to f32 (builtin F32/F16/BF16, else the hook). */
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
                                int64_t row, float *dst);
+
+/* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
+ * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
+ * ranges, per-layer arrays (must be uniform), key_length == value_length,
+ * rope.dimension_count == head dim, vocabulary size consistency, special
+ * ids; then lb_model_config_validate. Errors name the file and key. */
+lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *cfg);
 
 #endif
