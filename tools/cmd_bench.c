@@ -12,7 +12,8 @@
  * cleared KV cache; tokens/s reported as mean ± sample stddev over the
  * repetitions (llama-bench's avg_ts / stddev_ts). The context is P + N
  * tokens long (llama-bench's n_ctx = n_prompt + n_gen); the KV cache is f16
- * by default, as llama-bench's type_k/type_v.
+ * by default, as llama-bench's type_k/type_v. Threads are pinned to
+ * distinct CPUs unless --no-pin (lb_context_params.pin_threads).
  */
 #include "cli.h"
 
@@ -40,6 +41,7 @@ static void usage(FILE *fp) {
             "  -b, --batch-size B    tokens per forward pass in prefill\n"
             "                        (default 512)\n"
             "      --kv-type TYPE    KV cache element type: f16 (default) or f32\n"
+            "      --no-pin          do not pin the threads to distinct CPUs\n"
             "global: --json (one JSON object), --quiet\n");
 }
 
@@ -102,6 +104,7 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     long p = 512, n = 128, threads = 0, reps = 5, n_batch = 512;
     lb_type kv_type = LB_TYPE_F16;
+    bool pin = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -130,6 +133,8 @@ int cmd_bench(int argc, char **argv) {
             if (!strcmp(v, "f16") || !strcmp(v, "F16")) kv_type = LB_TYPE_F16;
             else if (!strcmp(v, "f32") || !strcmp(v, "F32")) kv_type = LB_TYPE_F32;
             else return cli_usage_error(cmd, "--kv-type: f16 or f32, got '%s'", v);
+        } else if (!strcmp(a, "--no-pin")) {
+            pin = false;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!path) {
@@ -163,6 +168,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = (int32_t)(n_batch < p ? n_batch : (p > 0 ? p : 1));
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
+    cp.pin_threads = pin;
     if ((st = lb_context_create(m, &cp, &ctx)) != LB_OK) {
         rc = cli_fail(cmd, st);
         goto out;
@@ -236,9 +242,11 @@ int cmd_bench(int argc, char **argv) {
         printf(", \"model_type\": \"%s\", \"model_size\": %zu, "
                "\"model_n_params\": %lld, \"n_threads\": %d, \"kernels\": "
                "\"%s\", \"kv_type\": \"%s\", \"n_batch\": %d, "
+               "\"n_ctx\": %d, \"kv_cache_bytes\": %zu, "
                "\"peak_rss_bytes\": %lld, \"tests\": [",
                type, size, (long long)params, nth, lb_kernels_variant(), kv,
-               (int)cp.n_batch, (long long)ru.ru_maxrss * 1024);
+               (int)cp.n_batch, (int)lb_context_n_ctx(ctx),
+               lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024);
         for (int k = 0; k < n_tests; k++) {
             const bench_test *t = &tests[k];
             printf("%s{\"name\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "

@@ -176,6 +176,8 @@ typedef struct lb_context_params {
     lb_type kv_type;   /* KV cache elements: LB_TYPE_F32 (default) or
                           LB_TYPE_F16 (half the memory; llama.cpp's default;
                           K/V rounded to f16, attention in f32)             */
+    bool pin_threads;  /* the context's own pool pins its threads to
+                          distinct CPUs (LB_POOL_PIN, core.h; default off) */
 } lb_context_params;
 
 /* Defaults (all zero = automatic). */

@@ -251,7 +251,8 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     if (p.pool) {
         ctx->pool = p.pool;
     } else {
-        ctx->pool = lb_pool_create(p.n_threads);
+        ctx->pool = lb_pool_create_ex(p.n_threads,
+                                      p.pin_threads ? LB_POOL_PIN : 0);
         ctx->own_pool = true;
         if (!ctx->pool) {
             s = lb_set_error(LB_ERR_NOMEM, "context: cannot create thread "
@@ -396,6 +397,7 @@ typedef struct fwd_job {
     float *hidden; /* [n, dim] residual stream, updated in place */
     int32_t n, pos;
     int layer0, layer1;
+    lb_pool *pool; /* the pool running the job (NULL: the caller alone) */
     atomic_int status; /* a hook's failure */
 } fwd_job;
 
@@ -418,7 +420,7 @@ static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
                        int count, const float *X, int64_t in) {
     lb_context *ctx = j->ctx;
     if (!ctx->hook.linear_input) return true;
-    lb_pool_barrier(ctx->pool);
+    lb_pool_barrier(j->pool);
     if (ith == 0)
         for (int i = 0; i < count; i++) {
             lb_status s = hook_call(ctx, l, (lb_linear_id)(first + i), X, j->n,
@@ -428,7 +430,7 @@ static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
                 break;
             }
         }
-    lb_pool_barrier(ctx->pool);
+    lb_pool_barrier(j->pool);
     return atomic_load(&j->status) == LB_OK;
 }
 
@@ -526,7 +528,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
     const lb_kernel_table *kt = j->kt;
     const lb_model *m = ctx->m;
     const lb_model_config *c = &m->config;
-    lb_pool *pool = ctx->pool;
+    lb_pool *pool = j->pool;
     const int64_t dim = c->hidden_size, hd = c->head_dim, nh = c->n_heads,
                   nkv = c->n_kv_heads, ff = c->intermediate_size;
     const int64_t qd = nh * hd, kvd = nkv * hd;
@@ -729,7 +731,8 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     const lb_model_config *c = &ctx->m->config;
     double work = (double)n * (double)lb_model_weight_bytes(ctx->m) /
                   (double)LB_MAX(c->n_layers, 1) * (l1 - l0);
-    lb_pool_run(work < 65536.0 ? NULL : ctx->pool, fwd_worker, &j);
+    j.pool = work < 65536.0 ? NULL : ctx->pool;
+    lb_pool_run(j.pool, fwd_worker, &j);
     return (lb_status)atomic_load(&j.status);
 }
 
@@ -785,7 +788,9 @@ lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, m->output_norm.data,
                    dim, m->config.rms_norm_eps);
-    return lb_matmul(ctx->pool, &m->output, ctx->xn, logits, n);
+    /* small products run on this thread: waking the pool costs more */
+    const bool small = (double)n * (double)m->output.nbytes < 65536.0;
+    return lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n);
 }
 
 lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
