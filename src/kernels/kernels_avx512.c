@@ -20,6 +20,9 @@
 #include "core/internal.h"
 
 #include <immintrin.h>
+#ifdef LB_EMULATE_SIMD /* test build: portable AVX-512/AMX (tests/emu/) */
+#include "emu_avx512.h"
+#endif
 
 #define LB_AI static inline __attribute__((always_inline))
 
@@ -164,12 +167,12 @@ MM512(mm_q8_0_avx512, W_Q8_0, 0)
 MM512(mm_q4_0_avx512_vnni, W_Q4_0, 1)
 MM512(mm_q8_0_avx512_vnni, W_Q8_0, 1)
 
-void lb_kernels_fill_avx512(lb_kernel_table *kt) {
+void LB_KSYM(lb_kernels_fill_avx512)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q4_0_avx512, NULL, 0, "mm_q4_0_avx512", NULL};
     kt->w[LB_TYPE_Q8_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q8_0_avx512, NULL, 0, "mm_q8_0_avx512", NULL};
 }
 
-void lb_kernels_fill_avx512_vnni(lb_kernel_table *kt) {
+void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q4_0_avx512_vnni, NULL, 0,
                                        "mm_q4_0_avx512_vnni", NULL};
     kt->w[LB_TYPE_Q8_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q8_0_avx512_vnni, NULL, 0,
