@@ -290,41 +290,73 @@ int lb_emu_tile_configured(void);
 void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 
 /* ---- take over the names -------------------------------------------------- */
+/* #undef first: some are macros in <immintrin.h> (the ones taking an
+ * immediate, e.g. _mm512_inserti64x4 in clang, and many in GCC at -O0). */
+#undef __m512i
 #define __m512i lb_emu_m512i
+#undef __m512
 #define __m512 lb_emu_m512
+#undef __mmask16
 #define __mmask16 lb_emu_mmask16
+#undef __mmask32
 #define __mmask32 lb_emu_mmask32
+#undef __mmask64
 #define __mmask64 lb_emu_mmask64
 
+#undef _mm512_setzero_si512
 #define _mm512_setzero_si512 lb_emu_mm512_setzero_si512
+#undef _mm512_setzero_ps
 #define _mm512_setzero_ps lb_emu_mm512_setzero_ps
+#undef _mm512_set1_epi8
 #define _mm512_set1_epi8 lb_emu_mm512_set1_epi8
+#undef _mm512_set1_epi16
 #define _mm512_set1_epi16 lb_emu_mm512_set1_epi16
+#undef _mm512_set1_ps
 #define _mm512_set1_ps lb_emu_mm512_set1_ps
+#undef _mm512_castsi256_si512
 #define _mm512_castsi256_si512 lb_emu_mm512_castsi256_si512
+#undef _mm512_castps256_ps512
 #define _mm512_castps256_ps512 lb_emu_mm512_castps256_ps512
+#undef _mm512_inserti64x4
 #define _mm512_inserti64x4 lb_emu_mm512_inserti64x4
+#undef _mm512_insertf32x8
 #define _mm512_insertf32x8 lb_emu_mm512_insertf32x8
+#undef _mm512_load_ps
 #define _mm512_load_ps lb_emu_mm512_load_ps
+#undef _mm512_load_si512
 #define _mm512_load_si512 lb_emu_mm512_load_si512
+#undef _mm512_mask_storeu_ps
 #define _mm512_mask_storeu_ps lb_emu_mm512_mask_storeu_ps
+#undef _mm512_sub_epi8
 #define _mm512_sub_epi8 lb_emu_mm512_sub_epi8
+#undef _mm512_sub_epi32
 #define _mm512_sub_epi32 lb_emu_mm512_sub_epi32
+#undef _mm512_abs_epi8
 #define _mm512_abs_epi8 lb_emu_mm512_abs_epi8
+#undef _mm512_mask_sub_epi8
 #define _mm512_mask_sub_epi8 lb_emu_mm512_mask_sub_epi8
+#undef _mm512_maskz_mov_epi8
 #define _mm512_maskz_mov_epi8 lb_emu_mm512_maskz_mov_epi8
+#undef _mm512_movepi8_mask
 #define _mm512_movepi8_mask lb_emu_mm512_movepi8_mask
+#undef _mm512_maddubs_epi16
 #define _mm512_maddubs_epi16 lb_emu_mm512_maddubs_epi16
+#undef _mm512_madd_epi16
 #define _mm512_madd_epi16 lb_emu_mm512_madd_epi16
+#undef _mm512_dpbusd_epi32
 #define _mm512_dpbusd_epi32 lb_emu_mm512_dpbusd_epi32
+#undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps lb_emu_mm512_cvtepi32_ps
+#undef _mm512_add_ps
 #define _mm512_add_ps lb_emu_mm512_add_ps
+#undef _mm512_mul_ps
 #define _mm512_mul_ps lb_emu_mm512_mul_ps
+#undef _mm512_fmadd_ps
 #define _mm512_fmadd_ps lb_emu_mm512_fmadd_ps
+#undef _mm512_reduce_add_ps
 #define _mm512_reduce_add_ps lb_emu_mm512_reduce_add_ps
 
-/* The AMX intrinsics are macros (taking tile numbers) in GCC and clang;
- * replace them. */
+/* AMX: macros (taking tile numbers) or functions in GCC and clang. */
 #undef _tile_loadconfig
 #undef _tile_storeconfig
 #undef _tile_release
