@@ -157,14 +157,15 @@ static_assert(sizeof(lb_block_q8_K) == 4 + LB_QK_K + LB_QK_K / 16 * 2, "q8_K siz
  * to llama.cpp's. Quantization follows ggml's quantize_row_*_ref (same
  * float operations in the same order, fp16 stores rounded to nearest even),
  * so the bytes are identical to what llama-quantize writes for Q4_0, Q4_1,
- * Q5_0, Q5_1 and Q8_0 tensors without an importance matrix. The K-quant
- * weight quantizers (Q2_K..Q6_K) are not provided here (dequantization is).
+ * Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K without an importance matrix
+ * (llama-quantize's quantize_q{2..6}_K call quantize_row_q{2..6}_K_ref when
+ * no imatrix is given; checked byte for byte in tests/test_kquants.c).
  */
 
 /* Generic entry points. dst/src hold n elements of `type` (a row as above).
  *   lb_dequantize_row: every type of quants.h plus F32, F16, BF16.
  *   lb_quantize_row:   F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
- *                      Q8_K.
+ *                      Q8_K, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
  * Errors: LB_ERR_UNSUPPORTED for another type, LB_ERR_INVALID_ARG when n is
  * negative or not a multiple of the block size (message names the type). */
 lb_status lb_dequantize_row(lb_type type, const void *src, float *dst, int64_t n);
@@ -202,6 +203,38 @@ void lb_quantize_row_q5_1_ref(const float *x, lb_block_q5_1 *y, int64_t k);
 void lb_quantize_row_q8_0_ref(const float *x, lb_block_q8_0 *y, int64_t k);
 void lb_quantize_row_q8_1_ref(const float *x, lb_block_q8_1 *y, int64_t k);
 void lb_quantize_row_q8_K_ref(const float *x, lb_block_q8_K *y, int64_t k);
+
+/*
+ * K-quant weight quantizers (src/quant/kquants.c): k elements, a multiple
+ * of 256 (not checked), written as k/256 blocks. Each follows ggml's
+ * quantize_row_<type>_ref (ggml/src/ggml-quants.c, llama.cpp 0.7.0 /
+ * ggml 0.27.0) operation by operation, no importance matrix; the output is
+ * deterministic and byte-identical to llama-quantize's for these types.
+ * Per 256-element super-block:
+ *  q2_K: 16 sub-blocks of 16, each fitted x ~ s*q - m (q 0..3) by
+ *        make_qkx2_quants (weights |x|, absolute error, 16 candidate
+ *        scales (-0.5 + 0.1*i + 3) / (max - min)); s and m coded in 4 bits
+ *        against d = max s / 15, dmin = max m / 15.
+ *  q3_K: 16 sub-blocks of 16, x ~ s*(q - 4) (q 0..7) by make_q3_quants
+ *        (weights x^2, 5 sweeps of coordinate descent); s coded in 6 signed
+ *        bits against d = -S / 32 (S: the scale of largest |s|).
+ *  q4_K: 8 sub-blocks of 32, x ~ s*q - m (q 0..15) by make_qkx2_quants
+ *        (weights sqrt(mean x^2) + |x|, squared error, 21 candidate scales
+ *        (-1 + 0.1*i + 15) / (max - min)); s, m in 6 bits against
+ *        d = max s / 63, dmin = max m / 63.
+ *  q5_K: as q4_K with q 0..31 and candidates (-0.5 + 0.1*i + 31) / (max -
+ *        min), i = 0..15.
+ *  q6_K: 16 sub-blocks of 16, x ~ s*(q - 32) (q 0..63) by make_qx_quants
+ *        (weights x^2, scales -(32 + 0.1*i) / max, i = -9..9); s coded as
+ *        int8 against d = -S / 128.
+ * After the scales are coded, every element is re-quantized with the scale
+ * (and min) it decodes with. An all-zero super-block gives d = 0 and codes
+ * that dequantize to 0. */
+void lb_quantize_row_q2_K_ref(const float *x, lb_block_q2_K *y, int64_t k);
+void lb_quantize_row_q3_K_ref(const float *x, lb_block_q3_K *y, int64_t k);
+void lb_quantize_row_q4_K_ref(const float *x, lb_block_q4_K *y, int64_t k);
+void lb_quantize_row_q5_K_ref(const float *x, lb_block_q5_K *y, int64_t k);
+void lb_quantize_row_q6_K_ref(const float *x, lb_block_q6_K *y, int64_t k);
 
 /* Per-type dequantizers (k elements, a multiple of the block size; not
  * checked), each matching ggml's dequantize_row_<type>. */

@@ -6,23 +6,10 @@
  * floats read back are identical to llama.cpp's. Comments give the math; the
  * code is lowbit's own.
  */
-#include "lowbit/quants.h"
-#include "core/internal.h"
+#include "quant/quants_internal.h"
 
 #include <float.h>
 #include <math.h>
-
-static inline float h2f(lb_half h) { return lb_f16_to_f32_inline(h); }
-static inline lb_half f2h(float f) { return lb_f32_to_f16(f); }
-
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick, valid for
- * |v| <= 4194303. */
-static inline int nearest_int(float v) {
-    float t = v + 12582912.f;
-    int32_t i;
-    memcpy(&i, &t, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Quantization (reference)                                                  */
@@ -40,7 +27,7 @@ void lb_quantize_row_q4_0_ref(const float *x, lb_block_q4_0 *y, int64_t k) {
         }
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
+        y[i].d = lb_q_f2h(d);
         for (int j = 0; j < LB_QK4_0 / 2; j++) {
             const float x0 = x[j] * id;
             const float x1 = x[j + LB_QK4_0 / 2] * id;
@@ -61,8 +48,8 @@ void lb_quantize_row_q4_1_ref(const float *x, lb_block_q4_1 *y, int64_t k) {
         }
         const float d = (max - min) / ((1 << 4) - 1);
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
-        y[i].m = f2h(min);
+        y[i].d = lb_q_f2h(d);
+        y[i].m = lb_q_f2h(min);
         for (int j = 0; j < LB_QK4_1 / 2; j++) {
             const float x0 = (x[j] - min) * id;
             const float x1 = (x[j + LB_QK4_1 / 2] - min) * id;
@@ -85,7 +72,7 @@ void lb_quantize_row_q5_0_ref(const float *x, lb_block_q5_0 *y, int64_t k) {
         }
         const float d = max / -16;
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
+        y[i].d = lb_q_f2h(d);
         uint32_t qh = 0;
         for (int j = 0; j < LB_QK5_0 / 2; j++) {
             const float x0 = x[j] * id;
@@ -110,8 +97,8 @@ void lb_quantize_row_q5_1_ref(const float *x, lb_block_q5_1 *y, int64_t k) {
         }
         const float d = (max - min) / ((1 << 5) - 1);
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
-        y[i].m = f2h(min);
+        y[i].d = lb_q_f2h(d);
+        y[i].m = lb_q_f2h(min);
         uint32_t qh = 0;
         for (int j = 0; j < LB_QK5_1 / 2; j++) {
             const float x0 = (x[j] - min) * id;
@@ -133,7 +120,7 @@ void lb_quantize_row_q8_0_ref(const float *x, lb_block_q8_0 *y, int64_t k) {
         for (int j = 0; j < LB_QK8_0; j++) amax = LB_MAX(amax, fabsf(x[j]));
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
+        y[i].d = lb_q_f2h(d);
         for (int j = 0; j < LB_QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
@@ -145,13 +132,13 @@ void lb_quantize_row_q8_1_ref(const float *x, lb_block_q8_1 *y, int64_t k) {
         for (int j = 0; j < LB_QK8_1; j++) amax = LB_MAX(amax, fabsf(x[j]));
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = f2h(d);
+        y[i].d = lb_q_f2h(d);
         int sum = 0;
         for (int j = 0; j < LB_QK8_1; j++) {
             y[i].qs[j] = (int8_t)roundf(x[j] * id);
             sum += y[i].qs[j];
         }
-        y[i].s = f2h((float)sum * d);
+        y[i].s = lb_q_f2h((float)sum * d);
     }
 }
 
@@ -174,7 +161,7 @@ void lb_quantize_row_q8_K_ref(const float *x, lb_block_q8_K *y, int64_t k) {
         }
         const float iscale = -127.f / max;
         for (int j = 0; j < LB_QK_K; j++) {
-            const int v = nearest_int(iscale * x[j]);
+            const int v = lb_nearest_int(iscale * x[j]);
             y[i].qs[j] = (int8_t)LB_MIN(127, v);
         }
         for (int j = 0; j < LB_QK_K / 16; j++) {
@@ -193,7 +180,7 @@ void lb_quantize_row_q8_K_ref(const float *x, lb_block_q8_K *y, int64_t k) {
 void lb_dequantize_row_q4_0(const lb_block_q4_0 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK4_0;
     for (int64_t i = 0; i < nb; i++, y += LB_QK4_0) {
-        const float d = h2f(x[i].d);
+        const float d = lb_q_h2f(x[i].d);
         for (int j = 0; j < LB_QK4_0 / 2; j++) {
             const int x0 = (x[i].qs[j] & 0x0F) - 8;
             const int x1 = (x[i].qs[j] >> 4) - 8;
@@ -206,7 +193,7 @@ void lb_dequantize_row_q4_0(const lb_block_q4_0 *x, float *y, int64_t k) {
 void lb_dequantize_row_q4_1(const lb_block_q4_1 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK4_1;
     for (int64_t i = 0; i < nb; i++, y += LB_QK4_1) {
-        const float d = h2f(x[i].d), m = h2f(x[i].m);
+        const float d = lb_q_h2f(x[i].d), m = lb_q_h2f(x[i].m);
         for (int j = 0; j < LB_QK4_1 / 2; j++) {
             y[j] = (float)(x[i].qs[j] & 0x0F) * d + m;
             y[j + LB_QK4_1 / 2] = (float)(x[i].qs[j] >> 4) * d + m;
@@ -217,7 +204,7 @@ void lb_dequantize_row_q4_1(const lb_block_q4_1 *x, float *y, int64_t k) {
 void lb_dequantize_row_q5_0(const lb_block_q5_0 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK5_0;
     for (int64_t i = 0; i < nb; i++, y += LB_QK5_0) {
-        const float d = h2f(x[i].d);
+        const float d = lb_q_h2f(x[i].d);
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
         for (int j = 0; j < LB_QK5_0 / 2; j++) {
@@ -232,7 +219,7 @@ void lb_dequantize_row_q5_0(const lb_block_q5_0 *x, float *y, int64_t k) {
 void lb_dequantize_row_q5_1(const lb_block_q5_1 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK5_1;
     for (int64_t i = 0; i < nb; i++, y += LB_QK5_1) {
-        const float d = h2f(x[i].d), m = h2f(x[i].m);
+        const float d = lb_q_h2f(x[i].d), m = lb_q_h2f(x[i].m);
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
         for (int j = 0; j < LB_QK5_1 / 2; j++) {
@@ -247,7 +234,7 @@ void lb_dequantize_row_q5_1(const lb_block_q5_1 *x, float *y, int64_t k) {
 void lb_dequantize_row_q8_0(const lb_block_q8_0 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK8_0;
     for (int64_t i = 0; i < nb; i++, y += LB_QK8_0) {
-        const float d = h2f(x[i].d);
+        const float d = lb_q_h2f(x[i].d);
         for (int j = 0; j < LB_QK8_0; j++) y[j] = (float)x[i].qs[j] * d;
     }
 }
@@ -255,7 +242,7 @@ void lb_dequantize_row_q8_0(const lb_block_q8_0 *x, float *y, int64_t k) {
 void lb_dequantize_row_q8_1(const lb_block_q8_1 *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK8_1;
     for (int64_t i = 0; i < nb; i++, y += LB_QK8_1) {
-        const float d = h2f(x[i].d);
+        const float d = lb_q_h2f(x[i].d);
         for (int j = 0; j < LB_QK8_1; j++) y[j] = (float)x[i].qs[j] * d;
     }
 }
@@ -266,7 +253,7 @@ void lb_dequantize_row_q8_1(const lb_block_q8_1 *x, float *y, int64_t k) {
 void lb_dequantize_row_q2_K(const lb_block_q2_K *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = h2f(x[i].d), min = h2f(x[i].dmin);
+        const float d = lb_q_h2f(x[i].d), min = lb_q_h2f(x[i].dmin);
         const uint8_t *q = x[i].qs;
         int is = 0;
         for (int n = 0; n < LB_QK_K; n += 128, q += 32) {
@@ -288,7 +275,7 @@ void lb_dequantize_row_q2_K(const lb_block_q2_K *x, float *y, int64_t k) {
 void lb_dequantize_row_q3_K(const lb_block_q3_K *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d_all = h2f(x[i].d);
+        const float d_all = lb_q_h2f(x[i].d);
         const uint8_t *q = x[i].qs, *hm = x[i].hmask;
         int8_t sc[16];
         lb_q3_K_scales(x[i].scales, sc);
@@ -313,7 +300,7 @@ void lb_dequantize_row_q3_K(const lb_block_q3_K *x, float *y, int64_t k) {
 void lb_dequantize_row_q4_K(const lb_block_q4_K *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = h2f(x[i].d), min = h2f(x[i].dmin);
+        const float d = lb_q_h2f(x[i].d), min = lb_q_h2f(x[i].dmin);
         const uint8_t *q = x[i].qs;
         int is = 0;
         for (int j = 0; j < LB_QK_K; j += 64, q += 32, is += 2) {
@@ -333,7 +320,7 @@ void lb_dequantize_row_q4_K(const lb_block_q4_K *x, float *y, int64_t k) {
 void lb_dequantize_row_q5_K(const lb_block_q5_K *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = h2f(x[i].d), min = h2f(x[i].dmin);
+        const float d = lb_q_h2f(x[i].d), min = lb_q_h2f(x[i].dmin);
         const uint8_t *ql = x[i].qs, *qh = x[i].qh;
         int is = 0;
         uint8_t u1 = 1, u2 = 2;
@@ -359,7 +346,7 @@ void lb_dequantize_row_q5_K(const lb_block_q5_K *x, float *y, int64_t k) {
 void lb_dequantize_row_q6_K(const lb_block_q6_K *x, float *y, int64_t k) {
     const int64_t nb = k / LB_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = h2f(x[i].d);
+        const float d = lb_q_h2f(x[i].d);
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
         const int8_t *sc = x[i].scales;
         for (int n = 0; n < LB_QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -405,6 +392,8 @@ bool lb_type_can_quantize(lb_type t) {
     case LB_TYPE_F32: case LB_TYPE_F16: case LB_TYPE_BF16:
     case LB_TYPE_Q4_0: case LB_TYPE_Q4_1: case LB_TYPE_Q5_0: case LB_TYPE_Q5_1:
     case LB_TYPE_Q8_0: case LB_TYPE_Q8_1: case LB_TYPE_Q8_K:
+    case LB_TYPE_Q2_K: case LB_TYPE_Q3_K: case LB_TYPE_Q4_K: case LB_TYPE_Q5_K:
+    case LB_TYPE_Q6_K:
         return true;
     default:
         return false;
@@ -464,6 +453,11 @@ lb_status lb_quantize_row(lb_type t, const float *src, void *dst, int64_t n) {
     case LB_TYPE_Q8_0: lb_quantize_row_q8_0_ref(src, dst, n); break;
     case LB_TYPE_Q8_1: lb_quantize_row_q8_1_ref(src, dst, n); break;
     case LB_TYPE_Q8_K: lb_quantize_row_q8_K_ref(src, dst, n); break;
+    case LB_TYPE_Q2_K: lb_quantize_row_q2_K_ref(src, dst, n); break;
+    case LB_TYPE_Q3_K: lb_quantize_row_q3_K_ref(src, dst, n); break;
+    case LB_TYPE_Q4_K: lb_quantize_row_q4_K_ref(src, dst, n); break;
+    case LB_TYPE_Q5_K: lb_quantize_row_q5_K_ref(src, dst, n); break;
+    case LB_TYPE_Q6_K: lb_quantize_row_q6_K_ref(src, dst, n); break;
     default: return lb_set_error(LB_ERR_INTERNAL, "quantize: unreachable");
     }
     return LB_OK;
