@@ -192,7 +192,9 @@ char *lb_cpu_describe(char *buf, size_t size);
  * threads are created). lb_pool_run runs fn(ctx, ith, nth) once on every
  * worker ith = 0..nth-1 and returns when all have finished; inside fn,
  * lb_pool_barrier(pool) waits until all nth workers reach it (like ggml's
- * ith/nth split). Workers spin briefly, then sleep, between runs.
+ * ith/nth split). Waiting threads (between runs, at barriers, the caller
+ * at the end of a run) spin for a short time (tens of microseconds), then
+ * sleep on a futex / condition variable until woken.
  * A pool runs one job at a time: lb_pool_run must not be called
  * concurrently on the same pool, nor from inside fn. */
 typedef struct lb_pool lb_pool;
@@ -200,6 +202,16 @@ typedef void (*lb_pool_fn)(void *ctx, int ith, int nth);
 
 /* n_threads <= 0 means "number of online CPUs". Returns NULL on failure. */
 lb_pool *lb_pool_create(int n_threads);
+
+/* Flags of lb_pool_create_ex. LB_POOL_PIN: pin worker i (i >= 1) to the
+ * i-th CPU of the process's allowed set, and the thread that calls
+ * lb_pool_run to the first one for the duration of each job (its affinity
+ * is restored afterwards). Keeps the threads of a job on distinct CPUs on a
+ * busy machine, where the scheduler otherwise tends to stack a woken worker
+ * onto its waker's CPU. Ignored when there are fewer allowed CPUs than
+ * threads. */
+#define LB_POOL_PIN 1u
+lb_pool *lb_pool_create_ex(int n_threads, unsigned flags);
 void lb_pool_free(lb_pool *pool);
 int lb_pool_size(const lb_pool *pool);
 /* pool may be NULL: then fn(ctx, 0, 1) runs on the caller's thread. */

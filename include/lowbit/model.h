@@ -71,6 +71,11 @@ typedef struct lb_model {
     lb_tensor output;          /* lm_head [V, dim] (same data as tok_embd
                                   when the embeddings are tied)             */
     lb_layer_weights *layers;  /* [n_layers]                                 */
+    /* Optional RoPE frequency divisors, F32 [hd/2] (GGUF
+     * rope_freqs.weight: llama3-style scaling baked in by
+     * convert_hf_to_gguf.py): theta_i = pos * inv_freq_i / rope_freqs[i],
+     * as ggml's rope with freq_factors. data == NULL when absent. */
+    lb_tensor rope_freqs;
     lb_model_private *priv;    /* owned buffers, mappings (opaque)          */
 } lb_model;
 
@@ -130,11 +135,41 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
 lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
                              lb_model **out);
 
+/* Load a GGUF model file (llama.cpp layout; GGUF spec v3, llama.cpp 0.7.0
+ * src/llama-model.cpp). Architectures (general.architecture): "llama"
+ * (also Mistral files), "qwen2", "qwen3". Hyper-parameters come from the
+ * `<arch>.*` keys: context_length, embedding_length, block_count,
+ * feed_forward_length and attention.head_count(_kv) (scalars, or per-layer
+ * arrays with equal values), attention.key_length/value_length (default
+ * embedding_length / head_count; must be equal), rope.dimension_count
+ * (must equal the head dim), attention.layer_norm_rms_epsilon,
+ * rope.freq_base (default 10000), rope.scaling.type none/linear with
+ * rope.scaling.factor, vocab_size (else the length of
+ * tokenizer.ggml.tokens, else token_embd rows; sources must agree); BOS/EOS
+ * ids from tokenizer.ggml.{bos,eos,eot,eom}_token_id. Tensors by GGUF name
+ * (token_embd, output_norm, output — absent means tied to token_embd —,
+ * blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, attn_{q,k,v}.bias,
+ * attn_q_norm, attn_k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down},
+ * rope_freqs). Linear weights are used in place from the read-only mapping
+ * in their stored type (anything lb_matmul has a kernel for: F32, F16,
+ * BF16, Q4_0 ... Q8_0, Q2_K ... Q6_K; checked at load); token embedding
+ * rows are converted to f32 per lookup. RoPE: llama -> LB_ROPE_NORM
+ * (convert_hf_to_gguf.py permuted the q/k rows), qwen2/qwen3 ->
+ * LB_ROPE_NEOX.
+ * Errors: LB_ERR_IO, LB_ERR_FORMAT (malformed file, a key of the wrong type
+ * or out of range, a tensor shape inconsistent with the hyper-parameters:
+ * messages name the file, key or tensor), LB_ERR_NOT_FOUND (a required key
+ * or tensor; a vocabulary-only file), LB_ERR_UNSUPPORTED (architecture,
+ * MoE, partial RoPE, yarn scaling, non-uniform layers, a tensor type
+ * without a kernel), LB_ERR_NOMEM. Free with lb_model_free. */
+lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
+                             lb_model **out);
+
 /* Load whatever `path` is: a directory with config.json -> HF loader (GPTQ
  * checkpoints, recognised by quantization_config.quant_method "gptq" or a
- * quantize_config.json, go to lb_model_load_gptq); a
- * file starting with the GGUF magic (or named *.gguf) -> the GGUF loader
- * (not built yet: LB_ERR_UNSUPPORTED). Other paths: LB_ERR_NOT_FOUND /
+ * quantize_config.json, go to lb_model_load_gptq); a file starting with the
+ * GGUF magic -> lb_model_load_gguf (a *.gguf file without the magic is an
+ * LB_ERR_FORMAT). Other paths: LB_ERR_NOT_FOUND /
  * LB_ERR_UNSUPPORTED naming the path. */
 lb_status lb_model_load(const char *path, const lb_model_load_opts *opts,
                         lb_model **out);
@@ -155,6 +190,10 @@ lb_status lb_model_set_linear(lb_model *model, int layer, lb_linear_id which,
 /* Bytes of all weights as stored (for reports). */
 size_t lb_model_weight_bytes(const lb_model *model);
 
+/* Number of parameters (elements of every weight, tied matrices counted
+ * once), as llama.cpp's llama_model_n_params. */
+int64_t lb_model_n_params(const lb_model *model);
+
 /* ------------------------------------------------------------------------ */
 /* Inference context                                                         */
 /* ------------------------------------------------------------------------ */
@@ -164,20 +203,31 @@ typedef struct lb_context lb_context;
 typedef struct lb_context_params {
     int32_t n_ctx;     /* KV cache length in tokens (<= 0: min(max_position
                           _embeddings, 4096))                                */
-    int32_t n_batch;   /* initial scratch capacity in tokens (<= 0: 512);
-                          grows when a call passes more tokens            */
+    int32_t n_batch;   /* tokens per forward pass (<= 0: 512): longer
+                          lb_model_forward calls run in passes of n_batch
+                          tokens, so scratch memory is bounded by it
+                          (lb_layer_forward grows the scratch to its n)   */
     int n_threads;     /* threads of the context's own pool (<= 0: all CPUs);
                           ignored when pool is set                         */
     lb_pool *pool;     /* optional shared pool (not owned)                  */
+    lb_type kv_type;   /* KV cache elements: LB_TYPE_F32 (default) or
+                          LB_TYPE_F16 (half the memory; llama.cpp's default;
+                          K/V rounded to f16, attention in f32)             */
+    bool pin_threads;  /* the context's own pool pins its threads to
+                          distinct CPUs (LB_POOL_PIN, core.h; default off) */
 } lb_context_params;
 
 /* Defaults (all zero = automatic). */
 lb_context_params lb_context_default_params(void);
 
-/* Create a context for `model`: KV cache [n_layers][nkv][n_ctx][hd] f32 for
- * K and V, RoPE cos/sin tables [n_ctx][hd/2], scratch buffers and a thread
- * pool. The model must outlive the context. Errors: LB_ERR_NOMEM (names the
- * KV cache size), LB_ERR_INVALID_ARG. Free with lb_context_free. */
+/* Create a context for `model`: KV cache [n_layers][nkv][n_ctx][hd] of
+ * kv_type for K and V (allocated, not touched: pages are only backed by
+ * memory as positions are written), RoPE cos/sin tables [n_ctx][hd/2]
+ * (filled as positions are first used), scratch for n_batch tokens
+ * (activations, [n_batch, ff] MLP buffers), per-thread attention scratch
+ * independent of n_ctx, and a thread pool. The model must outlive the
+ * context. Errors: LB_ERR_NOMEM (names the KV cache size),
+ * LB_ERR_INVALID_ARG (kv_type, n_ctx). Free with lb_context_free. */
 lb_status lb_context_create(const lb_model *model,
                             const lb_context_params *params,
                             lb_context **out);
@@ -186,6 +236,11 @@ void lb_context_free(lb_context *ctx);
 const lb_model *lb_context_model(const lb_context *ctx);
 int32_t lb_context_n_ctx(const lb_context *ctx);
 lb_pool *lb_context_pool(lb_context *ctx);
+
+/* The KV cache element type, and its size in bytes (K and V, all layers,
+ * n_ctx positions). */
+lb_type lb_context_kv_type(const lb_context *ctx);
+size_t lb_context_kv_bytes(const lb_context *ctx);
 
 /* Number of positions currently held in the KV cache. */
 int32_t lb_context_n_past(const lb_context *ctx);
@@ -210,7 +265,7 @@ typedef enum lb_logits_mode {
 } lb_logits_mode;
 
 /* Run n_tokens tokens at positions pos .. pos+n_tokens-1 through the model,
- * appending their K/V to the cache. pos must be <= n_past (pos < n_past
+ * appending their K/V to the cache (in passes of n_batch tokens). pos must be <= n_past (pos < n_past
  * overwrites — truncates — the cache from pos on) and pos + n_tokens <=
  * n_ctx; tokens must be in [0, V). A batch (prefill) and one token per call
  * (decode) give the same logits up to f32 rounding. Row t of the logits

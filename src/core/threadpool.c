@@ -6,10 +6,15 @@
  */
 #include "internal.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,7 +23,36 @@
 #define LB_CPU_RELAX() ((void)0)
 #endif
 
-#define LB_SPIN_ITERS 20000
+/* How long a waiting thread spins before it sleeps, bounded by time rather
+ * than by iterations (the cost of `pause` ranges from a few cycles to ~150
+ * depending on the CPU, and a hypervisor may trap it). Short: when two
+ * threads of a job share one CPU (an oversubscribed machine), each wait
+ * costs up to this much. */
+#define LB_SPIN_NS 40000
+#define LB_IDLE_SPIN_NS 200000
+
+/* true while less than `ns` nanoseconds have passed since *t0 (set on the
+ * first call); the clock is read every 64 calls */
+static inline bool spin_more(uint64_t *t0, unsigned *n, uint64_t ns) {
+    if ((++*n & 63) != 0) return true;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (!*t0) *t0 = now;
+    return now - *t0 < ns;
+}
+
+/* Waiting after the spin: sleep on a futex until the word changes, so that
+ * on an oversubscribed machine a waiting thread gives its CPU back and is
+ * woken as soon as the last thread arrives (spinning + sched_yield instead
+ * cost a scheduler time slice per barrier when the threads of a job did not
+ * run at the same time). */
+static void futex_wait(void *addr, int val) {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+static void futex_wake_all(void *addr) {
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
 
 struct lb_pool {
     int nth;
@@ -31,8 +65,14 @@ struct lb_pool {
     atomic_int stop;
     lb_pool_fn fn;
     void *ctx;
+    /* LB_POOL_PIN: CPU of worker i = cpus[i] (worker 0: the thread that
+     * calls lb_pool_run, pinned for the duration of each job) */
+    bool pin;
+    int *cpus;
     atomic_int barrier_count;
-    atomic_uint barrier_phase;
+    atomic_int barrier_phase;    /* futex word                       */
+    atomic_int barrier_sleepers;
+    atomic_int done_sleeping;    /* lb_pool_run's caller sleeps on n_done */
 };
 
 typedef struct worker_arg {
@@ -45,10 +85,18 @@ static void *worker_main(void *p) {
     lb_pool *pool = wa->pool;
     int ith = wa->ith;
     free(wa);
+    if (pool->pin) {
+        cpu_set_t cs;
+        CPU_ZERO(&cs);
+        CPU_SET(pool->cpus[ith], &cs);
+        pthread_setaffinity_np(pthread_self(), sizeof cs, &cs);
+    }
     uint64_t seen = 0;
     for (;;) {
         uint64_t gen = atomic_load(&pool->generation);
-        for (int i = 0; gen == seen && i < LB_SPIN_ITERS; i++) {
+        uint64_t t0 = 0;
+        unsigned n = 0;
+        while (gen == seen && spin_more(&t0, &n, LB_IDLE_SPIN_NS)) {
             LB_CPU_RELAX();
             gen = atomic_load(&pool->generation);
         }
@@ -64,12 +112,16 @@ static void *worker_main(void *p) {
         if (atomic_load(&pool->stop)) break;
         seen = gen;
         pool->fn(pool->ctx, ith, pool->nth);
-        atomic_fetch_add(&pool->n_done, 1);
+        if (atomic_fetch_add(&pool->n_done, 1) == pool->nth - 2 &&
+            atomic_load(&pool->done_sleeping))
+            futex_wake_all(&pool->n_done);
     }
     return NULL;
 }
 
-lb_pool *lb_pool_create(int n_threads) {
+lb_pool *lb_pool_create(int n_threads) { return lb_pool_create_ex(n_threads, 0); }
+
+lb_pool *lb_pool_create_ex(int n_threads, unsigned flags) {
     if (n_threads <= 0) n_threads = lb_cpu_count();
     if (n_threads > 512) n_threads = 512;
     lb_pool *pool = calloc(1, sizeof *pool);
@@ -78,6 +130,19 @@ lb_pool *lb_pool_create(int n_threads) {
         return NULL;
     }
     pool->nth = n_threads;
+    if ((flags & LB_POOL_PIN) && n_threads > 1) {
+        /* one CPU of the allowed set per worker; no pinning when there are
+         * fewer CPUs than threads */
+        cpu_set_t cs;
+        pool->cpus = calloc((size_t)n_threads, sizeof(int));
+        if (pool->cpus && sched_getaffinity(0, sizeof cs, &cs) == 0 &&
+            CPU_COUNT(&cs) >= n_threads) {
+            int k = 0;
+            for (int c = 0; c < CPU_SETSIZE && k < n_threads; c++)
+                if (CPU_ISSET(c, &cs)) pool->cpus[k++] = c;
+            pool->pin = true;
+        }
+    }
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     atomic_init(&pool->generation, 0);
@@ -86,6 +151,8 @@ lb_pool *lb_pool_create(int n_threads) {
     atomic_init(&pool->stop, 0);
     atomic_init(&pool->barrier_count, 0);
     atomic_init(&pool->barrier_phase, 0);
+    atomic_init(&pool->barrier_sleepers, 0);
+    atomic_init(&pool->done_sleeping, 0);
     if (n_threads > 1) {
         pool->threads = calloc((size_t)n_threads, sizeof(pthread_t));
         if (!pool->threads) {
@@ -122,6 +189,7 @@ void lb_pool_free(lb_pool *pool) {
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->nth; i++) pthread_join(pool->threads[i], NULL);
     free(pool->threads);
+    free(pool->cpus);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
     free(pool);
@@ -134,6 +202,16 @@ void lb_pool_run(lb_pool *pool, lb_pool_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
+    cpu_set_t saved;
+    bool restore = false;
+    if (pool->pin &&
+        pthread_getaffinity_np(pthread_self(), sizeof saved, &saved) == 0) {
+        cpu_set_t cs;
+        CPU_ZERO(&cs);
+        CPU_SET(pool->cpus[0], &cs);
+        restore = !CPU_EQUAL(&cs, &saved) &&
+                  pthread_setaffinity_np(pthread_self(), sizeof cs, &cs) == 0;
+    }
     pool->fn = fn;
     pool->ctx = ctx;
     atomic_store(&pool->n_done, 0);
@@ -144,28 +222,42 @@ void lb_pool_run(lb_pool *pool, lb_pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&pool->mu);
     }
     fn(ctx, 0, pool->nth);
-    int spins = 0;
-    while (atomic_load(&pool->n_done) != pool->nth - 1) {
-        if (++spins < LB_SPIN_ITERS)
-            LB_CPU_RELAX();
-        else
-            sched_yield();
+    uint64_t t0 = 0;
+    unsigned n = 0;
+    while (atomic_load(&pool->n_done) != pool->nth - 1 &&
+           spin_more(&t0, &n, LB_SPIN_NS))
+        LB_CPU_RELAX();
+    if (atomic_load(&pool->n_done) != pool->nth - 1) {
+        atomic_store(&pool->done_sleeping, 1);
+        int d;
+        while ((d = atomic_load(&pool->n_done)) != pool->nth - 1)
+            futex_wait(&pool->n_done, d);
+        atomic_store(&pool->done_sleeping, 0);
     }
+    if (restore) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
 }
 
 void lb_pool_barrier(lb_pool *pool) {
     if (!pool || pool->nth == 1) return;
-    unsigned phase = atomic_load(&pool->barrier_phase);
+    int phase = atomic_load(&pool->barrier_phase);
     if (atomic_fetch_add(&pool->barrier_count, 1) == pool->nth - 1) {
         atomic_store(&pool->barrier_count, 0);
         atomic_fetch_add(&pool->barrier_phase, 1);
+        if (atomic_load(&pool->barrier_sleepers) > 0)
+            futex_wake_all(&pool->barrier_phase);
         return;
     }
-    int spins = 0;
-    while (atomic_load(&pool->barrier_phase) == phase) {
-        if (++spins < LB_SPIN_ITERS)
-            LB_CPU_RELAX();
-        else
-            sched_yield();
+    uint64_t t0 = 0;
+    unsigned n = 0;
+    while (spin_more(&t0, &n, LB_SPIN_NS)) {
+        if (atomic_load(&pool->barrier_phase) != phase) return;
+        LB_CPU_RELAX();
     }
+    /* sleepers is raised before phase is re-read (seq_cst): either the
+     * last arriver sees a sleeper and wakes it, or the futex sees the new
+     * phase and returns at once */
+    atomic_fetch_add(&pool->barrier_sleepers, 1);
+    while (atomic_load(&pool->barrier_phase) == phase)
+        futex_wait(&pool->barrier_phase, phase);
+    atomic_fetch_sub(&pool->barrier_sleepers, 1);
 }

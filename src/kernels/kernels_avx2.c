@@ -117,7 +117,7 @@ LB_AI __m256i unpack_w(qkind k, const uint8_t *b, float *d, float *m) {
 }
 
 LB_AI void tile32(qkind k, const int RM, const int RN, int64_t nb, const uint8_t *w, size_t ws,
-                  const uint8_t *a, size_t as, float *y, size_t ldy) {
+                  const uint8_t *a, size_t as, float *y, size_t ldy, const uint8_t *pf) {
     const int wb = wbytes(k);
     const int ab = has_min(k) ? 36 : 34, aq = has_min(k) ? 4 : 2;
     __m256 acc[4][4];
@@ -129,6 +129,12 @@ LB_AI void tile32(qkind k, const int RM, const int RN, int64_t nb, const uint8_t
     for (int64_t b = 0; b < nb; b++) {
         __m256i wq[4], wa[4];
         float wd[4], wm[4] = {0, 0, 0, 0};
+        /* decode: prefetch the next tile's rows, at least once per line */
+        if (pf && b % (64 / wb) == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++)
+                _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)b * (size_t)wb),
+                             _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int r = 0; r < RM; r++) {
             wq[r] = unpack_w(k, w + (size_t)r * ws + (size_t)b * (size_t)wb, &wd[r], &wm[r]);
@@ -164,19 +170,141 @@ LB_AI void mm32(qkind k, int64_t n, const void *vw, size_t ws, int64_t nr, const
         int64_t r = 0;
         for (; r + 2 <= nr; r += 2)
             tile32(k, 2, 4, nb, w + (size_t)r * ws, ws, a + (size_t)t * as, as,
-                   y + (size_t)t * ldy + (size_t)r, ldy);
+                   y + (size_t)t * ldy + (size_t)r, ldy, NULL);
         for (; r < nr; r++)
             tile32(k, 1, 4, nb, w + (size_t)r * ws, ws, a + (size_t)t * as, as,
-                   y + (size_t)t * ldy + (size_t)r, ldy);
+                   y + (size_t)t * ldy + (size_t)r, ldy, NULL);
     }
     for (; t < nt; t++) {
         int64_t r = 0;
         for (; r + 4 <= nr; r += 4)
             tile32(k, 4, 1, nb, w + (size_t)r * ws, ws, a + (size_t)t * as, as,
-                   y + (size_t)t * ldy + (size_t)r, ldy);
+                   y + (size_t)t * ldy + (size_t)r, ldy, w + (size_t)(r + 4) * ws);
         for (; r < nr; r++)
             tile32(k, 1, 1, nb, w + (size_t)r * ws, ws, a + (size_t)t * as, as,
-                   y + (size_t)t * ldy + (size_t)r, ldy);
+                   y + (size_t)t * ldy + (size_t)r, ldy, NULL);
+    }
+}
+
+/* Q4_0 x Q8_0 with 128-bit lanes: the nibbles are used unsigned (q in
+ * 0..15, so _mm_maddubs_epi16 takes them directly, without the sign trick)
+ * and the offset is removed in integers afterwards:
+ *   sum_j (q_j - 8) a_j = sum_j q_j a_j - 8 sum_j a_j  (exact).
+ * Low nibbles are elements 0..15 and pair with the activation's first 16
+ * bytes, high nibbles with the last 16, so no shuffling is needed. The
+ * corrections 8 sum a of each (token, block) are computed once per call
+ * (per Q4_KB blocks of the row) and shared by every row. Int16 bounds: each
+ * maddubs lane <= 2*15*127 = 3810, the sum of the two halves <= 7620. */
+#define Q4_KB 256
+
+/* c[t * Q4_KB + i] = 8 * sum of activation block kb0 + i of token t */
+LB_AI void q4_0_corr(int RN, int64_t kb0, int64_t kbn, const uint8_t *a, size_t as,
+                     int32_t *c) {
+    const __m128i ones = _mm_set1_epi16(1), eight = _mm_set1_epi8(8);
+    for (int t = 0; t < RN; t++)
+        for (int64_t i = 0; i < kbn; i++) {
+            const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
+            const __m128i a0 = _mm_loadu_si128((const __m128i *)(ap + 2));
+            const __m128i a1 = _mm_loadu_si128((const __m128i *)(ap + 18));
+            __m128i v = _mm_madd_epi16(
+                _mm_add_epi16(_mm_maddubs_epi16(eight, a0), _mm_maddubs_epi16(eight, a1)), ones);
+            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+            c[t * Q4_KB + i] = _mm_cvtsi128_si32(v);
+        }
+}
+
+/* RM rows x RN tokens over blocks [kb0, kb0 + kbn); adds to y unless
+ * kb0 == 0. */
+LB_AI void tile_q4_0(const int RM, const int RN, int64_t kb0, int64_t kbn, const uint8_t *w,
+                     size_t ws, const uint8_t *a, size_t as, const int32_t *cs, float *y,
+                     size_t ldy, const uint8_t *pf) {
+    const __m128i m4 = _mm_set1_epi8(0x0F), ones = _mm_set1_epi16(1);
+    __m128 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) acc[r][t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        __m128i lo[4], hi[4];
+        float wd[4];
+        /* decode streams the weights from memory once: prefetch the next
+         * tile's rows (every 3 blocks = 54 bytes, so no line is skipped) */
+        if (pf && i % 3 == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++)
+                _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)b * 18), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *wb = w + (size_t)r * ws + (size_t)b * 18;
+            const __m128i x = _mm_loadu_si128((const __m128i *)(wb + 2));
+            lo[r] = _mm_and_si128(x, m4);
+            hi[r] = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+            wd[r] = h2f(wb);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) {
+            const uint8_t *ap = a + (size_t)t * as + (size_t)b * 34;
+            const float ad = h2f(ap);
+            const __m128i a0 = _mm_loadu_si128((const __m128i *)(ap + 2));
+            const __m128i a1 = _mm_loadu_si128((const __m128i *)(ap + 18));
+            const __m128i c = _mm_cvtsi32_si128(cs[t * Q4_KB + i]);
+#pragma GCC unroll 4
+            for (int r = 0; r < RM; r++) {
+                const __m128i p = _mm_sub_epi32(
+                    _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r], a0),
+                                                 _mm_maddubs_epi16(hi[r], a1)),
+                                   ones),
+                    c);
+                acc[r][t] = _mm_fmadd_ps(_mm_set1_ps(wd[r] * ad), _mm_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RM; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < RN; t++) {
+            __m128 v = acc[r][t];
+            v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+            v = _mm_add_ss(v, _mm_movehdup_ps(v));
+            float *yp = y + (size_t)t * ldy + (size_t)r;
+            *yp = kb0 ? *yp + _mm_cvtss_f32(v) : _mm_cvtss_f32(v);
+        }
+}
+
+static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                         size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32;
+    int32_t cs[4 * Q4_KB];
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const uint8_t *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ldy;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
+            const int64_t kbn = LB_MIN(Q4_KB, nb - kb0);
+            q4_0_corr(4, kb0, kbn, at, as, cs);
+            int64_t r = 0;
+            for (; r + 2 <= nr; r += 2)
+                tile_q4_0(2, 4, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
+            for (; r < nr; r++)
+                tile_q4_0(1, 4, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
+        }
+    }
+    for (; t < nt; t++) {
+        const uint8_t *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ldy;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
+            const int64_t kbn = LB_MIN(Q4_KB, nb - kb0);
+            q4_0_corr(1, kb0, kbn, at, as, cs);
+            int64_t r = 0;
+            for (; r + 4 <= nr; r += 4)
+                tile_q4_0(4, 1, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy,
+                          w + (size_t)(r + 4) * ws);
+            for (; r < nr; r++)
+                tile_q4_0(1, 1, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
+        }
     }
 }
 
@@ -186,7 +314,6 @@ LB_AI void mm32(qkind k, int64_t n, const void *vw, size_t ws, int64_t nr, const
                      size_t ldy) {                                             \
         mm32(kind, n, w, ws, nr, a, as, nt, y, ldy);                           \
     }
-MM32(mm_q4_0_avx2, K_Q4_0)
 MM32(mm_q4_1_avx2, K_Q4_1)
 MM32(mm_q5_0_avx2, K_Q5_0)
 MM32(mm_q5_1_avx2, K_Q5_1)

@@ -55,8 +55,36 @@ typedef struct lb_wkernel {
     const char *mm_name, *batch_name; /* for test/benchmark output         */
 } lb_wkernel;
 
+/* Vector helpers of the forward pass (attention, elementwise), one set per
+ * variant like the matmul kernels (vec_ref.c, vec_avx2.c). Variants agree
+ * with the reference up to f32 rounding (summation order, and an exp
+ * polynomial within 2 ulp of expf). */
+typedef struct lb_vec_kernels {
+    /* Attention scores of G query vectors against n key rows (f32, row
+     * length hd, rows back to back):
+     *   s[g * lds + j] = scale * dot(q[g*hd .. g*hd+hd), K[j*hd .. j*hd+hd))
+     * for g < G, j < n. */
+    void (*qk)(int G, int hd, const float *q, const float *K, int64_t n,
+               float scale, float *s, int64_t lds);
+    /* Weighted sum of n value rows into G accumulators:
+     *   acc[g*hd + i] += sum_{j<n} p[g*ldp + j] * V[j*hd + i]. */
+    void (*pv)(int G, int hd, const float *p, int64_t ldp, const float *V,
+               int64_t n, float *acc);
+    /* x[i] = exp(x[i] - m) for i < n; returns the sum of the new x. */
+    float (*exp_sum)(float *x, int64_t n, float m);
+    /* SwiGLU: g[i] = g[i] / (1 + exp(-g[i])) * u[i]. */
+    void (*silu_mul)(float *g, const float *u, int64_t n);
+    /* y[i] += x[i]. */
+    void (*add)(float *y, const float *x, int64_t n);
+    /* binary16 <-> binary32 rows (f32 -> f16 rounds to nearest even, as
+     * lb_f32_to_f16). */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+} lb_vec_kernels;
+
 typedef struct lb_kernel_table {
     const char *name;                   /* "ref", "avx2", ...            */
+    lb_vec_kernels vec;                 /* attention / elementwise       */
     lb_qact_fn qact[LB_TYPE_COUNT_];    /* by vec_dot_type (Q8_0/Q8_1/Q8_K) */
     lb_wkernel w[LB_TYPE_COUNT_];       /* by weight type                */
 } lb_kernel_table;
@@ -83,6 +111,38 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool,
                           const lb_tensor *W, const float *X, float *Y,
                           int64_t n_tokens);
 
+/* ---- plans: one product cut into independent chunks --------------------- */
+/* A plan for Y[n_tokens, out] = X W^T (the work lb_matmul does), exposed so
+ * that the model forward can run several products inside one thread-pool
+ * job and take chunks dynamically. Flow: quantize activation rows
+ * (lb_mm_plan_quantize, rows split over threads; skipped for f32
+ * activations, where A is X itself), then run chunks 0..n_chunks-1 in any
+ * order on any threads (each writes rows [c*row_chunk, ...) of every
+ * token). Results do not depend on the split. */
+typedef struct lb_mm_plan {
+    lb_mm_fn mm;
+    lb_qact_fn qact;   /* NULL: f32 activations, pass X as A            */
+    lb_type act_type;  /* vec_dot_type                                   */
+    const uint8_t *w;
+    size_t w_stride;   /* bytes per weight row                           */
+    size_t a_stride;   /* bytes per activation row                       */
+    int64_t in, out, n_tokens;
+    int64_t row_chunk, n_chunks, tok_tile;
+} lb_mm_plan;
+
+/* Check W (as lb_matmul does) and plan the product for n_tokens tokens on
+ * nth threads. Errors as lb_matmul. */
+lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt,
+                          const lb_tensor *W, int64_t n_tokens, int nth);
+/* Bytes of the quantized activations (0 for f32 activations). */
+size_t lb_mm_plan_act_bytes(const lb_mm_plan *pl);
+/* Quantize activation rows [t0, t1) of X [n_tokens, in] into A. */
+void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A,
+                         int64_t t0, int64_t t1);
+/* Chunk c: Y[t * ldy + r] for every token t and rows r of chunk c. */
+void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y,
+                      size_t ldy, int64_t c);
+
 /* ---- scalar reference kernels (kernels_ref.c) --------------------------- */
 /* Single dot products over n elements: weight row vx, activation row vy.
  * Integer sums per block, then float scaling in ggml's generic order:
@@ -108,19 +168,32 @@ float lb_vec_dot_f32_f32_ref(int64_t n, const void *vx, const void *vy);
 float lb_vec_dot_f16_f32_ref(int64_t n, const void *vx, const void *vy);
 float lb_vec_dot_bf16_f32_ref(int64_t n, const void *vx, const void *vy);
 void lb_kernels_fill_ref(lb_kernel_table *kt);
+void lb_vec_fill_ref(lb_kernel_table *kt);  /* vec_ref.c */
 
 /* ---- AVX2 + FMA + F16C (kernels_avx2.c) --------------------------------- */
 void lb_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void lb_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
 void lb_quantize_q8_K_avx2(const float *x, void *y, int64_t n);
 void lb_kernels_fill_avx2(lb_kernel_table *kt);
+void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 
-/* ---- AVX-512 F/BW/VL (+VNNI) (kernels_avx512.c) ------------------------- */
-void lb_kernels_fill_avx512(lb_kernel_table *kt);
-void lb_kernels_fill_avx512_vnni(lb_kernel_table *kt);
+/* LB_KSYM(name): exported name of a function defined in kernels_avx512.c or
+ * kernels_amx.c. Tests compile those two files a second time against
+ * emulated intrinsics (-DLB_EMULATE_SIMD, tests/emu/emu_avx512.h) so they
+ * run on CPUs without AVX-512/AMX; that build's names get an _emu suffix so
+ * both builds link into one test program. The library never defines it. */
+#ifdef LB_EMULATE_SIMD
+#define LB_KSYM(name) name##_emu
+#else
+#define LB_KSYM(name) name
+#endif
+
+/* ---- AVX-512 F/BW/VL/DQ (+VNNI) (kernels_avx512.c) ---------------------- */
+void LB_KSYM(lb_kernels_fill_avx512)(lb_kernel_table *kt);
+void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
-void lb_kernels_fill_amx(lb_kernel_table *kt);
+void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 
 #ifdef __cplusplus
 }

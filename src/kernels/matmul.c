@@ -18,6 +18,7 @@
 #include "core/internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* ---------------------------------------------------------------------- */
@@ -45,8 +46,14 @@ static void init_tables(void) {
         g_tables[v].name = g_names[v];
         if (!g_usable[v]) continue;
         switch (v) {
-        case LB_KV_REF: lb_kernels_fill_ref(&g_tables[v]); break;
-        case LB_KV_AVX2: lb_kernels_fill_avx2(&g_tables[v]); break;
+        case LB_KV_REF:
+            lb_kernels_fill_ref(&g_tables[v]);
+            lb_vec_fill_ref(&g_tables[v]);
+            break;
+        case LB_KV_AVX2:
+            lb_kernels_fill_avx2(&g_tables[v]);
+            lb_vec_fill_avx2(&g_tables[v]);
+            break;
         case LB_KV_AVX512: lb_kernels_fill_avx512(&g_tables[v]); break;
         case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;
         case LB_KV_AMX: lb_kernels_fill_amx(&g_tables[v]); break;
@@ -150,52 +157,13 @@ void lb_kernels_release_scratch(void) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* The job                                                                 */
+/* Plans: one product split into chunks                                    */
 
-typedef struct mm_job {
-    const lb_kernel_table *kt;
-    lb_mm_fn mm;
-    lb_qact_fn qact; /* NULL: activations used as f32 directly */
-    const uint8_t *w;
-    size_t w_stride;
-    const float *X;
-    const uint8_t *A;
-    size_t a_stride;
-    uint8_t *A_buf;
-    float *Y;
-    int64_t n_tokens, in, out;
-    int64_t row_chunk, tok_tile;
-    lb_pool *pool;
-} mm_job;
-
-static void mm_worker(void *p, int ith, int nth) {
-    mm_job *j = p;
-    if (j->qact) {
-        size_t b, e;
-        lb_split_range((size_t)j->n_tokens, ith, nth, &b, &e);
-        for (size_t t = b; t < e; t++)
-            j->qact(j->X + t * (size_t)j->in, j->A_buf + t * j->a_stride, j->in);
-        lb_pool_barrier(j->pool);
-    }
-    const size_t n_chunks = (size_t)((j->out + j->row_chunk - 1) / j->row_chunk);
-    size_t cb, ce;
-    lb_split_range(n_chunks, ith, nth, &cb, &ce);
-    for (size_t c = cb; c < ce; c++) {
-        const int64_t r0 = (int64_t)c * j->row_chunk;
-        const int64_t nr = LB_MIN(j->row_chunk, j->out - r0);
-        for (int64_t t0 = 0; t0 < j->n_tokens; t0 += j->tok_tile) {
-            const int64_t nt = LB_MIN(j->tok_tile, j->n_tokens - t0);
-            j->mm(j->in, j->w + (size_t)r0 * j->w_stride, j->w_stride, nr,
-                  j->A + (size_t)t0 * j->a_stride, j->a_stride, nt,
-                  j->Y + (size_t)t0 * (size_t)j->out + (size_t)r0, (size_t)j->out);
-        }
-    }
-}
-
-lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
-                          const float *X, float *Y, int64_t n_tokens) {
+lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_tensor *W,
+                          int64_t n_tokens, int nth) {
     const char *name = W && W->name ? W->name : "weight";
-    if (!W || !X || !Y || !kt)
+    memset(pl, 0, sizeof *pl);
+    if (!W || !kt)
         return lb_set_error(LB_ERR_INVALID_ARG, "matmul: NULL argument (%s)", name);
     if (W->n_dims != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
         return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s is not a non-empty 2-D tensor", name);
@@ -206,58 +174,131 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
         return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: type %s has no kernel", name,
                             lb_type_name((int)W->type));
     const lb_wkernel *wk = &kt->w[W->type];
-    mm_job j;
-    memset(&j, 0, sizeof j);
-    j.kt = kt;
-    j.in = W->shape[1];
-    j.out = W->shape[0];
-    j.n_tokens = n_tokens;
+    pl->in = W->shape[1];
+    pl->out = W->shape[0];
+    pl->n_tokens = n_tokens;
     size_t total;
-    if (!lb_row_size(W->type, j.in, &j.w_stride))
+    if (!lb_row_size(W->type, pl->in, &pl->w_stride))
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "matmul: %s: %lld columns is not a multiple of the %s block size",
-                            name, (long long)j.in, lb_type_name((int)W->type));
-    if (!lb_mul_ok(j.w_stride, (size_t)j.out, &total) || total > W->nbytes || !W->data)
+                            name, (long long)pl->in, lb_type_name((int)W->type));
+    if (!lb_mul_ok(pl->w_stride, (size_t)pl->out, &total) || total > W->nbytes || !W->data)
         return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s: data too small for [%lld, %lld] %s",
-                            name, (long long)j.out, (long long)j.in, lb_type_name((int)W->type));
+                            name, (long long)pl->out, (long long)pl->in,
+                            lb_type_name((int)W->type));
+    pl->w = W->data;
+    pl->mm = wk->mm;
+    pl->act_type = wk->act_type;
+    if (wk->mm_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_batch;
+    if (wk->act_type == LB_TYPE_F32) {
+        pl->a_stride = (size_t)pl->in * sizeof(float);
+    } else {
+        pl->qact = kt->qact[wk->act_type];
+        if (!pl->qact || !lb_row_size(wk->act_type, pl->in, &pl->a_stride))
+            return lb_set_error(LB_ERR_INTERNAL, "matmul: %s: no activation quantizer", name);
+        size_t bytes;
+        if (!lb_mul_ok(pl->a_stride, (size_t)n_tokens, &bytes))
+            return lb_set_error(LB_ERR_OVERFLOW, "matmul: %s: activation size overflows", name);
+    }
+    /* Work split (chunks are taken dynamically by the workers, so a thread
+     * that is descheduled does not hold the others back).
+     * Decode (few tokens): chunks of a multiple of 4 rows, about 4 per
+     * thread. Prefill: a multiple of 16 rows whose weights take about
+     * 64 KiB (L2-resident while all token tiles pass over them), at least
+     * 4 chunks per thread when the matrix allows. Token tiles of up to 64
+     * rows of activations (all tokens for batch kernels, which repack the
+     * weights once per call). */
+    if (nth < 1) nth = 1;
+    int64_t chunk;
+    if (n_tokens < 4) {
+        chunk = (pl->out + 4 * nth - 1) / (4 * nth);
+        chunk = LB_MAX(16, (chunk + 3) / 4 * 4);
+    } else {
+        chunk = (int64_t)((64 * 1024) / (pl->w_stride ? pl->w_stride : 1));
+        chunk = LB_MAX(16, chunk / 16 * 16);
+        if ((pl->out + chunk - 1) / chunk < 4 * nth) {
+            chunk = (pl->out + 4 * nth - 1) / (4 * nth);
+            chunk = LB_MAX(4, (chunk + 3) / 4 * 4);
+        }
+    }
+    pl->row_chunk = LB_MIN(chunk, pl->out);
+    pl->n_chunks = (pl->out + pl->row_chunk - 1) / pl->row_chunk;
+    pl->tok_tile = pl->mm == wk->mm_batch ? LB_MAX(n_tokens, 1) : LB_MIN(LB_MAX(n_tokens, 1), 64);
+    return LB_OK;
+}
+
+size_t lb_mm_plan_act_bytes(const lb_mm_plan *pl) {
+    return pl->qact ? pl->a_stride * (size_t)pl->n_tokens : 0;
+}
+
+void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A, int64_t t0, int64_t t1) {
+    if (!pl->qact) return;
+    for (int64_t t = t0; t < t1; t++)
+        pl->qact(X + (size_t)t * (size_t)pl->in, (uint8_t *)A + (size_t)t * pl->a_stride, pl->in);
+}
+
+void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y, size_t ldy, int64_t c) {
+    const int64_t r0 = c * pl->row_chunk;
+    const int64_t nr = LB_MIN(pl->row_chunk, pl->out - r0);
+    const uint8_t *a = A;
+    for (int64_t t0 = 0; t0 < pl->n_tokens; t0 += pl->tok_tile) {
+        const int64_t nt = LB_MIN(pl->tok_tile, pl->n_tokens - t0);
+        pl->mm(pl->in, pl->w + (size_t)r0 * pl->w_stride, pl->w_stride, nr,
+               a + (size_t)t0 * pl->a_stride, pl->a_stride, nt,
+               Y + (size_t)t0 * ldy + (size_t)r0, ldy);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* lb_matmul on top of a plan                                              */
+
+typedef struct mm_job {
+    const lb_mm_plan *pl;
+    const float *X;
+    const void *A;
+    uint8_t *A_buf;
+    float *Y;
+    lb_pool *pool;
+    atomic_int_fast64_t next;
+} mm_job;
+
+static void mm_worker(void *p, int ith, int nth) {
+    mm_job *j = p;
+    if (j->pl->qact) {
+        size_t b, e;
+        lb_split_range((size_t)j->pl->n_tokens, ith, nth, &b, &e);
+        lb_mm_plan_quantize(j->pl, j->X, j->A_buf, (int64_t)b, (int64_t)e);
+        lb_pool_barrier(j->pool);
+    }
+    for (;;) {
+        int64_t c = atomic_fetch_add(&j->next, 1);
+        if (c >= j->pl->n_chunks) break;
+        lb_mm_plan_chunk(j->pl, j->A, j->Y, (size_t)j->pl->out, c);
+    }
+}
+
+lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
+                          const float *X, float *Y, int64_t n_tokens) {
+    const char *name = W && W->name ? W->name : "weight";
+    if (!W || !X || !Y || !kt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: NULL argument (%s)", name);
+    lb_mm_plan pl;
+    LB_TRY(lb_mm_plan_make(&pl, kt, W, n_tokens, lb_pool_size(pool)));
     if (n_tokens == 0) return LB_OK;
-    j.w = W->data;
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.pl = &pl;
     j.X = X;
     j.Y = Y;
     j.pool = pool;
-    j.mm = wk->mm;
-    if (wk->mm_batch && n_tokens >= wk->batch_min) j.mm = wk->mm_batch;
-    if (wk->act_type == LB_TYPE_F32) {
-        j.A = (const uint8_t *)X;
-        j.a_stride = (size_t)j.in * sizeof(float);
-    } else {
-        j.qact = kt->qact[wk->act_type];
-        if (!j.qact || !lb_row_size(wk->act_type, j.in, &j.a_stride))
-            return lb_set_error(LB_ERR_INTERNAL, "matmul: %s: no activation quantizer", name);
-        size_t bytes;
-        if (!lb_mul_ok(j.a_stride, (size_t)n_tokens, &bytes))
-            return lb_set_error(LB_ERR_OVERFLOW, "matmul: %s: activation size overflows", name);
-        j.A_buf = scratch_get(bytes);
+    atomic_init(&j.next, 0);
+    if (pl.qact) {
+        j.A_buf = scratch_get(lb_mm_plan_act_bytes(&pl));
         if (!j.A_buf) return lb_error_context(LB_ERR_NOMEM, "matmul: %s", name);
         j.A = j.A_buf;
+    } else {
+        j.A = X;
     }
-    /* Work split. Row chunks: a multiple of 16 rows whose weights take about
-     * 128 KiB (L2-resident while all token tiles pass over them); fewer,
-     * even chunks when that would leave threads idle. Token tiles of up to
-     * 64 rows of activations. */
-    const int nth = lb_pool_size(pool);
-    int64_t chunk = (int64_t)((128 * 1024) / (j.w_stride ? j.w_stride : 1));
-    chunk = LB_MAX(16, chunk / 16 * 16);
-    if (n_tokens < 4) {
-        /* decode: one contiguous range per thread */
-        chunk = (j.out + nth - 1) / nth;
-    } else if ((j.out + chunk - 1) / chunk < 2 * nth) {
-        chunk = (j.out + 2 * nth - 1) / (2 * nth);
-        chunk = LB_MAX(1, (chunk + 3) / 4 * 4);
-    }
-    j.row_chunk = LB_MAX(1, chunk);
-    /* batch (AMX) kernels repack weights once per call: give them all tokens */
-    j.tok_tile = j.mm == wk->mm_batch ? n_tokens : LB_MIN(n_tokens, 64);
     lb_pool_run(pool, mm_worker, &j);
     return LB_OK;
 }

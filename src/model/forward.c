@@ -4,13 +4,38 @@
  * 5.12 modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py with eager
  * attention in float32 (LlamaRMSNorm, apply_rotary_pos_emb with
  * rotate_half, repeat_kv, softmax(dtype=float32), SwiGLU MLP).
+ *
+ * Execution (ggml-style: one thread-pool job per forward pass, phases
+ * separated by barriers, ith/nth splits; see fwd_worker):
+ *   per layer  1. RMSNorm + activation quantization, rows split over threads
+ *              2. q, k, v products, weight-row chunks taken dynamically
+ *              3. bias, q/k norm, RoPE, K/V written to the cache (by token)
+ *              4. attention, (token, KV head) units taken dynamically; the
+ *                 nh/nkv query heads sharing a KV head are done together
+ *                 (GQA), keys in blocks of ATT_BLOCK with an online
+ *                 (running max) softmax, so no buffer grows with n_ctx
+ *              5. o product; 6. residual + RMSNorm + quantization
+ *              7. gate and up products with SwiGLU fused per chunk
+ *              8. down product; its residual add opens the next layer.
+ * Elementwise and attention arithmetic goes through the kernel table's
+ * vector helpers (kernels_internal.h: scalar reference + AVX2 twins).
+ * lb_model_forward runs inputs longer than n_batch in passes of n_batch
+ * tokens, so scratch memory is bounded by n_batch.
  */
 #include "model/model_internal.h"
+#include "kernels/kernels_internal.h"
 #include "lowbit/kernels.h"
 #include "core/internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+/* keys per attention block (scores, converted K/V rows in L1) */
+#define ATT_BLOCK 64
+/* dynamic-work counters per layer and outside layers */
+#define PHASES_PER_LAYER 8
+#define PHASES_EXTRA 4
 
 struct lb_context {
     const lb_model *m;
@@ -19,15 +44,19 @@ struct lb_context {
     bool own_pool;
     int n_threads;
 
-    /* KV cache, per layer and KV head contiguous over positions:
-     * k_cache[((layer * nkv + h) * n_ctx + pos) * hd + i]. */
-    float *k_cache, *v_cache;
+    /* KV cache of kv_type (F32 or F16), per layer and KV head contiguous
+     * over positions: element ((layer * nkv + h) * n_ctx + pos) * hd + i. */
+    lb_type kv_type;
+    size_t kv_esize;
+    void *k_cache, *v_cache;
     /* Token id at each cached position (-1: unknown, e.g. after layers
      * were driven by hand). [n_ctx] */
     int32_t *toks;
-    /* RoPE tables [n_ctx][hd/2]. */
-    float *rope_cos, *rope_sin;
+    /* RoPE tables [n_ctx][hd/2], filled lazily up to rope_done positions. */
+    float *rope_cos, *rope_sin, *inv_freq;
+    int32_t rope_done;
 
+    int32_t n_batch; /* tokens per pass of lb_model_forward */
     /* Scratch for up to `cap` tokens. */
     int32_t cap;
     float *x;      /* [cap, dim]   residual stream (lb_model_forward)   */
@@ -38,7 +67,16 @@ struct lb_context {
     float *o;      /* [cap, dim]   o_proj / down_proj output             */
     float *gate;   /* [cap, ff]                                          */
     float *up;     /* [cap, ff]                                          */
-    float *scores; /* [n_threads, n_ctx] attention probabilities        */
+    uint8_t *act[3]; /* quantized activations [cap, act_stride] each     */
+    size_t act_stride;
+    /* Per-thread attention scratch: scores [G, ATT_BLOCK], K and V blocks
+     * [ATT_BLOCK, hd] f32, running max and sum [G] each. */
+    float *att_scratch;
+    size_t att_scratch_per_thread;
+
+    lb_mm_plan *plans; /* [n_layers][LB_LINEAR_COUNT], per forward    */
+    atomic_int_fast64_t *ctr; /* dynamic-work counters                */
+    size_t n_ctr;
 
     lb_forward_hook hook;
 };
@@ -106,22 +144,6 @@ static void rope_apply(float *x, const float *c, const float *s, int hd,
     }
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
-/* Dot product with 8 independent partial sums (lets the compiler use SIMD
- * without -ffast-math; the summation order is fixed, so results are
- * deterministic). */
-static inline float dot_f32(const float *a, const float *b, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -129,22 +151,41 @@ static inline float dot_f32(const float *a, const float *b, int n) {
 lb_context_params lb_context_default_params(void) {
     lb_context_params p;
     memset(&p, 0, sizeof p);
+    p.kv_type = LB_TYPE_F32;
     return p;
 }
 
 static void free_scratch(lb_context *ctx) {
-    lb_free(ctx->x);
-    lb_free(ctx->xn);
-    lb_free(ctx->q);
-    lb_free(ctx->k);
-    lb_free(ctx->v);
-    lb_free(ctx->att);
-    lb_free(ctx->o);
-    lb_free(ctx->gate);
-    lb_free(ctx->up);
-    ctx->x = ctx->xn = ctx->q = ctx->k = ctx->v = ctx->att = ctx->o =
-        ctx->gate = ctx->up = NULL;
+    float **f[] = {&ctx->x, &ctx->xn, &ctx->q, &ctx->k, &ctx->v,
+                   &ctx->att, &ctx->o, &ctx->gate, &ctx->up};
+    for (size_t i = 0; i < LB_ARRAY_LEN(f); i++) {
+        lb_free(*f[i]);
+        *f[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        lb_free(ctx->act[i]);
+        ctx->act[i] = NULL;
+    }
     ctx->cap = 0;
+}
+
+/* Largest quantized-activation row any linear (or lm_head) needs. */
+static size_t max_act_stride(const lb_model *m) {
+    const lb_kernel_table *kt = lb_kernels_current();
+    size_t best = 0;
+    for (int l = 0; l <= m->config.n_layers; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+            const lb_tensor *w = l < m->config.n_layers ? &m->layers[l].w[i]
+                                                        : &m->output;
+            if (l == m->config.n_layers && i > 0) break;
+            if ((unsigned)w->type >= LB_TYPE_COUNT_) continue;
+            lb_type at = kt->w[w->type].act_type;
+            size_t rb;
+            if (kt->w[w->type].mm && at != LB_TYPE_F32 &&
+                lb_row_size(at, lb_tensor_cols(w), &rb) && rb > best)
+                best = rb;
+        }
+    return best;
 }
 
 /* Make room for n tokens of scratch. */
@@ -165,8 +206,15 @@ static lb_status ensure_scratch(lb_context *ctx, int32_t n) {
     ctx->o = lb_calloc(t * dim, sizeof(float));
     ctx->gate = lb_calloc(t * ff, sizeof(float));
     ctx->up = lb_calloc(t * ff, sizeof(float));
-    if (!ctx->x || !ctx->xn || !ctx->q || !ctx->k || !ctx->v || !ctx->att ||
-        !ctx->o || !ctx->gate || !ctx->up) {
+    bool ok = ctx->x && ctx->xn && ctx->q && ctx->k && ctx->v && ctx->att &&
+              ctx->o && ctx->gate && ctx->up;
+    /* the weights may have been swapped (lb_model_set_linear): recompute */
+    ctx->act_stride = max_act_stride(ctx->m);
+    for (int i = 0; i < 3 && ok; i++) {
+        ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride, 1));
+        ok = ctx->act[i] != NULL;
+    }
+    if (!ok) {
         free_scratch(ctx);
         return lb_set_error(LB_ERR_NOMEM,
                             "context: out of memory for scratch of %d tokens",
@@ -188,15 +236,23 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     if (n_ctx > (1 << 24))
         return lb_set_error(LB_ERR_INVALID_ARG, "context: n_ctx %d too large",
                             (int)n_ctx);
+    if (p.kv_type != LB_TYPE_F32 && p.kv_type != LB_TYPE_F16)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "context: kv_type %s (F32 or F16)",
+                            lb_type_name((int)p.kv_type));
     lb_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return lb_set_error(LB_ERR_NOMEM, "context: out of memory");
     ctx->m = m;
     ctx->n_ctx = n_ctx;
+    ctx->kv_type = p.kv_type;
+    ctx->kv_esize = p.kv_type == LB_TYPE_F16 ? 2 : 4;
+    ctx->n_batch = p.n_batch > 0 ? LB_MIN(p.n_batch, n_ctx) : LB_MIN(512, n_ctx);
     lb_status s = LB_OK;
     if (p.pool) {
         ctx->pool = p.pool;
     } else {
-        ctx->pool = lb_pool_create(p.n_threads);
+        ctx->pool = lb_pool_create_ex(p.n_threads,
+                                      p.pin_threads ? LB_POOL_PIN : 0);
         ctx->own_pool = true;
         if (!ctx->pool) {
             s = lb_set_error(LB_ERR_NOMEM, "context: cannot create thread "
@@ -212,41 +268,46 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
         s = lb_set_error(LB_ERR_OVERFLOW, "context: KV cache size overflows");
         goto fail;
     }
-    ctx->k_cache = lb_alloc(kv_elems * sizeof(float));
-    ctx->v_cache = lb_alloc(kv_elems * sizeof(float));
+    /* lb_alloc without zeroing: only written positions are ever read, and
+     * untouched pages cost no memory */
+    ctx->k_cache = lb_alloc(kv_elems * ctx->kv_esize);
+    ctx->v_cache = lb_alloc(kv_elems * ctx->kv_esize);
     if (!ctx->k_cache || !ctx->v_cache) {
         s = lb_set_error(LB_ERR_NOMEM,
                          "context: out of memory for the KV cache (2 x %zu "
-                         "MiB for n_ctx %d)",
-                         kv_elems * 4 >> 20, (int)n_ctx);
+                         "MiB of %s for n_ctx %d)",
+                         kv_elems * ctx->kv_esize >> 20,
+                         lb_type_name((int)ctx->kv_type), (int)n_ctx);
         goto fail;
     }
-    int half = c->head_dim / 2;
+    const int half = c->head_dim / 2;
+    const int G = c->n_heads / c->n_kv_heads;
     ctx->toks = lb_alloc((size_t)n_ctx * sizeof(int32_t));
     ctx->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
-    ctx->scores = lb_alloc((size_t)ctx->n_threads * (size_t)n_ctx *
-                           sizeof(float));
-    float *inv = malloc((size_t)half * sizeof(float));
-    if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->scores ||
-        !inv) {
-        free(inv);
+    ctx->inv_freq = lb_alloc((size_t)half * sizeof(float));
+    ctx->att_scratch_per_thread =
+        ((size_t)G * ATT_BLOCK + 2 * (size_t)ATT_BLOCK * c->head_dim +
+         2 * (size_t)G + 15) / 16 * 16;
+    ctx->att_scratch = lb_alloc((size_t)ctx->n_threads *
+                                ctx->att_scratch_per_thread * sizeof(float));
+    ctx->plans = calloc((size_t)c->n_layers * LB_LINEAR_COUNT,
+                        sizeof *ctx->plans);
+    ctx->n_ctr = (size_t)c->n_layers * PHASES_PER_LAYER + PHASES_EXTRA;
+    ctx->ctr = calloc(ctx->n_ctr, sizeof *ctx->ctr);
+    if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->inv_freq ||
+        !ctx->att_scratch || !ctx->plans || !ctx->ctr) {
         s = lb_set_error(LB_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
     /* cos/sin of (inv_freq * position) in float32, as LlamaRotaryEmbedding
-     * (attention_scaling is 1 for default/linear/llama3). */
-    lb_rope_inv_freq(c, inv);
-    for (int32_t pos = 0; pos < n_ctx; pos++)
-        for (int i = 0; i < half; i++) {
-            float f = inv[i] * (float)pos;
-            ctx->rope_cos[(size_t)pos * half + i] = cosf(f);
-            ctx->rope_sin[(size_t)pos * half + i] = sinf(f);
-        }
-    free(inv);
-    if ((s = ensure_scratch(ctx, p.n_batch > 0 ? LB_MIN(p.n_batch, n_ctx)
-                                               : LB_MIN(512, n_ctx))) != LB_OK)
-        goto fail;
+     * (attention_scaling is 1 for default/linear/llama3); rows are filled
+     * when positions are first used. */
+    lb_rope_inv_freq(c, ctx->inv_freq);
+    if (m->rope_freqs.data) /* GGUF freq factors (ggml rope freq_factors) */
+        for (int i = 0; i < half; i++)
+            ctx->inv_freq[i] /= ((const float *)m->rope_freqs.data)[i];
+    if ((s = ensure_scratch(ctx, ctx->n_batch)) != LB_OK) goto fail;
     *out = ctx;
     return LB_OK;
 fail:
@@ -262,7 +323,10 @@ void lb_context_free(lb_context *ctx) {
     lb_free(ctx->toks);
     lb_free(ctx->rope_cos);
     lb_free(ctx->rope_sin);
-    lb_free(ctx->scores);
+    lb_free(ctx->inv_freq);
+    lb_free(ctx->att_scratch);
+    free(ctx->plans);
+    free(ctx->ctr);
     if (ctx->own_pool) lb_pool_free(ctx->pool);
     free(ctx);
 }
@@ -271,7 +335,14 @@ const lb_model *lb_context_model(const lb_context *ctx) { return ctx->m; }
 int32_t lb_context_n_ctx(const lb_context *ctx) { return ctx->n_ctx; }
 lb_pool *lb_context_pool(lb_context *ctx) { return ctx->pool; }
 int32_t lb_context_n_past(const lb_context *ctx) { return ctx->n_past; }
+lb_type lb_context_kv_type(const lb_context *ctx) { return ctx->kv_type; }
 void lb_context_reset(lb_context *ctx) { ctx->n_past = 0; }
+
+size_t lb_context_kv_bytes(const lb_context *ctx) {
+    const lb_model_config *c = &ctx->m->config;
+    return 2 * (size_t)c->n_layers * (size_t)c->n_kv_heads *
+           (size_t)ctx->n_ctx * (size_t)c->head_dim * ctx->kv_esize;
+}
 
 lb_status lb_context_truncate(lb_context *ctx, int32_t n) {
     if (n < 0 || n > ctx->n_past)
@@ -304,69 +375,37 @@ void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook) {
         memset(&ctx->hook, 0, sizeof ctx->hook);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Attention                                                                 */
-/* ------------------------------------------------------------------------ */
-
-typedef struct attn_job {
-    lb_context *ctx;
-    int layer;
-    int32_t n_tokens, pos;
-} attn_job;
-
-/* One (query token, head) pair per unit of work:
- *   att[t, h*hd:(h+1)*hd] = softmax(q_t,h . K[0..p]^T / sqrt(hd)) V[0..p]
- * with p = pos + t (causal), keys/values of KV head h / (nh / nkv)
- * (repeat_kv), positions before p - sliding_window + 1 masked when the
- * layer uses a sliding window. */
-static void attn_worker(void *arg, int ith, int nth) {
-    attn_job *j = arg;
-    lb_context *ctx = j->ctx;
-    const lb_model_config *c = &ctx->m->config;
-    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const int group = nh / nkv;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const bool sliding = c->sliding_window > 0 &&
-                         j->layer >= c->sliding_window_first_layer;
-    float *sc = ctx->scores + (size_t)ith * (size_t)ctx->n_ctx;
-    size_t b, e;
-    lb_split_range((size_t)j->n_tokens * (size_t)nh, ith, nth, &b, &e);
-    for (size_t u = b; u < e; u++) {
-        int32_t t = (int32_t)(u / (size_t)nh);
-        int h = (int)(u % (size_t)nh), kvh = h / group;
-        int32_t p = j->pos + t;
-        int32_t j0 = 0;
-        if (sliding && p - c->sliding_window + 1 > 0)
-            j0 = p - c->sliding_window + 1;
-        const float *qv = ctx->q + ((size_t)t * nh + h) * hd;
-        size_t base = ((size_t)j->layer * nkv + kvh) * (size_t)ctx->n_ctx;
-        const float *K = ctx->k_cache + base * hd;
-        const float *V = ctx->v_cache + base * hd;
-        float mx = -INFINITY;
-        for (int32_t k = j0; k <= p; k++) {
-            float d = dot_f32(qv, K + (size_t)k * hd, hd) * scale;
-            sc[k] = d;
-            if (d > mx) mx = d;
+/* Fill the RoPE tables up to position `upto` (exclusive). */
+static void rope_fill(lb_context *ctx, int32_t upto) {
+    const int half = ctx->m->config.head_dim / 2;
+    for (int32_t pos = ctx->rope_done; pos < upto; pos++)
+        for (int i = 0; i < half; i++) {
+            float f = ctx->inv_freq[i] * (float)pos;
+            ctx->rope_cos[(size_t)pos * half + i] = cosf(f);
+            ctx->rope_sin[(size_t)pos * half + i] = sinf(f);
         }
-        float sum = 0.0f;
-        for (int32_t k = j0; k <= p; k++) {
-            sc[k] = expf(sc[k] - mx);
-            sum += sc[k];
-        }
-        float inv = 1.0f / sum;
-        float *out = ctx->att + ((size_t)t * nh + h) * hd;
-        for (int i = 0; i < hd; i++) out[i] = 0.0f;
-        for (int32_t k = j0; k <= p; k++) {
-            const float w = sc[k] * inv;
-            const float *vr = V + (size_t)k * hd;
-            for (int i = 0; i < hd; i++) out[i] += w * vr[i];
-        }
-    }
+    if (upto > ctx->rope_done) ctx->rope_done = upto;
 }
 
 /* ------------------------------------------------------------------------ */
-/* Layers                                                                    */
+/* The layer job                                                             */
 /* ------------------------------------------------------------------------ */
+
+typedef struct fwd_job {
+    lb_context *ctx;
+    const lb_kernel_table *kt;
+    float *hidden; /* [n, dim] residual stream, updated in place */
+    int32_t n, pos;
+    int layer0, layer1;
+    lb_pool *pool; /* the pool running the job (NULL: the caller alone) */
+    atomic_int status; /* a hook's failure */
+} fwd_job;
+
+/* Take chunks [0, total) dynamically from counter `ctr`. */
+static inline bool take(atomic_int_fast64_t *ctr, int64_t total, int64_t *c) {
+    *c = atomic_fetch_add(ctr, 1);
+    return *c < total;
+}
 
 static lb_status hook_call(lb_context *ctx, int layer, lb_linear_id which,
                            const float *X, int32_t n, int64_t in) {
@@ -374,88 +413,327 @@ static lb_status hook_call(lb_context *ctx, int layer, lb_linear_id which,
     return ctx->hook.linear_input(ctx->hook.user, layer, which, X, n, in);
 }
 
-static void add_bias(float *y, const lb_tensor *b, int32_t n, int64_t d) {
-    if (!b->data) return;
-    const float *bv = b->data;
-    for (int32_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < d; i++) y[(size_t)t * d + i] += bv[i];
+/* Call the hook for linears [first, first + count) with input X on thread
+ * 0 between two barriers; returns false (on every thread) when it
+ * failed. */
+static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
+                       int count, const float *X, int64_t in) {
+    lb_context *ctx = j->ctx;
+    if (!ctx->hook.linear_input) return true;
+    lb_pool_barrier(j->pool);
+    if (ith == 0)
+        for (int i = 0; i < count; i++) {
+            lb_status s = hook_call(ctx, l, (lb_linear_id)(first + i), X, j->n,
+                                    in);
+            if (s != LB_OK) {
+                atomic_store(&j->status, (int)s);
+                break;
+            }
+        }
+    lb_pool_barrier(j->pool);
+    return atomic_load(&j->status) == LB_OK;
 }
 
-/* The decoder layer on hidden [n, dim] in place (no argument checks). */
-static lb_status layer_forward(lb_context *ctx, int l, float *hidden,
-                               int32_t n, int32_t pos) {
+/* Quantize token rows [t0, t1) of X for the plans `p[0..np)`, sharing one
+ * buffer between plans with the same activation type; *bufs receives each
+ * plan's activation pointer (X itself for f32 activations). */
+static void quant_rows(lb_context *ctx, const lb_mm_plan *const *p, int np,
+                       const float *X, int64_t t0, int64_t t1,
+                       const void **bufs) {
+    for (int i = 0; i < np; i++) {
+        if (!p[i]->qact) {
+            bufs[i] = X;
+            continue;
+        }
+        int same = -1;
+        for (int k = 0; k < i; k++)
+            if (p[k]->qact && p[k]->act_type == p[i]->act_type) same = k;
+        if (same >= 0) {
+            bufs[i] = bufs[same];
+            continue;
+        }
+        bufs[i] = ctx->act[i];
+        lb_mm_plan_quantize(p[i], X, ctx->act[i], t0, t1);
+    }
+}
+
+/* One attention unit: token t, KV head kvh, its G query heads.
+ *   att[t, (kvh*G+g)*hd ..] = softmax(q K^T / sqrt(hd)) V over keys
+ *   [j0, pos+t] (causal; sliding window), with online softmax per block. */
+static void attn_unit(lb_context *ctx, const lb_kernel_table *kt, int l,
+                      int32_t t, int kvh, int32_t pos, float *scr) {
     const lb_model_config *c = &ctx->m->config;
-    const lb_layer_weights *L = &ctx->m->layers[l];
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int G = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int32_t p = pos + t;
+    int32_t j0 = 0;
+    if (c->sliding_window > 0 && l >= c->sliding_window_first_layer &&
+        p - c->sliding_window + 1 > 0)
+        j0 = p - c->sliding_window + 1;
+    const float *qv = ctx->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
+    float *acc = ctx->att + ((size_t)t * nh + (size_t)kvh * G) * hd;
+    float *s = scr, *kf = s + (size_t)G * ATT_BLOCK,
+          *vf = kf + (size_t)ATT_BLOCK * hd, *mx = vf + (size_t)ATT_BLOCK * hd,
+          *sum = mx + G;
+    const size_t base = ((size_t)l * nkv + kvh) * (size_t)ctx->n_ctx;
+    const bool f16 = ctx->kv_type == LB_TYPE_F16;
+    memset(acc, 0, (size_t)G * hd * sizeof(float));
+    for (int g = 0; g < G; g++) {
+        mx[g] = -INFINITY;
+        sum[g] = 0.0f;
+    }
+    for (int32_t j = j0; j <= p; j += ATT_BLOCK) {
+        const int64_t nb = LB_MIN(ATT_BLOCK, (int64_t)p + 1 - j);
+        const float *K, *V;
+        if (f16) {
+            const uint16_t *k16 = (const uint16_t *)ctx->k_cache + (base + j) * hd;
+            const uint16_t *v16 = (const uint16_t *)ctx->v_cache + (base + j) * hd;
+            kt->vec.f16_to_f32(k16, kf, nb * hd);
+            kt->vec.f16_to_f32(v16, vf, nb * hd);
+            K = kf;
+            V = vf;
+        } else {
+            K = (const float *)ctx->k_cache + (base + j) * hd;
+            V = (const float *)ctx->v_cache + (base + j) * hd;
+        }
+        kt->vec.qk(G, hd, qv, K, nb, scale, s, ATT_BLOCK);
+        for (int g = 0; g < G; g++) {
+            float *sg = s + (size_t)g * ATT_BLOCK;
+            float bm = sg[0];
+            for (int64_t i = 1; i < nb; i++) bm = sg[i] > bm ? sg[i] : bm;
+            if (bm > mx[g]) {
+                const float r = expf(mx[g] - bm); /* 0 on the first block */
+                if (sum[g] != 0.0f) {
+                    float *ag = acc + (size_t)g * hd;
+                    for (int i = 0; i < hd; i++) ag[i] *= r;
+                }
+                sum[g] *= r;
+                mx[g] = bm;
+            }
+            sum[g] += kt->vec.exp_sum(sg, nb, mx[g]);
+        }
+        kt->vec.pv(G, hd, s, ATT_BLOCK, V, nb, acc);
+    }
+    for (int g = 0; g < G; g++) {
+        const float inv = 1.0f / sum[g];
+        float *ag = acc + (size_t)g * hd;
+        for (int i = 0; i < hd; i++) ag[i] *= inv;
+    }
+}
+
+static void fwd_worker(void *arg, int ith, int nth) {
+    fwd_job *j = arg;
+    lb_context *ctx = j->ctx;
+    const lb_kernel_table *kt = j->kt;
+    const lb_model *m = ctx->m;
+    const lb_model_config *c = &m->config;
+    lb_pool *pool = j->pool;
     const int64_t dim = c->hidden_size, hd = c->head_dim, nh = c->n_heads,
                   nkv = c->n_kv_heads, ff = c->intermediate_size;
     const int64_t qd = nh * hd, kvd = nkv * hd;
     const int half = (int)(hd / 2);
-    lb_pool *pool = ctx->pool;
+    const int32_t n = j->n, pos = j->pos;
+    const float eps = c->rms_norm_eps;
+    float *hidden = j->hidden;
+    float *scr = ctx->att_scratch + (size_t)ith * ctx->att_scratch_per_thread;
+    size_t tb, te; /* this thread's token rows */
+    lb_split_range((size_t)n, ith, nth, &tb, &te);
+    int64_t ch;
 
-    /* ---- attention block ------------------------------------------- */
-    /* xn = RMSNorm(hidden) * input_layernorm             [n, dim]      */
-    for (int32_t t = 0; t < n; t++)
-        lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->attn_norm.data,
-                   dim, c->rms_norm_eps);
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_Q, ctx->xn, n, dim));
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_K, ctx->xn, n, dim));
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_V, ctx->xn, n, dim));
-    /* q = xn Wq^T + bq  [n, nh*hd];  k, v = xn Wk^T, xn Wv^T  [n, nkv*hd] */
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_Q], ctx->xn, ctx->q, n));
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_K], ctx->xn, ctx->k, n));
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_V], ctx->xn, ctx->v, n));
-    add_bias(ctx->q, &L->bq, n, qd);
-    add_bias(ctx->k, &L->bk, n, kvd);
-    add_bias(ctx->v, &L->bv, n, kvd);
-    for (int32_t t = 0; t < n; t++) {
-        const float *cs = ctx->rope_cos + (size_t)(pos + t) * half;
-        const float *sn = ctx->rope_sin + (size_t)(pos + t) * half;
-        for (int64_t h = 0; h < nh; h++) {
-            float *qh = ctx->q + (t * nh + h) * hd;
-            /* Qwen3: RMSNorm over each head before RoPE */
-            if (c->qk_norm)
-                lb_rmsnorm(qh, qh, L->q_norm.data, hd, c->rms_norm_eps);
-            rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
+    for (int l = j->layer0; l < j->layer1; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        const lb_mm_plan *P = ctx->plans + (size_t)l * LB_LINEAR_COUNT;
+        atomic_int_fast64_t *ctr = ctx->ctr + (size_t)l * PHASES_PER_LAYER;
+        const lb_mm_plan *pqkv[3] = {&P[LB_LINEAR_Q], &P[LB_LINEAR_K],
+                                     &P[LB_LINEAR_V]};
+        const void *aq[3], *ao[1], *agu[2], *ad[1];
+
+        /* 1. xn = RMSNorm(hidden) * input_layernorm; quantize for q/k/v */
+        for (size_t t = tb; t < te; t++)
+            lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->attn_norm.data,
+                       dim, eps);
+        quant_rows(ctx, pqkv, 3, ctx->xn, (int64_t)tb, (int64_t)te, aq);
+        lb_pool_barrier(pool);
+        if (!hook_phase(j, ith, l, LB_LINEAR_Q, 3, ctx->xn, dim)) return;
+
+        /* 2. q = xn Wq^T [n, nh*hd]; k, v = xn Wk^T, xn Wv^T [n, nkv*hd] */
+        {
+            const int64_t n0 = pqkv[0]->n_chunks, n1 = pqkv[1]->n_chunks,
+                          n2 = pqkv[2]->n_chunks;
+            while (take(&ctr[0], n0 + n1 + n2, &ch)) {
+                if (ch < n0)
+                    lb_mm_plan_chunk(pqkv[0], aq[0], ctx->q, (size_t)qd, ch);
+                else if (ch < n0 + n1)
+                    lb_mm_plan_chunk(pqkv[1], aq[1], ctx->k, (size_t)kvd, ch - n0);
+                else
+                    lb_mm_plan_chunk(pqkv[2], aq[2], ctx->v, (size_t)kvd,
+                                     ch - n0 - n1);
+            }
         }
-        for (int64_t h = 0; h < nkv; h++) {
-            float *kh = ctx->k + (t * nkv + h) * hd;
-            if (c->qk_norm)
-                lb_rmsnorm(kh, kh, L->k_norm.data, hd, c->rms_norm_eps);
-            rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
-            /* append k, v to the cache at position pos + t */
-            size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
-            memcpy(ctx->k_cache + row, kh, (size_t)hd * sizeof(float));
-            memcpy(ctx->v_cache + row, ctx->v + (t * nkv + h) * hd,
-                   (size_t)hd * sizeof(float));
+        lb_pool_barrier(pool);
+
+        /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
+         *    cache at positions pos + t */
+        for (size_t t = tb; t < te; t++) {
+            float *qt = ctx->q + t * qd, *kt_ = ctx->k + t * kvd,
+                  *vt = ctx->v + t * kvd;
+            if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
+            if (L->bk.data) kt->vec.add(kt_, L->bk.data, kvd);
+            if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
+            const float *cs = ctx->rope_cos + (size_t)(pos + t) * half;
+            const float *sn = ctx->rope_sin + (size_t)(pos + t) * half;
+            for (int64_t h = 0; h < nh; h++) {
+                float *qh = qt + h * hd;
+                if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, eps);
+                rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
+            }
+            for (int64_t h = 0; h < nkv; h++) {
+                float *kh = kt_ + h * hd;
+                if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
+                rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
+                size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
+                if (ctx->kv_type == LB_TYPE_F16) {
+                    kt->vec.f32_to_f16(kh, (uint16_t *)ctx->k_cache + row, hd);
+                    kt->vec.f32_to_f16(vt + h * hd, (uint16_t *)ctx->v_cache + row,
+                                       hd);
+                } else {
+                    memcpy((float *)ctx->k_cache + row, kh, (size_t)hd * 4);
+                    memcpy((float *)ctx->v_cache + row, vt + h * hd,
+                           (size_t)hd * 4);
+                }
+            }
         }
+        lb_pool_barrier(pool);
+
+        /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd] */
+        while (take(&ctr[1], (int64_t)n * nkv, &ch))
+            attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
+                      scr);
+        lb_pool_barrier(pool);
+        if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, ctx->att, qd)) return;
+
+        /* 5. o = att Wo^T                                     [n, dim] */
+        {
+            const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
+            quant_rows(ctx, po, 1, ctx->att, (int64_t)tb, (int64_t)te, ao);
+            if (po[0]->qact) lb_pool_barrier(pool);
+            while (take(&ctr[2], po[0]->n_chunks, &ch))
+                lb_mm_plan_chunk(po[0], ao[0], ctx->o, (size_t)dim, ch);
+        }
+        lb_pool_barrier(pool);
+
+        /* 6. hidden += o; xn = RMSNorm(hidden) * post_attention_layernorm */
+        const lb_mm_plan *pgu[2] = {&P[LB_LINEAR_GATE], &P[LB_LINEAR_UP]};
+        for (size_t t = tb; t < te; t++) {
+            kt->vec.add(hidden + t * dim, ctx->o + t * dim, dim);
+            lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data,
+                       dim, eps);
+        }
+        quant_rows(ctx, pgu, 2, ctx->xn, (int64_t)tb, (int64_t)te, agu);
+        lb_pool_barrier(pool);
+        if (!hook_phase(j, ith, l, LB_LINEAR_GATE, 2, ctx->xn, dim)) return;
+
+        /* 7. gate, up = xn Wg^T, xn Wu^T [n, ff]; gate = silu(gate) * up,
+         *    fused per chunk when both products are cut the same way */
+        {
+            const lb_mm_plan *pg = pgu[0], *pu = pgu[1];
+            const bool fused = pg->n_chunks == pu->n_chunks &&
+                               pg->row_chunk == pu->row_chunk;
+            if (fused) {
+                while (take(&ctr[3], pg->n_chunks, &ch)) {
+                    lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                    lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff, ch);
+                    const int64_t r0 = ch * pg->row_chunk;
+                    const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
+                    for (int32_t t = 0; t < n; t++)
+                        kt->vec.silu_mul(ctx->gate + (size_t)t * ff + r0,
+                                         ctx->up + (size_t)t * ff + r0, nr);
+                }
+                lb_pool_barrier(pool);
+            } else {
+                while (take(&ctr[3], pg->n_chunks + pu->n_chunks, &ch)) {
+                    if (ch < pg->n_chunks)
+                        lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                    else
+                        lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff,
+                                         ch - pg->n_chunks);
+                }
+                lb_pool_barrier(pool);
+                for (size_t t = tb; t < te; t++)
+                    kt->vec.silu_mul(ctx->gate + t * ff, ctx->up + t * ff, ff);
+                lb_pool_barrier(pool);
+            }
+        }
+        if (!hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, ctx->gate, ff)) return;
+
+        /* 8. o = gate Wd^T [n, dim]; hidden += o (next layer's step 1 or
+         *    the end of the job) */
+        {
+            const lb_mm_plan *pd[1] = {&P[LB_LINEAR_DOWN]};
+            quant_rows(ctx, pd, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad);
+            if (pd[0]->qact) lb_pool_barrier(pool);
+            while (take(&ctr[4], pd[0]->n_chunks, &ch))
+                lb_mm_plan_chunk(pd[0], ad[0], ctx->o, (size_t)dim, ch);
+        }
+        lb_pool_barrier(pool);
+        for (size_t t = tb; t < te; t++)
+            kt->vec.add(hidden + t * dim, ctx->o + t * dim, dim);
+        /* the rows each thread adds are the rows it normalizes next */
     }
-    /* att = softmax(q K^T / sqrt(hd) + causal mask) V    [n, nh*hd]    */
-    attn_job aj = {ctx, l, n, pos};
-    /* small jobs (decode on short contexts) run on this thread: waking
-     * the pool costs more than the work */
-    double work = (double)n * (double)nh * (double)(pos + n) * (double)hd;
-    lb_pool_run(work < 65536.0 ? NULL : pool, attn_worker, &aj);
-    /* hidden += att Wo^T                                   [n, dim]     */
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_O, ctx->att, n, qd));
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], ctx->att, ctx->o, n));
-    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += ctx->o[i];
+}
 
-    /* ---- MLP block (SwiGLU) ------------------------------------------ */
-    for (int32_t t = 0; t < n; t++)
-        lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data, dim,
-                   c->rms_norm_eps);
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_GATE, ctx->xn, n, dim));
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_UP, ctx->xn, n, dim));
-    /* gate, up = xn Wg^T, xn Wu^T                          [n, ff]      */
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_GATE], ctx->xn, ctx->gate, n));
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_UP], ctx->xn, ctx->up, n));
-    for (int64_t i = 0; i < (int64_t)n * ff; i++)
-        ctx->gate[i] = silu(ctx->gate[i]) * ctx->up[i];
-    /* hidden += (silu(gate) * up) Wd^T                     [n, dim]     */
-    LB_TRY(hook_call(ctx, l, LB_LINEAR_DOWN, ctx->gate, n, ff));
-    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_DOWN], ctx->gate, ctx->o, n));
-    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += ctx->o[i];
+/* Plan every product of layers [l0, l1) for n tokens (checks the weights,
+ * which may have been swapped since the last call). */
+static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
+                             int l0, int l1, int32_t n) {
+    const lb_model *m = ctx->m;
+    for (int l = l0; l < l1; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+            lb_mm_plan *pl = ctx->plans + (size_t)l * LB_LINEAR_COUNT + i;
+            LB_TRY(lb_mm_plan_make(pl, kt, &m->layers[l].w[i], n,
+                                   ctx->n_threads));
+            if (pl->qact && pl->a_stride > ctx->act_stride) {
+                /* a swapped weight needs larger activation rows */
+                for (int b = 0; b < 3; b++) {
+                    void *np = lb_alloc((size_t)ctx->cap * pl->a_stride);
+                    if (!np)
+                        return lb_set_error(LB_ERR_NOMEM, "context: out of "
+                                            "memory for activations");
+                    lb_free(ctx->act[b]);
+                    ctx->act[b] = np;
+                }
+                ctx->act_stride = pl->a_stride;
+            }
+        }
     return LB_OK;
+}
+
+/* Run layers [l0, l1) on hidden [n, dim] at positions pos.. */
+static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
+                            int32_t n, int32_t pos) {
+    const lb_kernel_table *kt = lb_kernels_current();
+    LB_TRY(plan_layers(ctx, kt, l0, l1, n));
+    rope_fill(ctx, pos + n);
+    for (size_t i = 0; i < ctx->n_ctr; i++) atomic_init(&ctx->ctr[i], 0);
+    fwd_job j;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.kt = kt;
+    j.hidden = hidden;
+    j.n = n;
+    j.pos = pos;
+    j.layer0 = l0;
+    j.layer1 = l1;
+    atomic_init(&j.status, LB_OK);
+    /* a single token on a short context: waking the pool costs more than
+     * the work of the smallest models */
+    const lb_model_config *c = &ctx->m->config;
+    double work = (double)n * (double)lb_model_weight_bytes(ctx->m) /
+                  (double)LB_MAX(c->n_layers, 1) * (l1 - l0);
+    j.pool = work < 65536.0 ? NULL : ctx->pool;
+    lb_pool_run(j.pool, fwd_worker, &j);
+    return (lb_status)atomic_load(&j.status);
 }
 
 static lb_status check_span(lb_context *ctx, int32_t n, int32_t pos) {
@@ -498,7 +776,7 @@ lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
                             "[0, %d)", layer, ctx->m->config.n_layers);
     LB_TRY(check_span(ctx, n, pos));
     LB_TRY(ensure_scratch(ctx, n));
-    return layer_forward(ctx, layer, hidden, n, pos);
+    return run_layers(ctx, layer, layer + 1, hidden, n, pos);
 }
 
 lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
@@ -510,7 +788,9 @@ lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, m->output_norm.data,
                    dim, m->config.rms_norm_eps);
-    return lb_matmul(ctx->pool, &m->output, ctx->xn, logits, n);
+    /* small products run on this thread: waking the pool costs more */
+    const bool small = (double)n * (double)m->output.nbytes < 65536.0;
+    return lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n);
 }
 
 lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
@@ -518,20 +798,37 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
                            lb_logits_mode mode) {
     const lb_model *m = ctx->m;
     const int64_t dim = m->config.hidden_size;
+    const size_t V = (size_t)m->config.vocab_size;
     LB_TRY(check_span(ctx, n, pos));
     if (mode != LB_LOGITS_NONE && !logits)
         return lb_set_error(LB_ERR_INVALID_ARG, "forward: logits_out is NULL");
-    LB_TRY(ensure_scratch(ctx, n));
+    for (int32_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->config.vocab_size)
+            return lb_set_error(LB_ERR_RANGE,
+                                "forward: token id %d at index %d outside "
+                                "[0, %d)",
+                                (int)tokens[t], (int)t,
+                                (int)m->config.vocab_size);
     ctx->n_past = pos; /* the cache from pos on is rewritten */
-    /* x = embed_tokens[tokens]                                 [n, dim] */
-    LB_TRY(lb_model_embed(ctx, tokens, n, ctx->x));
-    for (int l = 0; l < m->config.n_layers; l++)
-        LB_TRY(layer_forward(ctx, l, ctx->x, n, pos));
-    memcpy(ctx->toks + pos, tokens, (size_t)n * sizeof *tokens);
-    ctx->n_past = pos + n;
-    if (mode == LB_LOGITS_LAST)
-        return lb_model_output_logits(ctx, ctx->x + (n - 1) * dim, 1, logits);
-    if (mode == LB_LOGITS_ALL)
-        return lb_model_output_logits(ctx, ctx->x, n, logits);
-    return LB_OK;
+    /* passes of at most n_batch tokens (scratch is sized for n_batch) */
+    const int32_t nb_max = LB_MAX(1, LB_MIN(ctx->n_batch, ctx->cap));
+    lb_status s = LB_OK;
+    for (int32_t t0 = 0; t0 < n && s == LB_OK; t0 += nb_max) {
+        const int32_t nb = LB_MIN(nb_max, n - t0);
+        /* x = embed_tokens[tokens]                             [nb, dim] */
+        s = lb_model_embed(ctx, tokens + t0, nb, ctx->x);
+        if (s == LB_OK)
+            s = run_layers(ctx, 0, m->config.n_layers, ctx->x, nb, pos + t0);
+        if (s != LB_OK) break;
+        memcpy(ctx->toks + pos + t0, tokens + t0, (size_t)nb * sizeof *tokens);
+        ctx->n_past = pos + t0 + nb;
+        if (mode == LB_LOGITS_ALL)
+            s = lb_model_output_logits(ctx, ctx->x, nb,
+                                       logits + (size_t)t0 * V);
+        else if (mode == LB_LOGITS_LAST && t0 + nb == n)
+            s = lb_model_output_logits(ctx, ctx->x + (nb - 1) * dim, 1,
+                                       logits);
+    }
+    if (s != LB_OK) ctx->n_past = pos;
+    return s;
 }

@@ -393,6 +393,23 @@ size_t lb_model_weight_bytes(const lb_model *m) {
     return s;
 }
 
+int64_t lb_model_n_params(const lb_model *m) {
+    int64_t s = lb_tensor_nelements(&m->tok_embd) +
+                lb_tensor_nelements(&m->output_norm);
+    if (m->output.data != m->tok_embd.data)
+        s += lb_tensor_nelements(&m->output);
+    for (int l = 0; l < m->config.n_layers; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        const lb_tensor *v[] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk,
+                                &L->bv, &L->q_norm, &L->k_norm};
+        for (size_t i = 0; i < LB_ARRAY_LEN(v); i++)
+            if (v[i]->data) s += lb_tensor_nelements(v[i]);
+        for (int i = 0; i < LB_LINEAR_COUNT; i++)
+            s += lb_tensor_nelements(&L->w[i]);
+    }
+    return s;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Hugging Face loader                                                       */
 /* ------------------------------------------------------------------------ */
@@ -531,21 +548,21 @@ lb_status lb_model_load(const char *path, const lb_model_load_opts *opts,
     if (!lb_is_file(path))
         return lb_set_error(LB_ERR_NOT_FOUND, "%s: no such file or directory",
                             path);
-    bool gguf = false;
+    bool gguf_magic = false, gguf_ext = false;
     size_t n = strlen(path);
-    if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) gguf = true;
+    if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) gguf_ext = true;
     FILE *f = fopen(path, "rb");
-    if (f) {
-        char magic[4];
-        if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0)
-            gguf = true;
-        fclose(f);
-    }
-    if (gguf)
-        return lb_set_error(LB_ERR_UNSUPPORTED,
-                            "%s: GGUF models are not supported by this build "
-                            "yet",
-                            path);
+    if (!f)
+        return lb_set_error(LB_ERR_IO, "%s: cannot open", path);
+    char magic[4];
+    if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0)
+        gguf_magic = true;
+    fclose(f);
+    if (gguf_magic) return lb_model_load_gguf(path, opts, out);
+    if (gguf_ext)
+        return lb_set_error(LB_ERR_FORMAT,
+                            "%s: named .gguf but does not start with the GGUF "
+                            "magic", path);
     return lb_set_error(LB_ERR_UNSUPPORTED,
                         "%s: not a model directory or GGUF file", path);
 }

@@ -22,6 +22,7 @@
 #ifndef LB_MODEL_INTERNAL_H
 #define LB_MODEL_INTERNAL_H
 
+#include "lowbit/gguf.h"
 #include "lowbit/model.h"
 
 typedef enum lb_tensor_role {
@@ -103,5 +104,12 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
                               struct lb_safetensors *st, bool own_st,
                               const char *label,
                               const lb_model_load_opts *opts, lb_model **out);
+
+/* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
+ * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
+ * ranges, per-layer arrays (must be uniform), key_length == value_length,
+ * rope.dimension_count == head dim, vocabulary size consistency, special
+ * ids; then lb_model_config_validate. Errors name the file and key. */
+lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *cfg);
 
 #endif

@@ -1,0 +1,110 @@
+#!/bin/sh
+# vs_llamacpp.sh — lowbit vs llama.cpp (llama-bench 0.7.0 from the reference
+# chroot) on the same random-weight GGUF files of real model shapes.
+#
+#   bench/vs_llamacpp.sh [-d DIR] [-t THREADS] [-p 512] [-n 128] [-r REPS]
+#                        [-k ROUNDS] [-s "SHAPES"] [-y "TYPES"] [-b BUILD_DIR]
+#
+#   -d DIR     where the GGUF files are made / found (default /tmp/lowbit-bench)
+#   -t N       threads for both tools (default 2)
+#   -p, -n     prompt / generated tokens: the ppP and tgN tests (512, 128)
+#   -r REPS    repetitions per test inside each tool run (default 3)
+#   -k ROUNDS  rounds; each round runs lowbit then llama-bench, alternating
+#              which goes first (default 3)
+#   -s SHAPES  default "qwen2.5-0.5b llama3.2-1b" (make_random_gguf shapes)
+#   -y TYPES   default "q4_0 q8_0"
+#   -b DIR     lowbit build directory (default $LB_BUILD_DIR or ./build)
+#
+# Prints one row per (shape, type, test): tokens/s of each tool (mean over
+# rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
+# of the means and of the bests; then peak RSS of `lowbit bench`
+# (/usr/bin/time -v) against file size + KV cache (f16, n_ctx = p + n).
+# The machine is shared: absolute numbers are noisy, ratios measured in the
+# same run are what counts. Run from the project root (refenv.sh needs
+# ../shared and the current directory visible inside the chroot; DIR must be
+# under /tmp or the project for the same reason).
+set -eu
+DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3
+SHAPES="qwen2.5-0.5b llama3.2-1b" TYPES="q4_0 q8_0"
+B=${LB_BUILD_DIR:-./build}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -d) DIR=$2; shift 2 ;; -t) T=$2; shift 2 ;; -p) P=$2; shift 2 ;;
+    -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
+    -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+REFENV=../shared/tools/refenv.sh
+LOWBIT=$B/lowbit MAKE=$B/make_random_gguf
+[ -x "$LOWBIT" ] && [ -x "$MAKE" ] || { echo "build lowbit first ($B)" >&2; exit 1; }
+sh "$REFENV" has llama-bench || { echo "no reference chroot with llama-bench ($REFENV setup)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is needed to read the JSON" >&2; exit 1; }
+mkdir -p "$DIR"
+RES=$DIR/results.jsonl
+: > "$RES"
+
+for shape in $SHAPES; do
+  for type in $TYPES; do
+    f=$DIR/$shape-$type.gguf
+    [ -s "$f" ] || "$MAKE" --shape "$shape" --type "$type" -o "$f"
+    k=1
+    while [ "$k" -le "$K" ]; do
+      for who in lowbit llama; do
+        # alternate the order between rounds
+        if [ $((k % 2)) -eq 0 ]; then [ "$who" = lowbit ] && who=llama || who=lowbit; fi
+        if [ "$who" = lowbit ]; then
+          out=$("$LOWBIT" bench "$f" -p "$P" -n "$N" -t "$T" -r "$R" --json)
+          echo "{\"tool\": \"lowbit\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $out}" >> "$RES"
+        else
+          out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -t "$T" -r "$R" -o json 2>/dev/null)
+          echo "{\"tool\": \"llama\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $(echo "$out" | tr -d '\n')}" >> "$RES"
+        fi
+      done
+      k=$((k + 1))
+    done
+    # peak RSS of one lowbit run (decode and prefill together)
+    /usr/bin/time -v "$LOWBIT" bench "$f" -p "$P" -n "$N" -t "$T" -r 1 --json \
+      > "$DIR/rss.json" 2> "$DIR/rss.txt"
+    rss=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$DIR/rss.txt")
+    echo "{\"tool\": \"rss\", \"shape\": \"$shape\", \"type\": \"$type\", \"rss_kb\": $rss, \"file_bytes\": $(stat -c %s "$f"), \"run\": $(cat "$DIR/rss.json")}" >> "$RES"
+  done
+done
+
+python3 - "$RES" "$T" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+T = sys.argv[2]
+res = {}
+for r in rows:
+    if r["tool"] == "rss":
+        continue
+    key = (r["shape"], r["type"])
+    if r["tool"] == "lowbit":
+        for t in r["run"]["tests"]:
+            res.setdefault(key + (t["name"],), {}).setdefault("lowbit", []).append(t["avg_ts"])
+    else:
+        for t in r["run"]:
+            name = ("pp%d" % t["n_prompt"]) if t["n_prompt"] else ("tg%d" % t["n_gen"])
+            res.setdefault(key + (name,), {}).setdefault("llama", []).append(t["avg_ts"])
+print("\n%d threads; tokens/s: mean over rounds (best run)\n" % int(T))
+print("| shape | type | test | lowbit | llama.cpp | ratio (mean) | ratio (best) |")
+print("|---|---|---|---:|---:|---:|---:|")
+for key in sorted(res):
+    a, b = res[key].get("lowbit", []), res[key].get("llama", [])
+    if not a or not b:
+        continue
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    print("| %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f | %.2f |"
+          % (key[0], key[1], key[2], ma, max(a), mb, max(b), ma / mb, max(a) / max(b)))
+print("\nlowbit peak RSS vs file + KV cache (f16)\n")
+print("| shape | type | file MiB | KV MiB | peak RSS MiB | RSS / (file + KV) |")
+print("|---|---|---:|---:|---:|---:|")
+for r in rows:
+    if r["tool"] != "rss":
+        continue
+    f, kv, rss = r["file_bytes"], r["run"]["kv_cache_bytes"], r["rss_kb"] * 1024
+    print("| %s | %s | %.1f | %.1f | %.1f | %.3f |" % (r["shape"], r["type"], f / 2**20,
+          kv / 2**20, rss / 2**20, rss / (f + kv)))
+EOF

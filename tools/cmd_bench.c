@@ -1,0 +1,284 @@
+/*
+ * lowbit bench MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-b N_BATCH]
+ *                    [--kv-type f16|f32] [--json]
+ *
+ * Prefill and decode speed as llama-bench (llama.cpp 0.7.0
+ * tools/llama-bench/llama-bench.cpp) measures them:
+ *   ppP  — P random tokens (BOS first) forwarded from an empty cache in
+ *          batches of N_BATCH, logits of the last token only;
+ *   tgN  — N tokens decoded one at a time from an empty cache (BOS first,
+ *          then random ids), logits every step.
+ * One untimed warm-up of each test, then REPS timed repetitions, each on a
+ * cleared KV cache; tokens/s reported as mean ± sample stddev over the
+ * repetitions (llama-bench's avg_ts / stddev_ts). The context is P + N
+ * tokens long (llama-bench's n_ctx = n_prompt + n_gen); the KV cache is f16
+ * by default, as llama-bench's type_k/type_v. Threads are pinned to
+ * distinct CPUs unless --no-pin (lb_context_params.pin_threads).
+ */
+#include "cli.h"
+
+#include "lowbit/kernels.h"
+#include "lowbit/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static void usage(FILE *fp) {
+    fprintf(fp,
+            "usage: lowbit bench MODEL [options]\n"
+            "\n"
+            "Prefill (ppP) and decode (tgN) tokens/s of MODEL (GGUF file or\n"
+            "Hugging Face directory), measured as llama-bench does.\n"
+            "\n"
+            "  -p, --n-prompt P      prompt tokens for the prefill test (default\n"
+            "                        512; 0 = skip)\n"
+            "  -n, --n-gen N         tokens for the decode test (default 128;\n"
+            "                        0 = skip)\n"
+            "  -t, --threads T       threads (default: all CPUs)\n"
+            "  -r, --repetitions R   timed repetitions per test (default 5)\n"
+            "  -b, --batch-size B    tokens per forward pass in prefill\n"
+            "                        (default 512)\n"
+            "      --kv-type TYPE    KV cache element type: f16 (default) or f32\n"
+            "      --no-pin          do not pin the threads to distinct CPUs\n"
+            "global: --json (one JSON object), --quiet\n");
+}
+
+typedef struct bench_test {
+    char name[32];
+    int n_prompt, n_gen;
+    double *samples; /* tokens/s per repetition */
+    int n;
+    double mean, sd;
+} bench_test;
+
+static uint64_t g_rng = 88172645463325252ull;
+static int32_t rand_token(int32_t n_vocab) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (int32_t)(g_rng % (uint64_t)n_vocab);
+}
+
+static lb_status run_pp(lb_context *ctx, int32_t *toks, int p, int n_batch,
+                        float *logits) {
+    lb_context_reset(ctx);
+    for (int i = 0; i < p; i += n_batch) {
+        int nb = p - i < n_batch ? p - i : n_batch;
+        lb_status s = lb_model_forward(ctx, toks + i, nb, i, logits,
+                                       LB_LOGITS_LAST);
+        if (s != LB_OK) return s;
+    }
+    return LB_OK;
+}
+
+static lb_status run_tg(lb_context *ctx, int n, int32_t bos, int32_t V,
+                        float *logits) {
+    lb_context_reset(ctx);
+    int32_t tok = bos >= 0 ? bos : rand_token(V);
+    for (int i = 0; i < n; i++) {
+        lb_status s = lb_model_forward(ctx, &tok, 1, i, logits, LB_LOGITS_LAST);
+        if (s != LB_OK) return s;
+        tok = rand_token(V);
+    }
+    return LB_OK;
+}
+
+/* The type holding most bytes of the linear weights ("Q4_0"). */
+static const char *main_type(const lb_model *m) {
+    size_t by[LB_TYPE_COUNT_] = {0};
+    for (int l = 0; l < m->config.n_layers; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+            const lb_tensor *t = &m->layers[l].w[i];
+            if ((unsigned)t->type < LB_TYPE_COUNT_) by[t->type] += t->nbytes;
+        }
+    int best = 0;
+    for (int t = 1; t < LB_TYPE_COUNT_; t++)
+        if (by[t] > by[best]) best = t;
+    return lb_type_name(best);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    const char *path = NULL;
+    long p = 512, n = 128, threads = 0, reps = 5, n_batch = 512;
+    lb_type kv_type = LB_TYPE_F16;
+    bool pin = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+#define VAL() \
+    do { if (!(v = cli_value(cmd, argc, argv, &i))) return 2; } while (0)
+        if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 0, 1 << 20, &p)) return 2;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 0, 1 << 20, &n)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 1, 1024, &threads)) return 2;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 1, 1000, &reps)) return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 1, 1 << 20, &n_batch)) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            VAL();
+            if (!strcmp(v, "f16") || !strcmp(v, "F16")) kv_type = LB_TYPE_F16;
+            else if (!strcmp(v, "f32") || !strcmp(v, "F32")) kv_type = LB_TYPE_F32;
+            else return cli_usage_error(cmd, "--kv-type: f16 or f32, got '%s'", v);
+        } else if (!strcmp(a, "--no-pin")) {
+            pin = false;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(cmd, "unknown option %s", a);
+        } else if (!path) {
+            path = a;
+        } else {
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
+        }
+#undef VAL
+    }
+    if (!path) return cli_usage_error(cmd, "missing MODEL");
+    if (p == 0 && n == 0) return cli_usage_error(cmd, "nothing to do (-p 0 -n 0)");
+
+    lb_model *m = NULL;
+    lb_context *ctx = NULL;
+    float *logits = NULL;
+    int32_t *toks = NULL;
+    bench_test tests[2];
+    int n_tests = 0;
+    memset(tests, 0, sizeof tests);
+    int rc = 1;
+    lb_status st = lb_model_load(path, NULL, &m);
+    if (st != LB_OK) return cli_fail(cmd, st);
+    const int32_t V = m->config.vocab_size;
+    if (p + n > m->config.max_position_embeddings) {
+        fprintf(stderr, "lowbit bench: -p %ld + -n %ld exceeds the model's "
+                "context length %d\n", p, n, (int)m->config.max_position_embeddings);
+        goto out;
+    }
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = (int32_t)(p + n);
+    cp.n_batch = (int32_t)(n_batch < p ? n_batch : (p > 0 ? p : 1));
+    cp.n_threads = (int)threads;
+    cp.kv_type = kv_type;
+    cp.pin_threads = pin;
+    if ((st = lb_context_create(m, &cp, &ctx)) != LB_OK) {
+        rc = cli_fail(cmd, st);
+        goto out;
+    }
+    logits = malloc((size_t)V * sizeof(float));
+    toks = malloc((size_t)(p > 0 ? p : 1) * sizeof(int32_t));
+    if (!logits || !toks) {
+        fprintf(stderr, "lowbit bench: out of memory\n");
+        goto out;
+    }
+    const int32_t bos = m->config.bos_token_id;
+    if (p > 0) {
+        bench_test *t = &tests[n_tests++];
+        snprintf(t->name, sizeof t->name, "pp%ld", p);
+        t->n_prompt = (int)p;
+    }
+    if (n > 0) {
+        bench_test *t = &tests[n_tests++];
+        snprintf(t->name, sizeof t->name, "tg%ld", n);
+        t->n_gen = (int)n;
+    }
+    for (int k = 0; k < n_tests; k++) {
+        bench_test *t = &tests[k];
+        t->samples = calloc((size_t)reps, sizeof(double));
+        if (!t->samples) goto out;
+        /* warm-up, untimed (llama-bench: a prompt pass / one decode) */
+        for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
+        if (p > 0 && bos >= 0) toks[0] = bos;
+        st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)cp.n_batch, logits)
+                         : run_tg(ctx, 1, bos, V, logits);
+        if (st != LB_OK) {
+            rc = cli_fail(cmd, st);
+            goto out;
+        }
+        for (int r = 0; r < reps; r++) {
+            for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
+            if (p > 0 && bos >= 0) toks[0] = bos;
+            double t0 = lb_time_s();
+            st = t->n_prompt
+                     ? run_pp(ctx, toks, t->n_prompt, (int)cp.n_batch, logits)
+                     : run_tg(ctx, t->n_gen, bos, V, logits);
+            double dt = lb_time_s() - t0;
+            if (st != LB_OK) {
+                rc = cli_fail(cmd, st);
+                goto out;
+            }
+            t->samples[t->n++] = (t->n_prompt + t->n_gen) / dt;
+            if (!g_cli.quiet && !g_cli.json)
+                fprintf(stderr, "  %s rep %d: %.2f t/s\n", t->name, r + 1,
+                        t->samples[t->n - 1]);
+        }
+        double s = 0, ss = 0;
+        for (int r = 0; r < t->n; r++) s += t->samples[r];
+        t->mean = s / t->n;
+        for (int r = 0; r < t->n; r++)
+            ss += (t->samples[r] - t->mean) * (t->samples[r] - t->mean);
+        t->sd = t->n > 1 ? sqrt(ss / (t->n - 1)) : 0;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const char *type = main_type(m);
+    const size_t size = lb_model_weight_bytes(m);
+    const int64_t params = lb_model_n_params(m);
+    const int nth = lb_pool_size(lb_context_pool(ctx));
+    const char *kv = lb_type_name(kv_type);
+    if (g_cli.json) {
+        printf("{\"model\": ");
+        cli_json_string(stdout, path);
+        printf(", \"arch\": ");
+        cli_json_string(stdout, m->config.arch_name);
+        printf(", \"model_type\": \"%s\", \"model_size\": %zu, "
+               "\"model_n_params\": %lld, \"n_threads\": %d, \"kernels\": "
+               "\"%s\", \"kv_type\": \"%s\", \"n_batch\": %d, "
+               "\"n_ctx\": %d, \"kv_cache_bytes\": %zu, "
+               "\"peak_rss_bytes\": %lld, \"tests\": [",
+               type, size, (long long)params, nth, lb_kernels_variant(), kv,
+               (int)cp.n_batch, (int)lb_context_n_ctx(ctx),
+               lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024);
+        for (int k = 0; k < n_tests; k++) {
+            const bench_test *t = &tests[k];
+            printf("%s{\"name\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
+                   k ? ", " : "", t->name, t->n_prompt, t->n_gen, t->mean,
+                   t->sd);
+            for (int r = 0; r < t->n; r++)
+                printf("%s%.4f", r ? ", " : "", t->samples[r]);
+            printf("]}");
+        }
+        printf("]}\n");
+    } else {
+        printf("| model | size | params | type | threads | kernels | kv | "
+               "test | t/s |\n|---|---:|---:|---|---:|---|---|---:|---:|\n");
+        for (int k = 0; k < n_tests; k++) {
+            const bench_test *t = &tests[k];
+            printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %s | %s | "
+                   "%.2f ± %.2f |\n",
+                   m->config.arch_name, (double)size / 1048576.0,
+                   (double)params / 1e6, type, nth, lb_kernels_variant(), kv,
+                   t->name, t->mean, t->sd);
+        }
+        if (!g_cli.quiet)
+            fprintf(stderr, "peak RSS: %.1f MiB\n",
+                    (double)ru.ru_maxrss / 1024.0);
+    }
+    rc = 0;
+out:
+    for (int k = 0; k < n_tests; k++) free(tests[k].samples);
+    free(logits);
+    free(toks);
+    lb_context_free(ctx);
+    lb_model_free(m);
+    return rc;
+}
