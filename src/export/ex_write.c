@@ -82,6 +82,10 @@ static lb_status write_kv(ex_ctx *c, lb_gguf_writer *w, bool vocab_only) {
     if (!strcmp(a, "llama")) {
         LB_TRY(set_arch_u32(w, a, "vocab_size", (uint32_t)cfg->vocab_size));
         LB_TRY(set_arch_u32(w, a, "rope.dimension_count", (uint32_t)cfg->head_dim));
+    } else if (!strcmp(c->vocab.model, "none")) {
+        /* not written by the converter for qwen2/qwen3; without a token
+         * list llama.cpp takes n_vocab from it (else 0: unloadable) */
+        LB_TRY(set_arch_u32(w, a, "vocab_size", (uint32_t)cfg->vocab_size));
     }
     LB_TRY(lb_gguf_writer_set_quantization_version(w, LB_GGUF_QNT_VERSION));
     LB_TRY(ex_vocab_write(&c->vocab, w));
