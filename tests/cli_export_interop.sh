@@ -1,0 +1,105 @@
+#!/bin/sh
+# cli_export_interop — lowbit export against llama.cpp 0.7.0 (the reference
+# chroot, ../shared/tools/refenv.sh; no torch needed):
+#  1. K-quant fallback end to end: for Q4_0 Q4_1 Q8_0 Q2_K Q3_K_M Q4_K_M
+#     Q5_K_M Q6_K, `lowbit export HF --qtype T` must hold the same tensors
+#     as `llama-quantize` applied to lowbit's own F32 export of HF (which
+#     test_export proves equal to convert_hf_to_gguf.py's): byte-identical,
+#     or failing that (reported) each tensor's RMSE against F32 within 1%
+#     of llama-quantize's;
+#  2. every exported file loads and runs in llama.cpp (llama-perplexity,
+#     llama-completion), and llama.cpp's perplexity on it is within 0.5% of
+#     `lowbit ppl` on the same file and text (llama protocol, ctx 128;
+#     both tokenize with the GGUF vocabulary);
+#  3. a tokenizer-less Qwen3 export loads in llama-bench.
+# Skipped (exit 77, with the reason) when the chroot or its tools are absent.
+set -eu
+: "${LOWBIT:?set LOWBIT to the lowbit binary}"
+SHARED=${LB_SHARED:-../shared}
+REFENV="$SHARED/tools/refenv.sh"
+TS="$SHARED/models/tinystories-656k"
+GQ="$SHARED/reference/gptq_model/gptq_checkpoint"
+TEXT="$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt"
+skip() { echo "SKIPPED: $*"; echo "cli_export_interop: SKIPPED ($*)" >&2; exit 77; }
+[ -f "$REFENV" ] && [ -d "$TS" ] || skip "../shared not found"
+sh "$REFENV" path >/dev/null 2>&1 || skip "reference chroot not built (sh ../shared/tools/refenv.sh setup)"
+for tool in llama-quantize llama-perplexity llama-completion llama-bench python3; do
+  sh "$REFENV" has "$tool" || skip "$tool missing in the reference chroot"
+done
+sh "$REFENV" run python3 -c 'import gguf, numpy' >/dev/null 2>&1 || skip "python3-gguf missing in the chroot"
+
+T=$(mktemp -d /tmp/lb-export-interop.XXXXXX) # /tmp is visible in the chroot
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > "$T/cmp.py" <<'EOF'
+# cmp.py MINE THEIRS F32: same tensors? else per-tensor RMSE (vs F32) ratio
+import sys, numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+mine, theirs, f32 = (GGUFReader(p) for p in sys.argv[1:4])
+tm = {t.name: t for t in mine.tensors}
+tf = {t.name: t for t in f32.tensors}
+n_same = n = 0
+worst = 0.0
+for t in theirs.tensors:
+    m = tm.get(t.name)
+    if m is None:
+        print("missing", t.name); sys.exit(1)
+    n += 1
+    if m.tensor_type == t.tensor_type and m.data.tobytes() == t.data.tobytes():
+        n_same += 1
+        continue
+    ref = np.asarray(tf[t.name].data, dtype=np.float32).reshape(-1)
+    def rmse(x):
+        d = dequantize(x.data, x.tensor_type).astype(np.float64).reshape(-1)
+        return float(np.sqrt(np.mean((d - ref) ** 2)))
+    r = rmse(m) / max(rmse(t), 1e-30)
+    worst = max(worst, r)
+    print(f"  {t.name}: {m.tensor_type.name} vs {t.tensor_type.name}, RMSE ratio {r:.4f}")
+print(f"{n_same}/{n} tensors byte-identical, worst RMSE ratio {worst:.4f}")
+sys.exit(0 if worst <= 1.01 else 1)
+EOF
+
+"$LOWBIT" export "$TS" --qtype F32 -o "$T/f32.gguf" -q
+for q in Q4_0 Q4_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K; do
+  "$LOWBIT" export "$TS" --qtype $q -o "$T/lb-$q.gguf" -q
+  sh "$REFENV" run llama-quantize "$T/f32.gguf" "$T/lq-$q.gguf" $q > "$T/lq-$q.log" 2>&1 \
+    || fail "llama-quantize $q: $(tail -3 "$T/lq-$q.log")"
+  out=$(sh "$REFENV" run python3 "$T/cmp.py" "$T/lb-$q.gguf" "$T/lq-$q.gguf" "$T/f32.gguf") \
+    || fail "$q differs from llama-quantize: $out"
+  echo "$q: $out" | tail -1
+  rm -f "$T/lq-$q.gguf"
+done
+
+# files for the perplexity comparison
+"$LOWBIT" export "$GQ" -o "$T/gptq-direct.gguf" --mode direct -q
+"$LOWBIT" export "$GQ" -o "$T/gptq-deq-q4km.gguf" --mode dequantize --qtype Q4_K_M -q
+"$LOWBIT" export "$GQ" -o "$T/gptq-mixed.gguf" --mode mixed --modules 'mlp=Q8_0' --modules 'self_attn=Q4_1' -q
+for f in f32 lb-Q4_0 lb-Q4_K_M lb-Q2_K gptq-direct gptq-deq-q4km gptq-mixed; do
+  # llama.cpp's asynchronous logger sometimes loses its last lines at exit
+  # (exit status 0, "Final estimate" missing): retry up to 3 times
+  for attempt in 1 2 3; do
+    sh "$REFENV" run llama-perplexity -m "$T/$f.gguf" -f "$TEXT" -c 128 -t 2 > "$T/$f.llama.log" 2>&1 \
+      || fail "llama-perplexity $f: $(tail -3 "$T/$f.llama.log")"
+    grep -q "Final estimate" "$T/$f.llama.log" && break
+    echo "note: llama-perplexity $f: output truncated (attempt $attempt)"
+  done
+  a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/$f.llama.log")
+  b=$("$LOWBIT" ppl "$T/$f.gguf" --text-file "$TEXT" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+  [ -n "$a" ] && [ -n "$b" ] || fail "$f: no perplexity (llama.cpp '$a', lowbit '$b')"
+  awk -v a="$a" -v b="$b" -v f="$f" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d;
+      printf "%-14s llama.cpp %9.4f  lowbit %9.4f  diff %.3f%%\n", f, a, b, 100 * d;
+      exit (d <= 0.005 ? 0 : 1) }' || fail "$f: perplexities differ by more than 0.5%"
+done
+out=$(sh "$REFENV" run llama-completion -m "$T/gptq-direct.gguf" -p "Once upon a time" -n 16 \
+      --temp 0 -no-cnv --no-display-prompt 2>/dev/null) || fail "llama-completion"
+[ -n "$out" ] || fail "llama-completion printed nothing"
+echo "llama-completion on the GPTQ direct export: Once upon a time$out"
+
+# tokenizer-less Qwen3 (random weights): loads and runs in llama.cpp
+"$LOWBIT" export "$SHARED/models/random/qwen3-random" --qtype Q8_0 -o "$T/qwen3.gguf" -q
+sh "$REFENV" run llama-bench -m "$T/qwen3.gguf" -p 16 -n 4 -t 2 > "$T/bench.log" 2>&1 \
+  || fail "llama-bench qwen3: $(tail -3 "$T/bench.log")"
+grep -q "qwen3" "$T/bench.log" || fail "llama-bench output"
+echo "cli_export_interop: ok"
