@@ -10,6 +10,29 @@ JOBS=${JOBS:-$(nproc)}
 status=0
 summary=""
 
+# The reference chroot (llama.cpp 0.7.0 tools + gguf-py, no torch) for the
+# interop tests (cli_*interop*: lowbit's GGUF files in llama.cpp). Built
+# once; when it cannot be built those tests report SKIPPED (exit 77), and
+# this says so loudly here and in the summary. LB_NO_REFENV=1 skips it.
+REFENV=${LB_SHARED:-../shared}/tools/refenv.sh
+refenv="not available (no $REFENV)"
+if [ "${LB_NO_REFENV:-0}" = 1 ]; then
+  refenv="disabled by LB_NO_REFENV=1"
+elif [ -f "$REFENV" ]; then
+  if sh "$REFENV" path >/dev/null 2>&1 && sh "$REFENV" has llama-perplexity \
+     && sh "$REFENV" has llama-quantize; then
+    refenv="ready"
+  elif sh "$REFENV" setup >"${TMPDIR:-/tmp}/lowbit-refenv-setup.log" 2>&1; then
+    refenv="built"
+  else
+    refenv="SETUP FAILED (see ${TMPDIR:-/tmp}/lowbit-refenv-setup.log)"
+  fi
+fi
+case "$refenv" in
+  ready|built) echo "== reference chroot: $refenv" ;;
+  *) echo "!!! reference chroot $refenv: the llama.cpp interop tests will be SKIPPED !!!" ;;
+esac
+
 run_ctest() { # name dir [ctest args]
   name=$1; dir=$2; shift 2
   log="$dir/ctest.log"
@@ -35,5 +58,6 @@ CC=clang sh scripts/build.sh build-fuzz -DLB_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithD
   -DLB_FUZZ_SECONDS="${LB_FUZZ_SECONDS:-20}"
 run_ctest fuzz build-fuzz -L fuzz
 
-echo "== summary$summary"
+echo "== summary$summary
+reference chroot (llama.cpp interop tests): $refenv"
 exit $status
