@@ -226,9 +226,9 @@ static lb_status write_dense(ex_run *r, const ex_tensor *t) {
         for (size_t o = 0; o < src->nbytes;) {
             size_t n = LB_MIN(EX_CHUNK_BYTES, src->nbytes - o);
             LB_TRY(emit(r, p + o, n));
+            drop_pages(p + o, n); /* RSS stays near one chunk */
             o += n;
         }
-        drop_pages(src->data, src->nbytes);
         return LB_OK;
     }
     size_t out_rb;
@@ -252,6 +252,10 @@ static lb_status write_dense(ex_run *r, const ex_tensor *t) {
         s = dense_rows_f32(t, perm, r0, nr, cols, f, scratch);
         if (s == LB_OK) s = lb_quantize_rows(r->pool, e->type, f, q, nr, cols);
         if (s == LB_OK) s = emit(r, q, (size_t)nr * out_rb);
+        if (!perm) { /* rows read in order: release them as we go */
+            const size_t in_rb = (size_t)cols * (src->type == LB_TYPE_F32 ? 4 : 2);
+            drop_pages((const uint8_t *)src->data + (size_t)r0 * in_rb, (size_t)nr * in_rb);
+        }
     }
     run_free(r, f, f32b);
     run_free(r, q, outb);
