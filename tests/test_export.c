@@ -617,6 +617,8 @@ typedef struct tiny_spec {
     const char *config_extra; /* extra config.json members ("" or ",...") */
     bool tokenizer_whitespace; /* write a tokenizer.json the exporter does
                                   not recognise                          */
+    bool tokenizer_dup_ids;  /* an SPM-style tokenizer.json whose vocab
+                                repeats an id (found by fuzz_export_vocab) */
 } tiny_spec;
 
 static float *tiny_data(size_t n, uint32_t seed) {
@@ -642,6 +644,12 @@ static void make_tiny(const char *dir, const tiny_spec *sp) {
              "\"tie_word_embeddings\": false, \"hidden_act\": \"silu\"%s}",
              sp->config_extra ? sp->config_extra : "");
     write_text(p, cfg);
+    if (sp->tokenizer_dup_ids) {
+        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+        write_text(p, "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": "
+                      "{\"a\": 0, \"b\": 0, \"c\": 1}, \"merges\": []}, "
+                      "\"decoder\": {\"type\": \"Sequence\", \"decoders\": []}}");
+    }
     if (sp->tokenizer_whitespace) {
         snprintf(p, sizeof p, "%s/tokenizer.json", dir);
         write_text(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
@@ -861,6 +869,12 @@ static void test_errors(void) {
     make_tiny(tmp_path("bad-pre"), &sp);
     TH_CHECK_FAILS(lb_export_plan_make(tmp_path("bad-pre"), NULL, &p), LB_ERR_UNSUPPORTED);
     TH_CHECK(strstr(lb_last_error(), "pre-tokenizer not recognised") != NULL);
+    memset(&sp, 0, sizeof sp);
+    sp.dtype = LB_TYPE_F32;
+    sp.tokenizer_dup_ids = true;
+    make_tiny(tmp_path("bad-dupids"), &sp);
+    TH_CHECK_FAILS(lb_export_plan_make(tmp_path("bad-dupids"), NULL, &p), LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "no token with id 2") != NULL);
     memset(&sp, 0, sizeof sp);
     sp.dtype = LB_TYPE_F32;
     make_tiny(tmp_path("bad-arch"), &sp);

@@ -130,9 +130,9 @@ static lb_status vocab_alloc(ex_vocab *v, size_t n, bool scores) {
 }
 
 static lb_status vocab_set(ex_vocab *v, size_t i, const char *s, size_t n) {
-    return ex_arena_add(&v->arena, s, n, &v->tok_off[i]) == LB_OK
-               ? (v->tok_len[i] = n, LB_OK)
-               : LB_ERR_NOMEM;
+    LB_TRY(ex_arena_add(&v->arena, s, n, &v->tok_off[i]));
+    v->tok_len[i] = n;
+    return LB_OK;
 }
 
 /* An id-indexed view of the tokenizer.json vocabulary: model.vocab plus the
@@ -575,7 +575,7 @@ static lb_status load_chat_template(const char *dir, const cJSON *tc, ex_vocab *
     cJSON *alt = NULL;
     char *jinja = NULL;
     lb_status s = LB_OK;
-    if (!ct) {
+    if (!ct && dir) {
         char *p = lb_path_join(dir, "chat_template.jinja");
         if (!p) return lb_set_error(LB_ERR_NOMEM, "export: out of memory");
         if (lb_is_file(p)) {
@@ -767,7 +767,7 @@ static lb_status vocab_llama_hf(const cJSON *tj, const cJSON *tc, const cJSON *c
     /* special ids: tokenizer_config special tokens looked up in get_vocab */
     size_t k = 0;
     for (size_t id = 0; s == LB_OK && id < base; id++) {
-        if (!ti.str[id]) {
+        if (id >= ti.n || !ti.str[id]) { /* a hole, or ids repeated in model.vocab */
             s = lb_set_error(LB_ERR_FORMAT, "%s: no token with id %zu (below the model "
                              "vocabulary size %zu)", label, id, base);
             break;
@@ -859,40 +859,32 @@ static lb_status vocab_gpt2(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
     return s;
 }
 
-lb_status ex_vocab_load(const char *dir, const char *gguf_arch,
-                        int64_t cfg_vocab_size, ex_vocab *v) {
+lb_status ex_vocab_from_json(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
+                             const char *dir, const char *label, bool has_spm_model,
+                             const char *gguf_arch, int64_t cfg_vocab_size, ex_vocab *v) {
     memset(v, 0, sizeof *v);
     v->add_space_prefix = -1;
     v->norm_nfc = v->norm_lowercase = v->norm_strip_accents = -1;
-    cJSON *tj = NULL, *tc = NULL, *cfg = NULL;
-    char *label = lb_path_join(dir, "tokenizer.json");
-    if (!label) return lb_set_error(LB_ERR_NOMEM, "export: out of memory");
-    lb_status s = ex_json_load(dir, "tokenizer.json", EX_JSON_MAX, &tj);
-    if (s == LB_OK) s = ex_json_load(dir, "tokenizer_config.json", EX_JSON_MAX, &tc);
-    if (s == LB_OK) s = ex_json_load(dir, "config.json", EX_JSON_MAX, &cfg);
-    if (s != LB_OK) goto done;
     v->present = true;
     if (!tj) {
         snprintf(v->model, sizeof v->model, "none");
         snprintf(v->note, sizeof v->note, "no tokenizer.json: tokenizer.ggml.model \"none\"");
-        goto done;
+        return LB_OK;
     }
+    if (cfg_vocab_size > EX_MAX_VOCAB)
+        return lb_set_error(LB_ERR_RANGE, "%s: vocab_size %lld is beyond %lld", label,
+                            (long long)cfg_vocab_size, (long long)EX_MAX_VOCAB);
     bool is_llama = !strcmp(gguf_arch, "llama");
-    char *spm = lb_path_join(dir, "tokenizer.model");
-    if (!spm) {
-        s = lb_set_error(LB_ERR_NOMEM, "export: out of memory");
-        goto done;
-    }
-    if (lb_is_file(spm))
+    if (has_spm_model)
         snprintf(v->note, sizeof v->note,
                  "tokenizer.model not read (no SentencePiece reader): vocabulary from "
                  "tokenizer.json, scores -1000 (llama.cpp's converter writes the "
                  "SentencePiece scores)");
-    free(spm);
     if (is_llama && tc && jbool(tc, "add_prefix_space") >= 0)
         v->add_space_prefix = jbool(tc, "add_prefix_space");
     const cJSON *model = jget(tj, "model");
     const char *mtype = jstr(model, "type");
+    lb_status s;
     if (!mtype || strcmp(mtype, "BPE")) {
         s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: model.type \"%s\" (only BPE tokenizers "
                          "are exported)", label, mtype ? mtype : "?");
@@ -908,11 +900,28 @@ lb_status ex_vocab_load(const char *dir, const char *gguf_arch,
     if (s == LB_OK && tc) s = load_chat_template(dir, tc, v);
     if (s == LB_OK) parse_normalizer(jget(tj, "normalizer"), v);
 done:
+    if (s != LB_OK) ex_vocab_free(v);
+    return s;
+}
+
+lb_status ex_vocab_load(const char *dir, const char *gguf_arch,
+                        int64_t cfg_vocab_size, ex_vocab *v) {
+    memset(v, 0, sizeof *v);
+    cJSON *tj = NULL, *tc = NULL, *cfg = NULL;
+    char *label = lb_path_join(dir, "tokenizer.json");
+    char *spm = lb_path_join(dir, "tokenizer.model");
+    lb_status s = label && spm ? LB_OK : lb_set_error(LB_ERR_NOMEM, "export: out of memory");
+    if (s == LB_OK) s = ex_json_load(dir, "tokenizer.json", EX_JSON_MAX, &tj);
+    if (s == LB_OK) s = ex_json_load(dir, "tokenizer_config.json", EX_JSON_MAX, &tc);
+    if (s == LB_OK) s = ex_json_load(dir, "config.json", EX_JSON_MAX, &cfg);
+    if (s == LB_OK)
+        s = ex_vocab_from_json(tj, tc, cfg, dir, label, lb_is_file(spm), gguf_arch,
+                               cfg_vocab_size, v);
     cJSON_Delete(tj);
     cJSON_Delete(tc);
     cJSON_Delete(cfg);
     free(label);
-    if (s != LB_OK) ex_vocab_free(v);
+    free(spm);
     return s;
 }
 

@@ -64,6 +64,13 @@ typedef struct ex_vocab {
  * model "none" (tokenizer.ggml.model = "none", no other keys). */
 lb_status ex_vocab_load(const char *dir, const char *gguf_arch,
                         int64_t cfg_vocab_size, ex_vocab *v);
+/* The same from parsed documents (any may be NULL: absent file); dir (may
+ * be NULL) is searched for chat_template.jinja/.json; label names the
+ * tokenizer in errors. Hostile input: ids bounded by 2^24, vocab_size too
+ * (LB_ERR_RANGE). This is the fuzzing entry point. */
+lb_status ex_vocab_from_json(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
+                             const char *dir, const char *label, bool has_spm_model,
+                             const char *gguf_arch, int64_t cfg_vocab_size, ex_vocab *v);
 void ex_vocab_free(ex_vocab *v);
 /* Write the tokenizer.* keys in the converter's order. */
 lb_status ex_vocab_write(const ex_vocab *v, lb_gguf_writer *w);
