@@ -78,14 +78,21 @@ done
 "$LOWBIT" export "$GQ" -o "$T/gptq-mixed.gguf" --mode mixed --modules 'mlp=Q8_0' --modules 'self_attn=Q4_1' -q
 for f in f32 lb-Q4_0 lb-Q4_K_M lb-Q2_K gptq-direct gptq-deq-q4km gptq-mixed; do
   # llama.cpp's asynchronous logger sometimes loses its last lines at exit
-  # (exit status 0, "Final estimate" missing): retry up to 3 times
-  for attempt in 1 2 3; do
+  # (exit status 0, output cut short), more often under load. The running
+  # value after the last chunk, "[N]x" with N the chunk count, is the final
+  # estimate (same 4 decimals); retry while neither is there.
+  a=""
+  for attempt in 1 2 3 4 5 6; do
     sh "$REFENV" run llama-perplexity -m "$T/$f.gguf" -f "$TEXT" -c 128 -t 2 > "$T/$f.llama.log" 2>&1 \
       || fail "llama-perplexity $f: $(tail -3 "$T/$f.llama.log")"
-    grep -q "Final estimate" "$T/$f.llama.log" && break
+    a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/$f.llama.log")
+    if [ -z "$a" ]; then
+      nc=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$T/$f.llama.log")
+      [ -n "$nc" ] && a=$(tr ',' '\n' < "$T/$f.llama.log" | sed -n "s/^\[$nc\]\([0-9.]*\)\$/\1/p" | tail -n 1)
+    fi
+    [ -n "$a" ] && break
     echo "note: llama-perplexity $f: output truncated (attempt $attempt)"
   done
-  a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/$f.llama.log")
   b=$("$LOWBIT" ppl "$T/$f.gguf" --text-file "$TEXT" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
   [ -n "$a" ] && [ -n "$b" ] || fail "$f: no perplexity (llama.cpp '$a', lowbit '$b')"
   awk -v a="$a" -v b="$b" -v f="$f" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d;
