@@ -193,6 +193,26 @@ static cJSON *response_head(const lb_server *srv, const char *id,
 /* GET routes                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* {"status":"ok"} plus slot counters (as llama.cpp's /health once had) */
+static enum MHD_Result handle_health(lb_server *srv, struct MHD_Connection *c) {
+    lb_server_stats st;
+    lb_server_get_stats(srv, &st);
+    char *s = malloc(512);
+    if (s)
+        snprintf(s, 512,
+                 "{\"status\":\"ok\",\"slots_total\":%d,"
+                 "\"slots_processing\":%d,\"requests_queued\":%d,"
+                 "\"generations_completed\":%llu,"
+                 "\"generations_cancelled\":%llu,\"requests_rejected\":%llu,"
+                 "\"tokens_generated\":%llu}",
+                 srv_sched_n_slots(srv->sched), st.active_slots, st.queued,
+                 (unsigned long long)st.completed,
+                 (unsigned long long)st.cancelled,
+                 (unsigned long long)st.rejected_busy,
+                 (unsigned long long)st.tokens_generated);
+    return send_text(c, 200, s, NULL, NULL);
+}
+
 static enum MHD_Result handle_models(lb_server *srv, struct MHD_Connection *c) {
     cJSON *root = cJSON_CreateObject(), *data = cJSON_CreateArray(),
           *m = cJSON_CreateObject();
@@ -296,6 +316,7 @@ static srv_task *make_task(lb_server *srv, const srv_request *rq,
     int32_t room = n_ctx - (int32_t)n;
     t->max_tokens = rq->max_tokens < 0 || rq->max_tokens > room
                         ? room : rq->max_tokens;
+    t->ignore_eos = rq->ignore_eos;
     lb_sampler_params *sp = &t->sampling;
     *sp = lb_sampler_default_params();
     sp->temperature = rq->temperature;
@@ -513,6 +534,7 @@ static enum MHD_Result handle_completion(lb_server *srv,
     bool stream = rq.stream, include_usage = rq.include_usage;
     srv_request_free(&rq);
     if (!t) return send_error(c, &err);
+    t->stream = stream;
     bool shutting;
     if (srv_sched_submit(srv->sched, t, &shutting) != 0) {
         srv_task_release(t);
@@ -555,30 +577,18 @@ static enum MHD_Result handle_completion(lb_server *srv,
         MHD_destroy_response(r);
         return ret;
     }
-    /* non-streaming: wait here (this connection's own thread) */
-    char *text = NULL;
-    size_t text_len = 0;
-    bool done = false, oom = false;
-    while (!done) {
-        size_t n;
-        char *part = srv_task_take(t, 100, &n, &done);
-        if (part) {
-            char *q = realloc(text, text_len + n + 1);
-            if (!q) oom = true;
-            else {
-                memcpy(q + text_len, part, n);
-                text = q;
-                text_len += n;
-                text[text_len] = '\0';
-            }
-            free(part);
-        } else if (!done && conn_gone(fd)) {
+    /* non-streaming: wait here (this connection's own thread), checking
+     * every 100 ms that the client is still there */
+    while (!srv_task_wait_done(t, 100))
+        if (conn_gone(fd)) {
             atomic_store(&t->cancel, true);
             srv_task_release(t);
-            free(text);
             return MHD_NO; /* nobody to answer */
         }
-    }
+    size_t text_len = 0;
+    bool done;
+    char *text = srv_task_take(t, 0, &text_len, &done);
+    bool oom = false;
     pthread_mutex_lock(&t->mu);
     int estatus = t->err_status;
     lb_stop_reason reason = t->stop_reason;
@@ -668,8 +678,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         }
         if (cr->route == R_HEALTH) {
             cr->responded = true;
-            return send_text(c, 200, lb_strdup("{\"status\":\"ok\"}"), NULL,
-                             NULL);
+            return handle_health(srv, c);
         }
         if (cr->route == R_MODELS) {
             cr->responded = true;
@@ -804,12 +813,12 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     unsigned max_conn = cfg.max_connections > 0 ? (unsigned)cfg.max_connections
                                                 : 256;
     srv->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(cfg.timeout_s ? cfg.timeout_s : 600),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->d) {

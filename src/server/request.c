@@ -361,7 +361,9 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
         if (!is_int(f, 1, 1, &v))
             return BAD("n", "only n = 1 is supported");
     }
-    if (!get_bool(root, "stream", &r->stream, err)) return false;
+    if (!get_bool(root, "stream", &r->stream, err) ||
+        !get_bool(root, "ignore_eos", &r->ignore_eos, err))
+        return false;
     if ((f = field(root, "stream_options"))) {
         if (!cJSON_IsObject(f))
             return BAD("stream_options", "'stream_options' must be an object");

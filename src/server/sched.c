@@ -95,6 +95,17 @@ char *srv_task_take(srv_task *t, int timeout_ms, size_t *len, bool *done) {
     return out;
 }
 
+bool srv_task_wait_done(srv_task *t, int timeout_ms) {
+    struct timespec dl;
+    deadline_in(&dl, timeout_ms);
+    pthread_mutex_lock(&t->mu);
+    while (!t->done)
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) == ETIMEDOUT) break;
+    bool done = t->done;
+    pthread_mutex_unlock(&t->mu);
+    return done;
+}
+
 /* (scheduler) append produced text; false on allocation failure */
 static bool task_put_text(srv_task *t, const char *s, size_t n) {
     bool ok = true;
@@ -116,7 +127,7 @@ static bool task_put_text(srv_task *t, const char *s, size_t n) {
             t->text[t->text_len] = '\0';
         }
     }
-    pthread_cond_broadcast(&t->cv);
+    if (t->stream) pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     return ok;
 }
@@ -240,6 +251,7 @@ static void slot_assign(srv_sched *s, srv_task *t) {
     t->n_reused = best_keep;
     lb_generate_params gp = lb_generate_default_params();
     gp.n_predict = t->max_tokens;
+    gp.ignore_eos = t->ignore_eos;
     gp.sampling = t->sampling;
     gp.stop = (const char *const *)t->stop;
     gp.n_stop = t->n_stop;
@@ -476,6 +488,7 @@ fail:
 }
 
 int32_t srv_sched_n_ctx(const srv_sched *s) { return lb_multi_n_ctx(s->mc); }
+int srv_sched_n_slots(const srv_sched *s) { return s->n_slots; }
 
 int srv_sched_submit(srv_sched *s, srv_task *t, bool *shutting_down) {
     *shutting_down = false;

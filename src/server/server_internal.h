@@ -35,6 +35,7 @@ typedef struct srv_request {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    bool ignore_eos; /* llama.cpp's extension */
 } srv_request;
 
 /* An OpenAI-shaped error. */
@@ -81,6 +82,8 @@ typedef struct srv_task {
     int32_t *prompt;
     int32_t n_prompt;
     int32_t max_tokens; /* already capped by the context */
+    bool ignore_eos;
+    bool stream;        /* wake the reader at every token (else at the end) */
     lb_sampler_params sampling;
     char *stop[SRV_MAX_STOP + 2];
     int n_stop;
@@ -108,6 +111,8 @@ void srv_task_release(srv_task *t);
 /* Take the text produced so far (malloc'd, *len bytes; NULL when none) and
  * the done flag, waiting up to timeout_ms for either to appear. */
 char *srv_task_take(srv_task *t, int timeout_ms, size_t *len, bool *done);
+/* Wait up to timeout_ms for the task to end; returns t->done. */
+bool srv_task_wait_done(srv_task *t, int timeout_ms);
 
 typedef struct srv_sched srv_sched;
 
@@ -115,6 +120,7 @@ lb_status srv_sched_create(const lb_model *m, const lb_tokenizer *tok,
                            const lb_server_config *cfg, srv_sched **out);
 /* The per-slot context length. */
 int32_t srv_sched_n_ctx(const srv_sched *s);
+int srv_sched_n_slots(const srv_sched *s);
 /* Queue a task (the scheduler takes its own reference). Returns 0, or 503
  * when the queue is full, or 503 with *shutting_down when stopping. */
 int srv_sched_submit(srv_sched *s, srv_task *t, bool *shutting_down);
