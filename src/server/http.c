@@ -818,8 +818,7 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
         MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(cfg.timeout_s ? cfg.timeout_s : 600),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->d) {
         st = lb_set_error(LB_ERR_IO,
