@@ -224,7 +224,13 @@ static void check_reference(const char *tok_dir, const char *jsonl) {
     TH_CHECK_OK(lb_chat_prompt_create(tok, &cp));
     TH_CHECK(cp && !lb_chat_prompt_is_fallback(cp));
     size_t len;
-    char *all = th_read_bin(th_shared(jsonl), &len);
+    char *bin = th_read_bin(th_shared(jsonl), &len);
+    char *all = bin ? malloc(len + 1) : NULL;
+    if (all) {
+        memcpy(all, bin, len);
+        all[len] = '\0';
+    }
+    free(bin);
     int n_cases = 0;
     for (char *line = all, *next; line && *line; line = next) {
         next = strchr(line, '\n');

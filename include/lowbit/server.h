@@ -5,21 +5,29 @@
  *
  * Routes (OpenAI API reference, 2025; response and error shapes as OpenAI
  * returns them):
- *   GET  /health               {"status":"ok"} (never needs the API key)
+ *   GET  /health               {"status":"ok", "slots_total", "slots_processing",
+ *                              "requests_queued", "generations_completed",
+ *                              "generations_cancelled", "requests_rejected",
+ *                              "tokens_generated"} (never needs the API key)
  *   GET  /v1/models            {"object":"list","data":[{"id", "object":
  *                              "model", "created", "owned_by":"lowbit"}]}
  *   POST /v1/completions       text completion; prompt: a string, a list of
  *                              one string, a list of token ids, or a list of
  *                              one list of token ids
- *   POST /v1/chat/completions  chat completion; messages rendered with the
+ *   POST /v1/chat/completions  chat completion; messages (roles system,
+ *                              developer = system, user, assistant; content
+ *                              a string, a list of text parts joined with
+ *                              "\n", or null for assistant) rendered with the
  *                              model's chat template (see lb_chat_prompt)
+ * (also without the /v1 prefix, as llama.cpp accepts them).
  * Request fields: model (string, ignored: the one model is served),
  * max_tokens / max_completion_tokens (integer >= 1; default and cap: the
  * rest of the slot's context), temperature (0..2, default 1 as OpenAI; 0 =
  * greedy), top_p (0..1), top_k (integer >= 0, 0 = off), min_p (0..1), seed
  * (integer; default: random), stop (string or list of at most 16 non-empty
  * strings), presence_penalty / frequency_penalty (-2..2), n (must be 1),
- * stream (bool), stream_options.include_usage (bool). null counts as
+ * stream (bool), stream_options.include_usage (bool), and llama.cpp's
+ * extension ignore_eos (bool: generate to max_tokens). null counts as
  * absent; unknown fields are ignored; a field of the wrong type or out of
  * range is a 400 naming it in error.param. Features lowbit cannot honour
  * are rejected (400), not ignored: logprobs / top_logprobs, echo, best_of

@@ -3,10 +3,11 @@
 // Run by tests/cli_serve.sh:  LOWBIT=build/lowbit node --test tests/node/
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
 import OpenAI from 'openai';
+import { startServer, stopServer, raw } from './serve.lib.mjs';
 
 const LOWBIT = process.env.LOWBIT;
 const SHARED = process.env.LB_SHARED || '../shared';
@@ -15,39 +16,6 @@ const GGUF = `${SHARED}/models/stories260K/stories260K.gguf`;
 if (!LOWBIT) throw new Error('set LOWBIT to the lowbit binary');
 
 // ---- helpers ---------------------------------------------------------------
-
-// Start `lowbit serve MODEL --port 0 ARGS`; resolves {proc, port, url}.
-export function startServer(model, args = []) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(LOWBIT, ['serve', model, '--port', '0', '-q', ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '', err = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${err}`)), 30000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc, port: +m[1], url: `http://127.0.0.1:${m[1]}`, stderr: () => err });
-      }
-    });
-    proc.stderr.on('data', (d) => { err += d; });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited with ${code}: ${err}`));
-    });
-  });
-}
-
-export function stopServer(s) {
-  return new Promise((resolve) => {
-    if (s.proc.exitCode !== null) return resolve(s.proc.exitCode);
-    s.proc.removeAllListeners('exit');
-    s.proc.on('exit', (code) => resolve(code));
-    s.proc.kill('SIGTERM');
-  });
-}
 
 function lowbitJSON(args) {
   const p = spawnSync(LOWBIT, args, { encoding: 'utf8' });
@@ -60,25 +28,6 @@ function nTokens(model, text, special) {
   const args = ['tokenize', model, text, '--json'];
   if (!special) args.push('--no-special');
   return lowbitJSON(args).ids.length;
-}
-
-// Raw HTTP request; resolves {status, headers, body, json}.
-export function raw(port, method, path, body, headers = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
-      let data = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { data += d; });
-      res.on('end', () => {
-        let json = null;
-        try { json = JSON.parse(data); } catch { /* not JSON */ }
-        resolve({ status: res.statusCode, headers: res.headers, body: data, json });
-      });
-    });
-    req.on('error', reject);
-    if (body !== undefined) req.write(body);
-    req.end();
-  });
 }
 
 const post = (port, path, obj, headers = {}) =>
