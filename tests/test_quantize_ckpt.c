@@ -660,7 +660,83 @@ static void test_sharding_and_dirs(void) {
     TH_CHECK_INT(count_entries("qw-x"), 0);
 }
 
+/* Tied embeddings stored only as model.embed_tokens.weight (F16), lm_head
+ * quantized from it; k/v_proj [48, 96] stay dense. The reload's logits match
+ * the in-place fake-quant model's up to the f16 rounding of the scales. */
+static void test_tied_f16_lm_head(void) {
+    const char *src = th_shared("models/random/llama-tied-fp16-random");
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(src, NULL, &m));
+    if (!m) return;
+    lb_calib cal = random_calib(4, 32, m->config.vocab_size, 3);
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.lm_head = true;
+    p.group_size = 32;
+    p.n_threads = 2;
+    const char *out = tmp_path("tied-f16");
+    lb_quantize_report rep;
+    TH_CHECK_OK(lb_quantize_model(src, out, &p, &cal, &rep));
+    int nq = 0;
+    for (int i = 0; i < rep.n_modules; i++) nq += rep.modules[i].quantized;
+    TH_CHECK_INT(nq, rep.n_modules - 2 * m->config.n_layers); /* k, v */
+    TH_CHECK(rep.modules[rep.n_modules - 1].quantized &&
+             rep.modules[rep.n_modules - 1].nsamples == 4);
+    lb_quantize_report_free(&rep);
+    char pth[800];
+    snprintf(pth, sizeof pth, "%s/model.safetensors", out);
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(pth, &st));
+    if (st) {
+        const lb_tensor *e = lb_st_find(st, "model.embed_tokens.weight");
+        TH_CHECK(e && e->type == LB_TYPE_F16);
+        TH_CHECK(lb_st_find(st, "lm_head.qweight") != NULL);
+        TH_CHECK(lb_st_find(st, "model.layers.0.self_attn.k_proj.weight"));
+        TH_CHECK(!lb_st_find(st, "model.layers.0.self_attn.k_proj.qweight"));
+    }
+    lb_st_close(st);
+    lb_quantize_report rep2;
+    TH_CHECK_OK(lb_quantize_model_inplace(m, &p, &cal, &rep2));
+    lb_quantize_report_free(&rep2);
+    lb_model_load_opts o = {0};
+    o.gptq_mode = LB_GPTQ_LOAD_F32;
+    lb_model *r = NULL;
+    TH_CHECK_OK(lb_model_load(out, &o, &r));
+    if (r) {
+        TH_CHECK(!r->config.tie_word_embeddings);
+        TH_CHECK(r->output.data != r->tok_embd.data);
+        int32_t ids[16];
+        for (int i = 0; i < 16; i++) ids[i] = (i * 131 + 7) % 1024;
+        int V = m->config.vocab_size;
+        float *a = malloc(16 * (size_t)V * 4), *b = malloc(16 * (size_t)V * 4);
+        lb_context *c1 = NULL, *c2 = NULL;
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = 32;
+        cp.n_threads = 2;
+        TH_CHECK_OK(lb_context_create(m, &cp, &c1));
+        TH_CHECK_OK(lb_context_create(r, &cp, &c2));
+        TH_CHECK_OK(lb_model_forward(c1, ids, 16, 0, a, LB_LOGITS_ALL));
+        TH_CHECK_OK(lb_model_forward(c2, ids, 16, 0, b, LB_LOGITS_ALL));
+        double md = 0, ma = 0;
+        for (int i = 0; i < 16 * V; i++) {
+            md = fmax(md, fabs((double)a[i] - b[i]));
+            ma = fmax(ma, fabs((double)a[i]));
+        }
+        fprintf(stderr, "  tied f16 model: max |logit diff| reload vs "
+                "in-place %.3g (max |logit| %.3g)\n", md, ma);
+        TH_CHECK(md < 2e-2 * ma);
+        lb_context_free(c1);
+        lb_context_free(c2);
+        free(a);
+        free(b);
+    }
+    lb_model_free(r);
+    lb_model_free(m);
+    lb_calib_free(&cal);
+}
+
 int main(void) {
+    TH_RUN(test_tied_f16_lm_head);
     TH_RUN(test_reference_checkpoint);
     TH_RUN(test_resume);
     TH_RUN(test_rtn_rules_v2);
