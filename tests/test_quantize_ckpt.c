@@ -257,13 +257,17 @@ static void test_reference_checkpoint(void) {
 typedef struct cancel_at {
     const char *prefix;
     bool fired;
+    uint64_t done, total;
+    bool monotonic;
 } cancel_at;
 
 static bool cancel_cb(void *user, const char *stage, uint64_t done,
                       uint64_t total) {
-    (void)done;
-    (void)total;
     cancel_at *c = user;
+    if (done < c->done) c->monotonic = false;
+    c->done = done;
+    c->total = total;
+    if (!c->prefix) return true;
     if (!strncmp(stage, c->prefix, strlen(c->prefix))) {
         c->fired = true;
         return false;
@@ -298,7 +302,7 @@ static void test_resume(void) {
     TH_CHECK_INT(rep.n_modules, 15);
     lb_quantize_report_free(&rep);
     /* cancelled when layer 2 starts: layer 0 is on disk */
-    cancel_at c = {"layer 2/2", false};
+    cancel_at c = {"layer 2/2", false, 0, 0, true};
     p.progress.fn = cancel_cb;
     p.progress.user = &c;
     TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, NULL),
@@ -321,10 +325,16 @@ static void test_resume(void) {
     TH_CHECK_INT(rep.layers_resumed, 0);
     lb_quantize_report_free(&rep);
     /* resumed with the same settings (another checkpoint format is fine):
-     * byte-identical to the uninterrupted run */
+     * byte-identical to the uninterrupted run; the progress still runs to
+     * its total */
     p.damp_percent = 0.01;
+    cancel_at pr = {NULL, false, 0, 0, true};
+    p.progress.fn = cancel_cb;
+    p.progress.user = &pr;
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 2);
+    TH_CHECK(pr.monotonic && pr.total > 0 && pr.done == pr.total);
+    p.progress.fn = NULL;
     TH_CHECK(rep.n_modules == 15 && rep.modules[0].resumed &&
              !rep.modules[14].resumed);
     TH_CHECK(rep.modules[0].loss > 0 && rep.modules[0].nsamples == 8);
