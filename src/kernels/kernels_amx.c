@@ -19,6 +19,9 @@
 #include "core/internal.h"
 
 #include <immintrin.h>
+#ifdef LB_EMULATE_SIMD /* test build: portable AVX-512/AMX (tests/emu/) */
+#include "emu_avx512.h"
+#endif
 #include <stdlib.h>
 
 typedef struct {
@@ -132,7 +135,7 @@ static void mm_q8_0_amx(int64_t n, const void *w, size_t ws, int64_t nr, const v
     mm_amx(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
-void lb_kernels_fill_amx(lb_kernel_table *kt) {
+void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0].mm_batch = mm_q4_0_amx;
     kt->w[LB_TYPE_Q4_0].batch_min = 16;
     kt->w[LB_TYPE_Q4_0].batch_name = "mm_q4_0_amx";

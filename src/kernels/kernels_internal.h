@@ -115,12 +115,23 @@ void lb_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
 void lb_quantize_q8_K_avx2(const float *x, void *y, int64_t n);
 void lb_kernels_fill_avx2(lb_kernel_table *kt);
 
-/* ---- AVX-512 F/BW/VL (+VNNI) (kernels_avx512.c) ------------------------- */
-void lb_kernels_fill_avx512(lb_kernel_table *kt);
-void lb_kernels_fill_avx512_vnni(lb_kernel_table *kt);
+/* LB_KSYM(name): exported name of a function defined in kernels_avx512.c or
+ * kernels_amx.c. Tests compile those two files a second time against
+ * emulated intrinsics (-DLB_EMULATE_SIMD, tests/emu/emu_avx512.h) so they
+ * run on CPUs without AVX-512/AMX; that build's names get an _emu suffix so
+ * both builds link into one test program. The library never defines it. */
+#ifdef LB_EMULATE_SIMD
+#define LB_KSYM(name) name##_emu
+#else
+#define LB_KSYM(name) name
+#endif
+
+/* ---- AVX-512 F/BW/VL/DQ (+VNNI) (kernels_avx512.c) ---------------------- */
+void LB_KSYM(lb_kernels_fill_avx512)(lb_kernel_table *kt);
+void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
-void lb_kernels_fill_amx(lb_kernel_table *kt);
+void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,605 @@
+/* AVX-512 / AVX-512 VNNI / AMX-INT8 kernels on any AVX2 machine, through
+ * emulated intrinsics (tests/emu/emu_avx512.h, emu_amx.c; the kernel files
+ * are compiled a second time with -DLB_EMULATE_SIMD, see CMakeLists.txt).
+ *
+ * 1. The emulation itself, so that an emulation bug cannot hide a kernel
+ *    bug: every emulated intrinsic against the real AVX2 instruction on each
+ *    256-bit half (random and extreme inputs), or against a scalar formula
+ *    where AVX2 has no analogue (vpdpbusd, masks, casts, AMX tiles); the
+ *    emulator's fault checks (tile use without a configuration in the
+ *    thread, after release, bad shapes or config; misaligned aligned loads)
+ *    in child processes.
+ * 2. The emulated avx512, avx512_vnni and amx tables (each built like
+ *    matmul.c's: a copy of the table below it plus the ISA's fill function)
+ *    with every case of tests/kernel_cases.h, as test_kernels runs them on
+ *    real variants.
+ * 3. lb_matmul with the emulated AMX table against the reference, bit for
+ *    bit (the AMX kernels claim it), on >= 16 tokens with token and row
+ *    tails and odd row counts, 1/2/3 threads; every tile configuration
+ *    loaded is released, and worker threads configure their own tiles (the
+ *    emulation faults otherwise).
+ * 4. Where the CPU really has AVX-512/VNNI/AMX: emulated and real kernels
+ *    give the same bytes (the emulation checked against hardware).
+ * Needs AVX2+FMA+F16C (the real AVX2 intrinsics run); skipped (77) without.
+ * Standalone: ./build/test_kernels_emu (add -v for per-case lines). */
+#include "th.h"
+#include "kernel_cases.h"
+
+#include "core/internal.h" /* LB_ARRAY_LEN */
+#include "emu_avx512.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------- */
+/* Random inputs with extremes                                             */
+
+static uint8_t rnd_byte(void) {
+    static const uint8_t ext[] = {0x00, 0x01, 0x7F, 0x80, 0x81, 0xFF, 0xFE, 0x08, 0xF8};
+    uint32_t r = rng_u32();
+    return (r & 7) == 0 ? ext[(r >> 3) % sizeof ext] : (uint8_t)(r >> 8);
+}
+static void rnd_bytes(void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) ((uint8_t *)p)[i] = rnd_byte();
+}
+static __m512i rnd_m512i(void) {
+    __m512i v;
+    rnd_bytes(v.u8, 64);
+    return v;
+}
+/* int16 lanes with -32768/32767 often (vpmaddwd's only wrapping case) */
+static __m512i rnd_m512i_w16(void) {
+    __m512i v = rnd_m512i();
+    for (int i = 0; i < 32; i++) {
+        uint32_t r = rng_u32() % 8;
+        if (r == 0) v.i16[i] = INT16_MIN;
+        if (r == 1) v.i16[i] = INT16_MAX;
+    }
+    return v;
+}
+/* float bits: mostly finite normals of all magnitudes, some zeros (+/-),
+ * denormals, infinities and NaNs */
+static float rnd_float_any(void) {
+    uint32_t r = (rng_u32() << 1) ^ rng_u32(), b;
+    switch (rng_u32() % 16) {
+    case 0: b = r & 0x80000000u; break;                     /* +/-0 */
+    case 1: b = (r & 0x807FFFFFu) | 1u; break;              /* denormal */
+    case 2: b = (r & 0x80000000u) | 0x7F800000u; break;     /* +/-inf */
+    case 3: b = r | 0x7F800001u; break;                     /* NaN */
+    default: b = r; break;
+    }
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+/* finite floats of moderate range (sums are order-sensitive, no overflow) */
+static float rnd_float_fin(void) { return rng_f(-1, 1) * ldexpf(1.0f, rng_int(-20, 20)); }
+
+/* Same bits, or both NaN (NaN payload choice between two NaN operands may
+ * differ with operand order, which the compiler may commute; the kernels
+ * never produce NaN from valid data). */
+static int same_float(float a, float b) {
+    return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b));
+}
+
+static __m256i half_i(const __m512i *v, int h) { return _mm256_loadu_si256((const __m256i *)(v->u8 + 32 * h)); }
+static __m256 half_f(const __m512 *v, int h) { return _mm256_loadu_ps(v->f + 8 * h); }
+static int eq_half_i(const __m512i *v, int h, __m256i real) { return memcmp(v->u8 + 32 * h, &real, 32) == 0; }
+static int eq_half_f(const __m512 *v, int h, __m256 real) {
+    float r[8];
+    _mm256_storeu_ps(r, real);
+    for (int i = 0; i < 8; i++)
+        if (!same_float(v->f[8 * h + i], r[i])) return 0;
+    return 1;
+}
+/* 32 mask bits as a byte vector (0xFF where set), built without the emulation */
+static __m256i mask_bytes(uint32_t k) {
+    uint8_t b[32];
+    for (int i = 0; i < 32; i++) b[i] = (k >> i) & 1 ? 0xFF : 0x00;
+    return _mm256_loadu_si256((const __m256i *)b);
+}
+
+enum { ITERS = 3000 };
+
+/* ---------------------------------------------------------------------- */
+/* 1. The emulation                                                        */
+
+static void test_emu_int_vs_avx2(void) {
+    int bad[9] = {0};
+    for (int it = 0; it < ITERS; it++) {
+        const __m512i a = rnd_m512i(), b = rnd_m512i(), src = rnd_m512i();
+        const __m512i wa = rnd_m512i_w16(), wb = rnd_m512i_w16();
+        const __mmask64 k = ((uint64_t)rng_u32() << 32) | rng_u32();
+        const __m512i sub8 = _mm512_sub_epi8(a, b), sub32 = _mm512_sub_epi32(a, b);
+        const __m512i abs8 = _mm512_abs_epi8(a), mub = _mm512_maddubs_epi16(a, b);
+        const __m512i mwd = _mm512_madd_epi16(wa, wb), msub = _mm512_mask_sub_epi8(src, k, a, b);
+        const __m512i mz = _mm512_maskz_mov_epi8(k, a);
+        const __mmask64 sgn = _mm512_movepi8_mask(a);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ah = half_i(&a, h), bh = half_i(&b, h), sh = half_i(&src, h);
+            const __m256i kb = mask_bytes((uint32_t)(k >> (32 * h)));
+            bad[0] += !eq_half_i(&sub8, h, _mm256_sub_epi8(ah, bh));
+            bad[1] += !eq_half_i(&sub32, h, _mm256_sub_epi32(ah, bh));
+            bad[2] += !eq_half_i(&abs8, h, _mm256_abs_epi8(ah));
+            bad[3] += !eq_half_i(&mub, h, _mm256_maddubs_epi16(ah, bh));
+            bad[4] += !eq_half_i(&mwd, h, _mm256_madd_epi16(half_i(&wa, h), half_i(&wb, h)));
+            bad[5] += !eq_half_i(&msub, h, _mm256_blendv_epi8(sh, _mm256_sub_epi8(ah, bh), kb));
+            bad[6] += !eq_half_i(&mz, h, _mm256_and_si256(ah, kb));
+            bad[7] += (uint32_t)(sgn >> (32 * h)) != (uint32_t)_mm256_movemask_epi8(ah);
+        }
+        /* set1 / setzero */
+        const char c8 = (char)rnd_byte();
+        const short c16 = (short)(rng_u32() & 0xFFFF);
+        const __m512i s8 = _mm512_set1_epi8(c8), s16 = _mm512_set1_epi16(c16);
+        const __m512i z = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++)
+            bad[8] += !eq_half_i(&s8, h, _mm256_set1_epi8(c8)) ||
+                      !eq_half_i(&s16, h, _mm256_set1_epi16(c16)) ||
+                      !eq_half_i(&z, h, _mm256_setzero_si256());
+    }
+    static const char *const names[9] = {"sub_epi8", "sub_epi32", "abs_epi8", "maddubs_epi16",
+                                         "madd_epi16", "mask_sub_epi8", "maskz_mov_epi8",
+                                         "movepi8_mask", "set1_epi8/epi16, setzero_si512"};
+    for (int i = 0; i < 9; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+}
+
+/* vpdpbusd: src + sum of 4 zero-extended(a) x sign-extended(b) products,
+ * widened to 64 bits and wrapped to 32 (no saturation). */
+static void test_emu_dpbusd_vs_scalar(void) {
+    int bad = 0;
+    for (int it = 0; it < ITERS; it++) {
+        __m512i src = rnd_m512i();
+        const __m512i a = rnd_m512i(), b = rnd_m512i();
+        for (int j = 0; j < 16; j++) /* near the int32 limits: the wrap shows */
+            if (rng_u32() % 4 == 0) src.i32[j] = (rng_u32() & 1) ? INT32_MAX - rng_int(0, 200000)
+                                                                 : INT32_MIN + rng_int(0, 200000);
+        const __m512i r = _mm512_dpbusd_epi32(src, a, b);
+        for (int j = 0; j < 16; j++) {
+            int64_t s = src.i32[j];
+            for (int i = 0; i < 4; i++) s += (int64_t)a.u8[4 * j + i] * (int64_t)b.i8[4 * j + i];
+            bad += r.u32[j] != (uint32_t)(uint64_t)s;
+        }
+    }
+    /* saturation would differ here: INT32_MAX + 4 * 255 * 127 wraps */
+    __m512i src = _mm512_set1_epi8(0), a = _mm512_set1_epi8((char)0xFF), b = _mm512_set1_epi8(127);
+    for (int j = 0; j < 16; j++) src.i32[j] = INT32_MAX;
+    const __m512i r = _mm512_dpbusd_epi32(src, a, b);
+    TH_CHECK_INT(r.i32[0], (int32_t)(uint32_t)((uint64_t)INT32_MAX + 4 * 255 * 127));
+    TH_CHECK_MSG(bad == 0, "_mm512_dpbusd_epi32: %d lanes differ from the scalar formula", bad);
+}
+
+static void test_emu_float_vs_avx2(void) {
+    int bad[6] = {0};
+    for (int it = 0; it < ITERS; it++) {
+        __m512 a, b, c;
+        __m512i n;
+        for (int i = 0; i < 16; i++) {
+            a.f[i] = rnd_float_any(), b.f[i] = rnd_float_any(), c.f[i] = rnd_float_any();
+            n.u32[i] = rng_u32() ^ (rng_u32() << 16); /* full int32 range */
+            if (i < 4) n.i32[i] = (int32_t[]){INT32_MIN, INT32_MAX, (1 << 24) + 1, -(1 << 25) - 3}[i];
+        }
+        if (it % 2) /* products near each other's magnitude: fma's single rounding shows */
+            for (int i = 0; i < 16; i++) {
+                a.f[i] = rnd_float_fin(), b.f[i] = rnd_float_fin();
+                c.f[i] = -a.f[i] * b.f[i] * (1.0f + rng_f(-1e-6f, 1e-6f));
+            }
+        const __m512 add = _mm512_add_ps(a, b), mul = _mm512_mul_ps(a, b);
+        const __m512 fma = _mm512_fmadd_ps(a, b, c), cvt = _mm512_cvtepi32_ps(n);
+        const float f1 = rnd_float_any();
+        const __m512 s1 = _mm512_set1_ps(f1), z = _mm512_setzero_ps();
+        for (int h = 0; h < 2; h++) {
+            const __m256 ah = half_f(&a, h), bh = half_f(&b, h), ch = half_f(&c, h);
+            bad[0] += !eq_half_f(&add, h, _mm256_add_ps(ah, bh));
+            bad[1] += !eq_half_f(&mul, h, _mm256_mul_ps(ah, bh));
+            bad[2] += !eq_half_f(&fma, h, _mm256_fmadd_ps(ah, bh, ch));
+            bad[3] += !eq_half_f(&cvt, h, _mm256_cvtepi32_ps(half_i(&n, h)));
+            bad[4] += !eq_half_f(&s1, h, _mm256_set1_ps(f1));
+            bad[5] += memcmp(z.f + 8 * h, (float[8]){0}, 32) != 0; /* +0.0f bits */
+        }
+    }
+    static const char *const names[6] = {"add_ps", "mul_ps", "fmadd_ps", "cvtepi32_ps",
+                                         "set1_ps", "setzero_ps"};
+    for (int i = 0; i < 6; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+}
+
+/* _mm512_reduce_add_ps: the Guide's tree (16 -> 8 -> 4 -> 2 -> 1), done with
+ * real AVX instructions; a left-to-right sum must differ somewhere (the
+ * inputs are order-sensitive, so the check can tell orders apart). */
+static void test_emu_reduce_add(void) {
+    int bad = 0, order_differs = 0;
+    for (int it = 0; it < ITERS; it++) {
+        __m512 v;
+        for (int i = 0; i < 16; i++) v.f[i] = rnd_float_fin();
+        const float got = _mm512_reduce_add_ps(v);
+        const __m256 s8 = _mm256_add_ps(half_f(&v, 0), half_f(&v, 1));
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));          /* [0]+[2], [1]+[3] */
+        const float want = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+        bad += memcmp(&got, &want, 4) != 0;
+        float seq = 0;
+        for (int i = 0; i < 16; i++) seq += v.f[i];
+        order_differs += memcmp(&seq, &want, 4) != 0;
+    }
+    TH_CHECK_MSG(bad == 0, "_mm512_reduce_add_ps: %d sums differ from the tree order", bad);
+    TH_CHECK_MSG(order_differs > ITERS / 10, "reduce_add inputs not order-sensitive (%d)",
+                 order_differs);
+}
+
+static void test_emu_cast_insert_load_store(void) {
+    int bad = 0;
+    for (int it = 0; it < ITERS / 10; it++) {
+        uint8_t lo[32], hi[32];
+        rnd_bytes(lo, 32), rnd_bytes(hi, 32);
+        const __m256i l = _mm256_loadu_si256((const __m256i *)lo), u = _mm256_loadu_si256((const __m256i *)hi);
+        const __m512i c = _mm512_castsi256_si512(l);
+        bad += memcmp(c.u8, lo, 32) != 0; /* upper half undefined: not checked */
+        const __m512i i0 = _mm512_inserti64x4(c, u, 0), i1 = _mm512_inserti64x4(c, u, 1);
+        bad += memcmp(i0.u8, hi, 32) != 0 || memcmp(i0.u8 + 32, c.u8 + 32, 32) != 0;
+        bad += memcmp(i1.u8, lo, 32) != 0 || memcmp(i1.u8 + 32, hi, 32) != 0;
+        float fl[8], fh[8];
+        for (int i = 0; i < 8; i++) fl[i] = rnd_float_any(), fh[i] = rnd_float_any();
+        const __m512 cf = _mm512_castps256_ps512(_mm256_loadu_ps(fl));
+        bad += memcmp(cf.f, fl, 32) != 0;
+        const __m512 f0 = _mm512_insertf32x8(cf, _mm256_loadu_ps(fh), 0);
+        const __m512 f1 = _mm512_insertf32x8(cf, _mm256_loadu_ps(fh), 1);
+        bad += memcmp(f0.f, fh, 32) != 0 || memcmp(f0.f + 8, cf.f + 8, 32) != 0;
+        bad += memcmp(f1.f, fl, 32) != 0 || memcmp(f1.f + 8, fh, 32) != 0;
+        /* aligned loads */
+        _Alignas(64) uint8_t mem[128];
+        rnd_bytes(mem, sizeof mem);
+        const __m512i li = _mm512_load_si512(mem + 64);
+        const __m512 lf = _mm512_load_ps(mem);
+        bad += memcmp(li.u8, mem + 64, 64) != 0 || memcmp(lf.f, mem, 64) != 0;
+        /* masked store vs AVX's vmaskmovps on each half; guards untouched */
+        float out_e[20], out_r[20], val[16];
+        for (int i = 0; i < 20; i++) out_e[i] = out_r[i] = (float)(1000 + i);
+        for (int i = 0; i < 16; i++) val[i] = rnd_float_fin();
+        const __mmask16 k = (__mmask16)rng_u32();
+        __m512 vv;
+        memcpy(vv.f, val, 64);
+        _mm512_mask_storeu_ps(out_e + 2, k, vv);
+        for (int h = 0; h < 2; h++) {
+            int32_t m[8];
+            for (int i = 0; i < 8; i++) m[i] = (k >> (8 * h + i)) & 1 ? -1 : 0;
+            _mm256_maskstore_ps(out_r + 2 + 8 * h, _mm256_loadu_si256((const __m256i *)m),
+                                _mm256_loadu_ps(val + 8 * h));
+        }
+        bad += memcmp(out_e, out_r, sizeof out_e) != 0;
+    }
+    TH_CHECK_MSG(bad == 0, "cast/insert/load/mask_storeu: %d mismatches", bad);
+}
+
+/* AMX: random shapes, tile numbers and strides; loadd/dpb*d/stored against
+ * the scalar matrix formula C[m][n] += sum_k A[m][k] * B[k/4][4n + k%4]
+ * (bytes of A and B sign- or zero-extended per instruction), rows padded
+ * with guard bytes that must stay untouched; storeconfig round trip;
+ * tilezero. */
+static void test_emu_amx_vs_scalar(void) {
+    int bad = 0;
+    for (int it = 0; it < 400; it++) {
+        const int M = rng_int(1, 16), N = rng_int(1, 16), K = 4 * rng_int(1, 16); /* K bytes */
+        int tc = rng_int(0, 7), ta, tb;
+        do ta = rng_int(0, 7); while (ta == tc);
+        do tb = rng_int(0, 7); while (tb == tc || tb == ta);
+        _Alignas(64) uint8_t cfg[64] = {0}, cfg2[64];
+        cfg[0] = 1;
+        const int colsb[3] = {4 * N, K, 4 * N}, rows[3] = {M, M, K / 4}, tiles[3] = {tc, ta, tb};
+        for (int i = 0; i < 3; i++) {
+            cfg[16 + 2 * tiles[i]] = (uint8_t)colsb[i];
+            cfg[48 + tiles[i]] = (uint8_t)rows[i];
+        }
+        _tile_loadconfig(cfg);
+        _tile_storeconfig(cfg2);
+        bad += memcmp(cfg, cfg2, 64) != 0;
+        const int sa = K + rng_int(0, 9), sb = 4 * N + rng_int(0, 9), sc = 4 * N + 4 * rng_int(0, 3);
+        uint8_t *A = malloc((size_t)(sa * M)), *B = malloc((size_t)(sb * K / 4));
+        uint8_t *C = malloc((size_t)(sc * M)), *C2 = malloc((size_t)(sc * M));
+        rnd_bytes(A, (size_t)(sa * M)), rnd_bytes(B, (size_t)(sb * K / 4));
+        rnd_bytes(C, (size_t)(sc * M));
+        const int kind = rng_int(0, 3), as = kind & 2, bs = kind & 1;
+        memcpy(C2, C, (size_t)(sc * M));
+        _tile_loadd(tc, C, sc);
+        _tile_loadd(ta, A, sa);
+        _tile_loadd(tb, B, sb);
+        lb_emu_tile_dpb(tc, ta, tb, as, bs);
+        _tile_stored(tc, C2, sc);
+        for (int m = 0; m < M; m++) {
+            for (int n = 0; n < N; n++) {
+                int32_t c0;
+                memcpy(&c0, C + m * sc + 4 * n, 4);
+                int64_t s = c0;
+                for (int k = 0; k < K; k++) {
+                    const uint8_t x = A[m * sa + k], y = B[(k / 4) * sb + 4 * n + k % 4];
+                    s += (int64_t)(as ? (int8_t)x : x) * (int64_t)(bs ? (int8_t)y : y);
+                }
+                int32_t got;
+                memcpy(&got, C2 + m * sc + 4 * n, 4);
+                bad += (uint32_t)got != (uint32_t)(uint64_t)s;
+            }
+            bad += memcmp(C2 + m * sc + 4 * N, C + m * sc + 4 * N, (size_t)(sc - 4 * N)) != 0;
+        }
+        _tile_zero(tc);
+        _tile_stored(tc, C2, sc);
+        for (int m = 0; m < M; m++)
+            for (int i = 0; i < 4 * N; i++) bad += C2[m * sc + i] != 0;
+        _tile_release();
+        bad += lb_emu_tile_configured() != 0;
+        free(A), free(B), free(C), free(C2);
+    }
+    /* the named intrinsics map to the right signedness */
+    _Alignas(64) uint8_t cfg[64] = {0};
+    cfg[0] = 1;
+    for (int t = 0; t < 3; t++) cfg[16 + 2 * t] = 4, cfg[48 + t] = 1;
+    const uint8_t a4[4] = {0xFF, 1, 1, 1}, b4[4] = {0xFF, 1, 1, 1};
+    const int32_t want[4] = {1 + 3, 255 * -1 + 3, -1 * 255 + 3, 255 * 255 + 3}; /* ss su us uu */
+    for (int kind = 0; kind < 4; kind++) {
+        _tile_loadconfig(cfg);
+        _tile_loadd(1, a4, 4);
+        _tile_loadd(2, b4, 4);
+        if (kind == 0) _tile_dpbssd(0, 1, 2);
+        if (kind == 1) _tile_dpbsud(0, 1, 2);
+        if (kind == 2) _tile_dpbusd(0, 1, 2);
+        if (kind == 3) _tile_dpbuud(0, 1, 2);
+        int32_t c;
+        _tile_stored(0, &c, 4);
+        TH_CHECK_INT(c, want[kind]);
+        _tile_release();
+    }
+    TH_CHECK_MSG(bad == 0, "AMX emulation: %d mismatches against the scalar formula", bad);
+}
+
+/* The emulator's fault checks, each in a child that must die of SIGABRT. */
+static void *thread_tile_zero(void *p) {
+    (void)p;
+    _tile_zero(0); /* this thread never loaded a configuration */
+    return NULL;
+}
+static void fault_tile_other_thread(void) {
+    _Alignas(64) uint8_t cfg[64] = {0};
+    cfg[0] = 1, cfg[16] = 64, cfg[48] = 16;
+    _tile_loadconfig(cfg); /* main thread only */
+    pthread_t th;
+    pthread_create(&th, NULL, thread_tile_zero, NULL);
+    pthread_join(th, NULL);
+}
+static void fault_tile_after_release(void) {
+    _Alignas(64) uint8_t cfg[64] = {0};
+    cfg[0] = 1, cfg[16] = 64, cfg[48] = 16;
+    _tile_loadconfig(cfg);
+    _tile_release();
+    _tile_zero(0);
+}
+static void fault_tile_shape(void) {
+    _Alignas(64) uint8_t cfg[64] = {0};
+    cfg[0] = 1;
+    cfg[16] = 64, cfg[48] = 16; /* C 16 x 64 */
+    cfg[18] = 32, cfg[49] = 16; /* A 16 x 32: K = 8 dwords */
+    cfg[20] = 64, cfg[50] = 16; /* B must have 8 rows, has 16 */
+    _tile_loadconfig(cfg);
+    _tile_dpbssd(0, 1, 2);
+}
+static void fault_tile_bad_config(void) {
+    _Alignas(64) uint8_t cfg[64] = {0};
+    cfg[0] = 1, cfg[16] = 64, cfg[48] = 17; /* 17 rows */
+    _tile_loadconfig(cfg);
+}
+static void fault_tile_unconfigured_tile(void) {
+    _Alignas(64) uint8_t cfg[64] = {0}, buf[64];
+    cfg[0] = 1, cfg[16] = 64, cfg[48] = 1;
+    _tile_loadconfig(cfg);
+    _tile_loadd(3, buf, 64); /* tile 3 has no rows */
+}
+static void fault_misaligned_load(void) {
+    _Alignas(64) float buf[32] = {0};
+    volatile __m512 v = _mm512_load_ps(buf + 1);
+    (void)v;
+}
+static int dies_of_abort(void (*fn)(void)) {
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    if (pid <= 0 || waitpid(pid, &status, 0) != pid) return 0;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+static void test_emu_faults(void) {
+    TH_CHECK_MSG(dies_of_abort(fault_tile_other_thread), "tile use in an unconfigured thread");
+    TH_CHECK_MSG(dies_of_abort(fault_tile_after_release), "tile use after _tile_release");
+    TH_CHECK_MSG(dies_of_abort(fault_tile_shape), "dpbssd with inconsistent shapes");
+    TH_CHECK_MSG(dies_of_abort(fault_tile_bad_config), "LDTILECFG with 17 rows");
+    TH_CHECK_MSG(dies_of_abort(fault_tile_unconfigured_tile), "load into an unconfigured tile");
+    TH_CHECK_MSG(dies_of_abort(fault_misaligned_load), "_mm512_load_ps misaligned");
+}
+
+/* ---------------------------------------------------------------------- */
+/* 2. The emulated tables with the kernel cases                            */
+
+enum { E_AVX512, E_VNNI, E_AMX, E_COUNT };
+static lb_kernel_table g_emu[E_COUNT];
+static const int g_real_v[E_COUNT] = {LB_KV_AVX512, LB_KV_AVX512_VNNI, LB_KV_AMX};
+static int n_cases[E_COUNT];
+
+/* As matmul.c's init_tables: each table is the one below it plus the
+ * ISA's fill function (here the emulated build's). */
+static void build_emu_tables(void) {
+    g_emu[E_AVX512] = *lb_kernels_table(LB_KV_AVX2);
+    g_emu[E_AVX512].name = "avx512(emu)";
+    lb_kernels_fill_avx512_emu(&g_emu[E_AVX512]);
+    g_emu[E_VNNI] = g_emu[E_AVX512];
+    g_emu[E_VNNI].name = "avx512_vnni(emu)";
+    lb_kernels_fill_avx512_vnni_emu(&g_emu[E_VNNI]);
+    g_emu[E_AMX] = g_emu[E_VNNI];
+    g_emu[E_AMX].name = "amx(emu)";
+    lb_kernels_fill_amx_emu(&g_emu[E_AMX]);
+}
+
+static void test_emu_tables_wired(void) {
+    /* the emulated kernels are in place (not the avx2 ones they replace) */
+    const lb_kernel_table *avx2 = lb_kernels_table(LB_KV_AVX2);
+    for (int e = 0; e < E_COUNT; e++)
+        for (int k = 0; k < 2; k++) {
+            const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
+            TH_CHECK_MSG(g_emu[e].w[wt].mm != avx2->w[wt].mm, "%s %s", g_emu[e].name,
+                         lb_type_name(wt));
+            TH_CHECK_INT(g_emu[e].w[wt].mm_batch != NULL, e == E_AMX);
+        }
+    TH_CHECK(g_emu[E_VNNI].w[LB_TYPE_Q4_0].mm != g_emu[E_AVX512].w[LB_TYPE_Q4_0].mm);
+    TH_CHECK_INT(g_emu[E_AMX].w[LB_TYPE_Q4_0].batch_min, 16);
+}
+
+static void test_emu_kernel_cases(void) {
+    for (int e = 0; e < E_COUNT; e++) n_cases[e] += kc_check_table(&g_emu[e]);
+}
+
+static void test_emu_qact_edges(void) {
+    for (int e = 0; e < E_COUNT; e++) kc_qact_edges(&g_emu[e]);
+}
+
+static void test_emu_matmul_oracle_and_threads(void) {
+    for (int e = 0; e < E_COUNT; e++) kc_matmul_oracle_and_threads(&g_emu[e]);
+}
+
+/* ---------------------------------------------------------------------- */
+/* 3. lb_matmul through the emulated AMX path, bit for bit vs reference    */
+
+static void test_emu_amx_matmul(void) {
+    lb_pool *pools[3] = {NULL, lb_pool_create(2), lb_pool_create(3)};
+    TH_CHECK(pools[1] && pools[2]);
+    const lb_kernel_table *ref = lb_kernels_table(LB_KV_REF);
+    const int64_t ins[] = {32, 96, 544}, outs[] = {1, 5, 16, 17, 33, 67, 130};
+    const int64_t toks[] = {15, 16, 17, 31, 32, 33, 47, 70};
+    long cfg0, rel0, cfg1, rel1;
+    lb_emu_tile_counts(&cfg0, &rel0);
+    int bad = 0, runs = 0;
+    for (int k = 0; k < 2; k++) {
+        const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
+        for (size_t ii = 0; ii < LB_ARRAY_LEN(ins); ii++)
+            for (size_t io = 0; io < LB_ARRAY_LEN(outs); io++)
+                for (size_t it = 0; it < LB_ARRAY_LEN(toks); it++) {
+                    if ((ii + io + it) % 3 == 2 && toks[it] != 16 && toks[it] != 17) continue; /* trim */
+                    const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                    size_t rb;
+                    lb_row_size(wt, in, &rb);
+                    uint8_t *w = malloc(rb * (size_t)out);
+                    make_weights(wt, w, out, in, 0);
+                    float *x = malloc(sizeof(float) * (size_t)(in * nt));
+                    /* every other shape: block sums near their maximum (all
+                     * codes of a row extreme and of one sign, activations
+                     * positive), where (isum * dw) * da and isum * (dw * da)
+                     * round differently; otherwise random data */
+                    const int big = (ii + io + it) % 2;
+                    for (int64_t i = 0; i < in * nt; i++) x[i] = big ? rng_f(1.5f, 2) : rng_f(-2, 2);
+                    for (int64_t o = 0; big && o < out; o++) {
+                        const int neg = rng_u32() & 1;
+                        for (int64_t b = 0; b < in / 32; b++) {
+                            uint8_t *blk = w + (size_t)o * rb + (size_t)b * (k ? 34 : 18);
+                            for (int j = 0; j < (k ? 32 : 16); j++)
+                                blk[2 + j] = k ? (uint8_t)(int8_t)(neg ? -rng_int(120, 127) : rng_int(120, 127))
+                                               : (neg ? 0x00 : 0xFF);
+                        }
+                    }
+                    lb_tensor W = {"w_amx", wt, 2, {out, in}, w, rb * (size_t)out};
+                    float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                    TH_CHECK_OK(lb_matmul_table(ref, NULL, &W, x, y0, nt));
+                    for (int p = 0; p < 3; p++) {
+                        memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
+                        TH_CHECK_OK(lb_matmul_table(&g_emu[E_AMX], pools[p], &W, x, y1, nt));
+                        /* AMX (nt >= 16) is bit-exact; nt < 16 runs avx512_vnni:
+                         * same within the kernel-case tolerance, not checked here */
+                        if (nt >= 16 &&
+                            memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
+                            if (bad < 5)
+                                fprintf(stderr, "  amx(emu) %s in=%lld out=%lld nt=%lld threads=%d differs from ref\n",
+                                        lb_type_name(wt), (long long)in, (long long)out,
+                                        (long long)nt, p + 1);
+                            bad++;
+                        }
+                        th_n_checks++;
+                        runs++;
+                    }
+                    TH_CHECK(!lb_emu_tile_configured()); /* calling thread released its tiles */
+                    free(w), free(x), free(y0), free(y1);
+                }
+    }
+    lb_emu_tile_counts(&cfg1, &rel1);
+    TH_CHECK_MSG(bad == 0, "%d of %d AMX lb_matmul runs differ from the reference", bad, runs);
+    TH_CHECK_MSG(cfg1 - cfg0 > 0, "the AMX path never ran");
+    TH_CHECK_MSG(cfg1 - cfg0 == rel1 - rel0, "%ld tile configurations loaded, %ld released",
+                 cfg1 - cfg0, rel1 - rel0);
+    lb_pool_free(pools[1]);
+    lb_pool_free(pools[2]);
+}
+
+/* ---------------------------------------------------------------------- */
+/* 4. Real hardware, where present: emulated == real, byte for byte        */
+
+static void test_emu_vs_hardware(void) {
+    int compared = 0;
+    for (int e = 0; e < E_COUNT; e++) {
+        if (!lb_kernels_usable(g_real_v[e])) continue;
+        const lb_kernel_table *real = lb_kernels_table(g_real_v[e]);
+        for (int k = 0; k < 2; k++) {
+            const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
+            const int64_t in = 32 * 13, out = 37, nt = 21;
+            size_t wrb, arb;
+            lb_row_size(wt, in, &wrb);
+            lb_row_size(LB_TYPE_Q8_0, in, &arb);
+            uint8_t *w = malloc(wrb * out), *a = malloc(arb * nt);
+            float *x = malloc(sizeof(float) * in), *y0 = malloc(sizeof(float) * out * nt),
+                  *y1 = malloc(sizeof(float) * out * nt);
+            make_weights(wt, w, out, in, 0);
+            for (int64_t t = 0; t < nt; t++) {
+                for (int64_t i = 0; i < in; i++) x[i] = rng_f(-2, 2);
+                lb_quantize_row(LB_TYPE_Q8_0, x, a + t * arb, in);
+            }
+            for (int batch = 0; batch < 2; batch++) {
+                lb_mm_fn fe = batch ? g_emu[e].w[wt].mm_batch : g_emu[e].w[wt].mm;
+                lb_mm_fn fr = batch ? real->w[wt].mm_batch : real->w[wt].mm;
+                if (!fe || !fr) continue;
+                fe(in, w, wrb, out, a, arb, nt, y0, (size_t)out);
+                fr(in, w, wrb, out, a, arb, nt, y1, (size_t)out);
+                TH_CHECK_MSG(memcmp(y0, y1, sizeof(float) * out * nt) == 0,
+                             "%s %s%s: emulated and real kernels differ", g_emu[e].name,
+                             lb_type_name(wt), batch ? " (batch)" : "");
+                compared++;
+            }
+            free(w), free(a), free(x), free(y0), free(y1);
+        }
+    }
+    fprintf(stderr, "  emulated vs real hardware kernels compared: %d%s\n", compared,
+            compared ? "" : " (this CPU has no AVX-512/AMX)");
+}
+
+int main(int argc, char **argv) {
+    kc_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    if (!lb_kernels_usable(LB_KV_AVX2))
+        th_skip("needs AVX2+FMA+F16C (the emulation runs on the real AVX2 intrinsics)");
+    char feats[256];
+    fprintf(stderr, "cpu: %s\n", lb_cpu_describe(feats, sizeof feats));
+    TH_RUN(test_emu_int_vs_avx2);
+    TH_RUN(test_emu_dpbusd_vs_scalar);
+    TH_RUN(test_emu_float_vs_avx2);
+    TH_RUN(test_emu_reduce_add);
+    TH_RUN(test_emu_cast_insert_load_store);
+    TH_RUN(test_emu_amx_vs_scalar);
+    TH_RUN(test_emu_faults);
+    build_emu_tables();
+    TH_RUN(test_emu_tables_wired);
+    TH_RUN(test_emu_kernel_cases);
+    TH_RUN(test_emu_qact_edges);
+    TH_RUN(test_emu_matmul_oracle_and_threads);
+    TH_RUN(test_emu_amx_matmul);
+    TH_RUN(test_emu_vs_hardware);
+    for (int e = 0; e < E_COUNT; e++)
+        fprintf(stderr, "variant %-17s tested: %d kernel cases vs ref + oracle + threads\n",
+                g_emu[e].name, n_cases[e]);
+    lb_kernels_release_scratch();
+    return th_report();
+}
