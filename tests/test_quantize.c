@@ -20,6 +20,16 @@
 #include "quant/quantize_internal.h"
 
 #include <cjson/cJSON.h>
+#include <ftw.h>
+#include <sys/stat.h>
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+                  struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
 
 #define TS_DIR "models/tinystories-656k"
 
@@ -439,5 +449,6 @@ int main(void) {
     TH_RUN(test_params);
     TH_RUN(test_rtn_reference);
     TH_RUN(test_gptq_reference);
+    nftw(th_tmpdir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return th_report();
 }
