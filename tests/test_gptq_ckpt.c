@@ -21,8 +21,17 @@
 #include "lowbit/safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+                  struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
 
 static const char *lin_names[7] = {"self_attn.q_proj", "self_attn.k_proj",
                                    "self_attn.v_proj", "self_attn.o_proj",
@@ -731,5 +740,6 @@ int main(void) {
     TH_RUN(test_q4_1_fast);
     TH_RUN(test_mixed_dynamic);
     TH_RUN(test_bad_checkpoints);
+    nftw(th_tmpdir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return th_report();
 }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 static void usage(FILE *fp) {
     fprintf(fp,
@@ -69,44 +68,6 @@ static void usage(FILE *fp) {
         "  -t, --threads N         threads (default: all CPUs)\n"
         "\n"
         "--json prints a summary object; --quiet hides progress.\n");
-}
-
-/* Progress: "layer 3/24 q,k,v: hessians  37% 00:41 ETA 01:10", one line
- * on a TTY; the clock runs from the start of the whole run. */
-typedef struct qprog {
-    double t0, t_last;
-    bool active;
-} qprog;
-
-static void fmt_time(char *b, size_t n, double s) {
-    if (!(s >= 0) || s > 360000) {
-        snprintf(b, n, "--:--");
-        return;
-    }
-    long t = (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(b, n, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-    else
-        snprintf(b, n, "%02ld:%02ld", t / 60, t % 60);
-}
-
-static bool qprog_cb(void *user, const char *stage, uint64_t done,
-                     uint64_t total) {
-    qprog *p = user;
-    if (g_cli.quiet || !isatty(STDERR_FILENO)) return true;
-    double now = lb_time_s();
-    bool final = total && done >= total;
-    if (!final && now - p->t_last < 0.1) return true;
-    p->t_last = now;
-    double el = now - p->t0;
-    char e1[32], e2[32] = "--:--";
-    fmt_time(e1, sizeof e1, el);
-    if (total && done) fmt_time(e2, sizeof e2, el * (double)(total - done) /
-                                                   (double)done);
-    fprintf(stderr, "\r\033[K%s  %3.0f%%  %s  ETA %s", stage,
-            total ? 100.0 * (double)done / (double)total : 0.0, e1, e2);
-    p->active = true;
-    return true;
 }
 
 static bool parse_size(const char *s, uint64_t *out) {
@@ -375,9 +336,8 @@ int cmd_quantize(int argc, char **argv) {
         rc = cli_fail(cmd, st);
         goto out;
     }
-    qprog prog = {lb_time_s(), 0, false};
-    p.progress.fn = qprog_cb;
-    p.progress.user = &prog;
+    cli_progress prog;
+    p.progress = cli_progress_make(&prog);
     p.rules = (const char *const *)rules.v;
     p.n_rules = rules.n;
     p.n_threads = (int)threads;
@@ -385,7 +345,7 @@ int cmd_quantize(int argc, char **argv) {
     p.write_report = write_report || g_cli.json;
     lb_quantize_report rep;
     st = lb_quantize_model(model, out, &p, gptq ? &cal : NULL, &rep);
-    if (prog.active) fputc('\n', stderr);
+    cli_progress_done(&prog);
     lb_calib_free(&cal);
     if (st != LB_OK) {
         rc = cli_fail(cmd, st);

@@ -110,7 +110,10 @@ typedef struct lb_model_load_opts {
  * self_attn.{q,k}_norm, mlp.{gate,up,down}_proj, input_layernorm,
  * post_attention_layernorm, model.norm, lm_head). Tied embeddings may be
  * stored only as lm_head.weight or only as model.embed_tokens.weight.
- * Extra tensors (e.g. rotary_emb.inv_freq) are ignored.
+ * Extra tensors (e.g. rotary_emb.inv_freq) are ignored. A GPTQ checkpoint
+ * (quantization_config.quant_method "gptq", or a quantize_config.json) is
+ * handed to lb_model_load_gptq; other quantization methods are
+ * LB_ERR_UNSUPPORTED.
  * Errors: LB_ERR_NOT_FOUND (config or a required tensor, named),
  * LB_ERR_FORMAT (mis-shaped tensor: "NAME: expected [a, b], got [c, d]";
  * bad JSON/safetensors), LB_ERR_UNSUPPORTED (architecture, dtype),

@@ -493,35 +493,36 @@ static int count_quantized(const qz_module *m, int n) {
     return k;
 }
 
+/* Work units of layer l before its replay: one per calibration forward of
+ * each subset with work, one per solve (RTN: one per module). */
+static uint64_t layer_units(const engine *e, int l) {
+    const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
+    const int nq = count_quantized(lm, LB_LINEAR_COUNT);
+    if (e->p->method != LB_QUANT_GPTQ) return (uint64_t)nq;
+    uint64_t u = (uint64_t)nq;
+    const int nsub = e->p->true_sequential ? 4 : 1;
+    for (int k = 0; k < nsub; k++) {
+        bool any = false;
+        for (int j = 0; j < LB_LINEAR_COUNT; j++) {
+            bool member = !e->p->true_sequential || j == subsets_seq[k][0] ||
+                          j == subsets_seq[k][1] || j == subsets_seq[k][2];
+            if (member && lm[j].quantize) any = true;
+        }
+        if (any) u += (uint64_t)e->ns;
+    }
+    return u;
+}
+
 /* Work units for the progress bar. */
 static uint64_t count_units(const engine *e) {
     const int L = e->m->config.n_layers;
-    uint64_t u = 0;
     const bool gptq = e->p->method == LB_QUANT_GPTQ;
     const bool head = e->n_mods > L * LB_LINEAR_COUNT &&
                       e->mods[e->n_mods - 1].quantize;
+    uint64_t u = 0;
     for (int l = 0; l < L; l++) {
-        const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
-        int nq = count_quantized(lm, LB_LINEAR_COUNT);
-        if (!gptq) {
-            u += (uint64_t)nq;
-            continue;
-        }
-        int nsub = e->p->true_sequential ? 4 : 1;
-        for (int k = 0; k < nsub; k++) {
-            bool any = false;
-            for (int j = 0; j < LB_LINEAR_COUNT; j++) {
-                bool member = e->p->true_sequential
-                                  ? (j == subsets_seq[k][0] ||
-                                     j == subsets_seq[k][1] ||
-                                     j == subsets_seq[k][2])
-                                  : true;
-                if (member && lm[j].quantize) any = true;
-            }
-            if (any) u += (uint64_t)e->ns;
-        }
-        u += (uint64_t)nq; /* solves */
-        if (l + 1 < L || head) u += (uint64_t)e->ns; /* replay */
+        u += layer_units(e, l);
+        if (gptq && (l + 1 < L || head)) u += (uint64_t)e->ns; /* replay */
     }
     if (head) u += gptq ? (uint64_t)e->ns + 1 : 1;
     return u;
@@ -580,9 +581,8 @@ static lb_status run_layers(engine *e) {
                     s = progress(e, 1);
                 }
             }
-        } else if (cached && nq) {
-            s = progress(e, (uint64_t)nq);
         }
+        if (s == LB_OK && cached) s = progress(e, layer_units(e, l));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
             s = e->sink->layer_done(e->sink->user, l);
         if (!e->sink->keep_in_model) restore_layer(e, l);
@@ -597,7 +597,11 @@ static lb_status run_layers(engine *e) {
         bool cached = false;
         s = try_cached(e, L, q, 1, &cached);
         if (s != LB_OK || cached) {
-            if (cached) e->rep->layers_resumed++;
+            if (cached) {
+                e->rep->layers_resumed++;
+                snprintf(e->stage, sizeof e->stage, "lm_head: resumed");
+                s = progress(e, gptq ? (uint64_t)e->ns + 1 : 1);
+            }
             return s;
         }
         snprintf(e->stage, sizeof e->stage, "lm_head: %s",
