@@ -49,6 +49,7 @@ echo "== 2. export -> $GGUF"
 "$LB" export "$CKPT" -o "$GGUF" --mode auto
 
 echo "== 3. generate from the GGUF"
+printf '%s' "$PROMPT"
 if ! "$LB" run "$GGUF" -p "$PROMPT" -n 48 --quiet; then
   echo "!!! lowbit run cannot run the GGUF in this build; generating from the checkpoint instead"
   "$LB" run "$CKPT" -p "$PROMPT" -n 48 --quiet
