@@ -15,8 +15,8 @@ static void usage(FILE *fp) {
             "usage: lowbit run MODEL -p TEXT [options]\n"
             "\n"
             "Generate a continuation of TEXT with MODEL (a Hugging Face\n"
-            "checkpoint directory). The new text is printed as it is\n"
-            "generated; a stats line goes to stderr (unless --quiet).\n"
+            "checkpoint directory or a GGUF file). The new text is printed\n"
+            "as it is generated; a stats line goes to stderr (unless --quiet).\n"
             "\n"
             "  -p, --prompt TEXT        prompt (BOS added as the tokenizer's\n"
             "                           post-processor does)\n"
@@ -155,7 +155,7 @@ int cmd_run(int argc, char **argv) {
     lb_status st = lb_model_load(model_path, &lo, &model);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);
-    if ((st = lb_tokenizer_load_hf(model_path, &tok)) != LB_OK) {
+    if ((st = lb_tokenizer_load(model_path, &tok)) != LB_OK) {
         rc = cli_fail(cmd, st);
         goto out;
     }
