@@ -175,10 +175,11 @@ static bool write_gguf_from(const lb_model *m, const char *arch, const char *pat
     int n = 0;
 #define ADD(nm, tensor, ownp)                                                  \
     do {                                                                       \
+        void *own_ = (ownp);                                                   \
         snprintf(ts[n].name, sizeof ts[n].name, "%s", nm);                     \
         ts[n].t = *(tensor);                                                   \
-        ts[n].own = ownp;                                                      \
-        if (ownp) ts[n].t.data = ownp;                                         \
+        ts[n].own = own_;                                                      \
+        if (own_) ts[n].t.data = own_;                                         \
         n++;                                                                   \
     } while (0)
     ADD("token_embd.weight", &m->tok_embd, NULL);
