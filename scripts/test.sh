@@ -7,6 +7,8 @@ set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
 JOBS=${JOBS:-$(nproc)}
+# the OpenAI client for tests/cli_serve.sh (versions pinned by package-lock.json)
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 status=0
 summary=""
 

@@ -3,21 +3,34 @@
 
 #include "lowbit/generate.h"
 #include "lowbit/model.h"
+#include "lowbit/server.h"
 #include "lowbit/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_STOPS 16
 
 static void usage(FILE *fp) {
     fprintf(fp,
             "usage: lowbit run MODEL -p TEXT [options]\n"
+            "       lowbit run MODEL --chat [options]\n"
             "\n"
             "Generate a continuation of TEXT with MODEL (a Hugging Face\n"
-            "checkpoint directory or a GGUF file). The new text is printed\n"
-            "as it is generated; a stats line goes to stderr (unless --quiet).\n"
+            "checkpoint directory, GPTQ checkpoint or GGUF file). The new text\n"
+            "is printed as it is generated; a stats line goes to stderr (unless\n"
+            "--quiet).\n"
+            "With --chat: an interactive chat. Each line read from standard\n"
+            "input is a user message; the conversation is rendered with the\n"
+            "model's chat template (ChatML when it has none; as lowbit serve's\n"
+            "/v1/chat/completions) and the assistant's reply is streamed, one\n"
+            "reply per line. -n limits each reply (default: the rest of the\n"
+            "context). Works with a pipe as well as a terminal.\n"
             "\n"
+            "      --chat               interactive chat (see above)\n"
+            "      --system TEXT        system message for --chat\n"
             "  -p, --prompt TEXT        prompt (BOS added as the tokenizer's\n"
             "                           post-processor does)\n"
             "  -n, --n-predict N        max new tokens (default 128; -1 = until\n"
@@ -59,6 +72,101 @@ static bool on_token(void *user, int32_t token, const char *text, size_t len) {
     return true;
 }
 
+/* --chat: read user lines, keep the conversation, stream each reply.
+ * Returns the exit code. */
+static int run_chat(lb_context *ctx, lb_tokenizer *tok,
+                    lb_generate_params *gp, const char **user_stops,
+                    int n_user_stops, const char *system_msg) {
+    const char *cmd = "run";
+    lb_chat_prompt *cp = NULL;
+    lb_status st = lb_chat_prompt_create(tok, &cp);
+    if (st != LB_OK) return cli_fail(cmd, st);
+    const char *stops[MAX_STOPS + 4];
+    int n_stops = 0;
+    for (int i = 0; i < n_user_stops; i++) stops[n_stops++] = user_stops[i];
+    for (const char *const *s = lb_chat_prompt_stops(cp); *s; s++)
+        stops[n_stops++] = *s;
+    cJSON *msgs = cJSON_CreateArray();
+    if (!msgs) {
+        lb_chat_prompt_free(cp);
+        fprintf(stderr, "lowbit run: out of memory\n");
+        return 1;
+    }
+    if (system_msg) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", system_msg);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    run_stream rs = {!g_cli.json};
+    gp->stop = stops;
+    gp->n_stop = n_stops;
+    gp->detok = (lb_detok){detok, tok};
+    gp->on_token = on_token;
+    gp->user = &rs;
+    gp->cache_prompt = true; /* each turn re-uses the conversation so far */
+    bool tty = isatty(0);
+    int rc = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    for (;;) {
+        if (tty && !g_cli.json) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0) break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        if (n == 0) continue;
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", line);
+        cJSON_AddItemToArray(msgs, m);
+        char *mj = cJSON_PrintUnformatted(msgs);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        st = mj ? lb_chat_prompt_apply(cp, tok, mj, NULL, &ids, &n_ids)
+                : lb_set_error(LB_ERR_NOMEM, "out of memory");
+        free(mj);
+        if (st == LB_OK && (int64_t)n_ids >= lb_context_n_ctx(ctx))
+            st = lb_set_error(LB_ERR_RANGE,
+                              "the conversation (%zu tokens) no longer fits "
+                              "the context (%d); start again or use -c",
+                              n_ids, (int)lb_context_n_ctx(ctx));
+        lb_generate_result res;
+        memset(&res, 0, sizeof res);
+        if (st == LB_OK)
+            st = lb_generate(ctx, ids, (int32_t)n_ids, gp, &res);
+        free(ids);
+        if (st != LB_OK) {
+            lb_generate_result_free(&res);
+            rc = cli_fail(cmd, st);
+            break;
+        }
+        if (g_cli.json) {
+            printf("{\"reply\": ");
+            cli_json_string(stdout, res.text ? res.text : "");
+            printf(", \"n_prompt\": %d, \"n_reused\": %d, \"n_gen\": %d, "
+                   "\"stop_reason\": \"%s\"}\n",
+                   (int)res.n_prompt, (int)res.n_reused, (int)res.n_tokens,
+                   lb_stop_reason_name(res.stop_reason));
+        } else {
+            fputc('\n', stdout);
+        }
+        fflush(stdout);
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", res.text ? res.text : "");
+        cJSON_AddItemToArray(msgs, m);
+        lb_generate_result_free(&res);
+    }
+    free(line);
+    cJSON_Delete(msgs);
+    lb_chat_prompt_free(cp);
+    return rc;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run";
     const char *model_path = NULL, *prompt = NULL;
@@ -67,7 +175,8 @@ int cmd_run(int argc, char **argv) {
     long n_predict = 128, top_k = 0, threads = 0, n_ctx = 0, last_n = 64;
     double temp = 0, top_p = 1, min_p = 0, rep = 1, pres = 0, freq = 0;
     long long seed = 0;
-    bool stream = true, ignore_eos = false;
+    bool stream = true, ignore_eos = false, chat = false, n_set = false;
+    const char *system_msg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -79,8 +188,14 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             VAL();
             prompt = v;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--system")) {
+            VAL();
+            system_msg = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             VAL();
+            n_set = true;
             if (!cli_parse_int(cmd, a, v, -1, 1L << 24, &n_predict)) return 2;
         } else if (!strcmp(a, "--temp")) {
             VAL();
@@ -140,7 +255,9 @@ int cmd_run(int argc, char **argv) {
 #undef VAL
     }
     if (!model_path) return cli_usage_error(cmd, "missing MODEL");
-    if (!prompt) return cli_usage_error(cmd, "missing -p TEXT");
+    if (!prompt && !chat) return cli_usage_error(cmd, "missing -p TEXT");
+    if (prompt && chat)
+        return cli_usage_error(cmd, "-p and --chat are exclusive");
 
     int rc = 1;
     lb_model *model = NULL;
@@ -152,11 +269,30 @@ int cmd_run(int argc, char **argv) {
     memset(&res, 0, sizeof res);
     cli_progress prog;
     lb_model_load_opts lo = {cli_progress_make(&prog)};
-    lb_status st = lb_model_load(model_path, &lo, &model);
+    lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);
-    if ((st = lb_tokenizer_load(model_path, &tok)) != LB_OK) {
-        rc = cli_fail(cmd, st);
+    if (chat) {
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = (int32_t)n_ctx;
+        cp.n_threads = (int)threads;
+        if ((st = lb_context_create(model, &cp, &ctx)) != LB_OK) {
+            rc = cli_fail(cmd, st);
+            goto out;
+        }
+        lb_generate_params gp = lb_generate_default_params();
+        gp.n_predict = n_set ? (int32_t)n_predict : -1;
+        gp.ignore_eos = ignore_eos;
+        gp.sampling.temperature = (float)temp;
+        gp.sampling.top_k = (int32_t)top_k;
+        gp.sampling.top_p = (float)top_p;
+        gp.sampling.min_p = (float)min_p;
+        gp.sampling.repeat_penalty = (float)rep;
+        gp.sampling.penalty_last_n = (int32_t)last_n;
+        gp.sampling.presence_penalty = (float)pres;
+        gp.sampling.frequency_penalty = (float)freq;
+        gp.sampling.seed = (uint64_t)seed;
+        rc = run_chat(ctx, tok, &gp, stops, n_stops, system_msg);
         goto out;
     }
     if ((st = lb_tokenizer_encode(tok, prompt, strlen(prompt), true, &ids,

@@ -102,6 +102,56 @@ lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
 
 void lb_generate_result_free(lb_generate_result *res);
 
+/* ---- step-by-step generation -------------------------------------------
+ * The loop of lb_generate without the model calls, for callers that run the
+ * forward themselves (a server batching many sequences through
+ * lb_model_forward_multi). lb_generate is exactly:
+ *     lb_gen_create(model, prompt, n_prompt, n_ctx, params, &g);
+ *     forward(prompt) -> logits;
+ *     for (;;) { lb_gen_step(g, logits, &next); if (next < 0) break;
+ *                forward(next at position lb_gen_pos(g) - 1) -> logits; }
+ *     lb_gen_finish(g, &res); lb_gen_free(g);
+ * so both give the same tokens, text, callbacks and stop reasons. */
+typedef struct lb_gen lb_gen;
+
+/* Start generating after prompt[0..n_prompt) (its tokens enter the
+ * sampler's penalty history; its last few tokens are the detokenizer's
+ * base). n_ctx: positions available to the sequence (generation stops with
+ * LB_STOP_CTX when the next token would not fit). params is copied, but the
+ * arrays it points to (eos_ids, stop) and the detokenizer must stay valid
+ * until lb_gen_free. Errors: LB_ERR_INVALID_ARG (n_prompt <= 0, stop
+ * strings without a detokenizer), LB_ERR_RANGE (n_prompt > n_ctx),
+ * LB_ERR_NOMEM, sampler and detokenizer errors. Free with lb_gen_free. */
+lb_status lb_gen_create(const lb_model *model, const int32_t *prompt,
+                        int32_t n_prompt, int32_t n_ctx,
+                        const lb_generate_params *params, lb_gen **out);
+
+/* Given the logits [V] that predict the next token: check the length limit,
+ * sample, stop at EOS, update and stream the text (params.on_token), check
+ * stop strings, the callback's answer and the context. *next gets the token
+ * to run through the model next (at position lb_gen_pos(g) - 1), or -1
+ * when generation has ended (lb_gen_done is then true; see
+ * lb_gen_stop_reason). Calling it after the end is an LB_ERR_INVALID_ARG.
+ * Errors: LB_ERR_NOMEM, detokenizer errors (generation ends). */
+lb_status lb_gen_step(lb_gen *g, const float *logits, int32_t *next);
+
+bool lb_gen_done(const lb_gen *g);
+lb_stop_reason lb_gen_stop_reason(const lb_gen *g);
+/* Tokens generated so far (EOS not included). */
+int32_t lb_gen_n_tokens(const lb_gen *g);
+/* n_prompt + tokens generated: the position after the last one. */
+int32_t lb_gen_pos(const lb_gen *g);
+
+/* End the generation: when it ended normally (lb_gen_done), text held back
+ * (incomplete characters, a possible stop-string start) is released with
+ * one on_token(-1, ...) call; after an abort (the caller stops stepping) it
+ * is not. Moves tokens, text, n_prompt and stop_reason into *res (free with
+ * lb_generate_result_free); timing fields are left 0. Errors:
+ * LB_ERR_NOMEM. */
+lb_status lb_gen_finish(lb_gen *g, lb_generate_result *res);
+
+void lb_gen_free(lb_gen *g);
+
 #ifdef __cplusplus
 }
 #endif

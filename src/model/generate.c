@@ -168,16 +168,26 @@ static lb_status maybe_rebase(gen_state *g) {
     return LB_OK;
 }
 
-lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
-                      int32_t n_prompt, const lb_generate_params *params,
-                      lb_generate_result *res) {
-    memset(res, 0, sizeof *res);
+struct lb_gen {
+    lb_generate_params p;
+    const int32_t *eos;
+    int n_eos;
+    int32_t n_ctx, n_prompt;
+    lb_sampler *smp;
+    gen_state g;
+    lb_generate_result res; /* tokens, text (at finish), stop_reason */
+    size_t cap_tok;
+    bool done, failed;
+};
+
+lb_status lb_gen_create(const lb_model *m, const int32_t *prompt,
+                        int32_t n_prompt, int32_t n_ctx,
+                        const lb_generate_params *params, lb_gen **out) {
+    *out = NULL;
     lb_generate_params defp = lb_generate_default_params();
     const lb_generate_params *p = params ? params : &defp;
-    const lb_model *m = lb_context_model(ctx);
     const lb_model_config *c = &m->config;
-    const int32_t n_ctx = lb_context_n_ctx(ctx);
-    if (n_prompt <= 0)
+    if (n_prompt <= 0 || !prompt)
         return lb_set_error(LB_ERR_INVALID_ARG, "generate: empty prompt");
     if (p->n_stop > 0 && !p->detok.fn)
         return lb_set_error(LB_ERR_INVALID_ARG,
@@ -187,132 +197,203 @@ lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
                             "generate: prompt of %d tokens does not fit n_ctx "
                             "%d",
                             (int)n_prompt, (int)n_ctx);
-    const int32_t *eos = p->eos_ids ? p->eos_ids : c->eos_token_ids;
-    int n_eos = p->eos_ids ? p->n_eos : c->n_eos;
-    res->n_prompt = n_prompt;
-
-    lb_sampler *smp = NULL;
-    float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
-    gen_state g;
-    memset(&g, 0, sizeof g);
-    g.p = p;
-    g.res = res;
-    size_t cap_tok = 64;
-    res->tokens = malloc(cap_tok * sizeof *res->tokens);
-    lb_status s = lb_sampler_create(&p->sampling, c->vocab_size, &smp);
-    if (s == LB_OK && (!logits || !res->tokens))
+    lb_gen *g = calloc(1, sizeof *g);
+    if (!g) return lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
+    g->p = *p;
+    g->eos = p->eos_ids ? p->eos_ids : c->eos_token_ids;
+    g->n_eos = p->eos_ids ? p->n_eos : c->n_eos;
+    g->n_ctx = n_ctx;
+    g->n_prompt = n_prompt;
+    g->res.n_prompt = n_prompt;
+    g->g.p = &g->p;
+    g->g.res = &g->res;
+    g->cap_tok = 64;
+    g->res.tokens = malloc(g->cap_tok * sizeof *g->res.tokens);
+    lb_status s = lb_sampler_create(&p->sampling, c->vocab_size, &g->smp);
+    if (s == LB_OK && !g->res.tokens)
         s = lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
     for (int32_t i = 0; s == LB_OK && i < n_prompt; i++)
-        s = lb_sampler_accept(smp, prompt[i]);
+        s = lb_sampler_accept(g->smp, prompt[i]);
     if (s == LB_OK && p->detok.fn) {
-        g.n_tail = n_prompt < PROMPT_TAIL ? (size_t)n_prompt : PROMPT_TAIL;
-        for (size_t i = 0; s == LB_OK && i < g.n_tail; i++)
-            s = push_id(&g, prompt[n_prompt - (int32_t)g.n_tail + (int32_t)i]);
+        gen_state *gs = &g->g;
+        gs->n_tail = n_prompt < PROMPT_TAIL ? (size_t)n_prompt : PROMPT_TAIL;
+        for (size_t i = 0; s == LB_OK && i < gs->n_tail; i++)
+            s = push_id(gs, prompt[n_prompt - (int32_t)gs->n_tail + (int32_t)i]);
         if (s == LB_OK)
-            s = p->detok.fn(p->detok.user, g.ids, g.n_ids, &g.base,
-                            &g.base_len);
+            s = p->detok.fn(p->detok.user, gs->ids, gs->n_ids, &gs->base,
+                            &gs->base_len);
     }
-    if (s != LB_OK) goto done;
+    if (s != LB_OK) {
+        lb_gen_free(g);
+        return s;
+    }
+    g->res.stop_reason = LB_STOP_LENGTH;
+    *out = g;
+    return LB_OK;
+}
 
+static void gen_end(lb_gen *g, lb_stop_reason r) {
+    g->done = true;
+    g->res.stop_reason = r;
+}
+
+lb_status lb_gen_step(lb_gen *g, const float *logits, int32_t *next) {
+    *next = -1;
+    if (g->done || g->failed)
+        return lb_set_error(LB_ERR_INVALID_ARG, "generate: step after the end");
+    const lb_generate_params *p = &g->p;
+    lb_generate_result *res = &g->res;
+    gen_state *gs = &g->g;
+    if (p->n_predict >= 0 && res->n_tokens >= p->n_predict) {
+        gen_end(g, LB_STOP_LENGTH);
+        return LB_OK;
+    }
+    int32_t tok = lb_sampler_sample(g->smp, logits);
+    bool is_eos = false;
+    for (int i = 0; i < g->n_eos; i++) is_eos |= g->eos[i] == tok;
+    if (is_eos && !p->ignore_eos) {
+        gen_end(g, LB_STOP_EOS);
+        return LB_OK;
+    }
+    lb_status s = lb_sampler_accept(g->smp, tok);
+    if (s == LB_OK && (size_t)res->n_tokens == g->cap_tok) {
+        int32_t *nt = realloc(res->tokens, 2 * g->cap_tok * sizeof *nt);
+        if (!nt)
+            s = lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
+        else {
+            res->tokens = nt;
+            g->cap_tok *= 2;
+        }
+    }
+    if (s != LB_OK) {
+        g->failed = true;
+        return s;
+    }
+    res->tokens[res->n_tokens++] = tok;
+    size_t release = 0;
+    if (p->detok.fn) {
+        if ((s = push_id(gs, tok)) != LB_OK ||
+            (s = update_text(gs, false, &release)) != LB_OK) {
+            g->failed = true;
+            return s;
+        }
+    }
+    bool go_on = true;
+    if (p->on_token)
+        go_on = p->on_token(p->user, tok, gs->gen ? gs->gen + gs->emitted : "",
+                            release);
+    gs->emitted += release;
+    if (p->detok.fn && !gs->stopped_by_string &&
+        (s = maybe_rebase(gs)) != LB_OK) {
+        g->failed = true;
+        return s;
+    }
+    if (gs->stopped_by_string)
+        gen_end(g, LB_STOP_STRING);
+    else if (!go_on)
+        gen_end(g, LB_STOP_CALLBACK);
+    else if (p->n_predict >= 0 && res->n_tokens >= p->n_predict)
+        gen_end(g, LB_STOP_LENGTH);
+    else if (g->n_prompt + res->n_tokens - 1 >= g->n_ctx)
+        gen_end(g, LB_STOP_CTX);
+    else
+        *next = tok;
+    return LB_OK;
+}
+
+bool lb_gen_done(const lb_gen *g) { return g->done; }
+lb_stop_reason lb_gen_stop_reason(const lb_gen *g) {
+    return g->res.stop_reason;
+}
+int32_t lb_gen_n_tokens(const lb_gen *g) { return g->res.n_tokens; }
+int32_t lb_gen_pos(const lb_gen *g) { return g->n_prompt + g->res.n_tokens; }
+
+lb_status lb_gen_finish(lb_gen *g, lb_generate_result *res) {
+    const lb_generate_params *p = &g->p;
+    gen_state *gs = &g->g;
+    /* flush what was held back (incomplete characters, stop prefixes) */
+    if (g->done && !g->failed && p->detok.fn && gs->gen) {
+        size_t release = gs->gen_len - gs->emitted;
+        if (release && p->on_token)
+            p->on_token(p->user, -1, gs->gen + gs->emitted, release);
+        gs->emitted += release;
+    }
+    if (p->detok.fn) {
+        if (!gs->gen) {
+            gs->gen = calloc(1, 1);
+            gs->gen_len = 0;
+            if (!gs->gen)
+                return lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
+        }
+        g->res.text = gs->gen;
+        g->res.text_len = gs->gen_len;
+        gs->gen = NULL;
+    }
+    *res = g->res;
+    memset(&g->res, 0, sizeof g->res);
+    return LB_OK;
+}
+
+void lb_gen_free(lb_gen *g) {
+    if (!g) return;
+    free(g->g.gen);
+    free(g->g.base);
+    free(g->g.ids);
+    lb_generate_result_free(&g->res);
+    lb_sampler_free(g->smp);
+    free(g);
+}
+
+lb_status lb_generate(lb_context *ctx, const int32_t *prompt,
+                      int32_t n_prompt, const lb_generate_params *params,
+                      lb_generate_result *res) {
+    memset(res, 0, sizeof *res);
+    const lb_model *m = lb_context_model(ctx);
+    lb_gen *g = NULL;
+    LB_TRY(lb_gen_create(m, prompt, n_prompt, lb_context_n_ctx(ctx), params,
+                         &g));
+    const lb_generate_params *p = &g->p;
+    lb_status s = LB_OK;
+    float *logits = malloc((size_t)m->config.vocab_size * sizeof *logits);
+    if (!logits) s = lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
     /* prefill (after the reusable cached prefix, if any) */
     int32_t keep = 0;
-    if (p->cache_prompt) {
+    if (s == LB_OK && p->cache_prompt) {
         const int32_t *cached;
         int32_t n_cached = lb_context_cached_tokens(ctx, &cached);
         while (keep < n_cached && keep < n_prompt - 1 &&
                cached[keep] == prompt[keep])
             keep++;
     }
-    if ((s = lb_context_truncate(ctx, keep)) != LB_OK) goto done;
-    res->n_reused = keep;
-    double t0 = lb_time_s();
-    s = lb_model_forward(ctx, prompt + keep, n_prompt - keep, keep, logits,
-                         LB_LOGITS_LAST);
-    res->prefill_s = lb_time_s() - t0;
-    if (s != LB_OK) goto done;
-
-    int32_t pos = n_prompt;
-    t0 = lb_time_s();
-    res->stop_reason = LB_STOP_LENGTH;
-    for (;;) {
-        if (p->n_predict >= 0 && res->n_tokens >= p->n_predict) {
-            res->stop_reason = LB_STOP_LENGTH;
-            break;
-        }
-        int32_t tok = lb_sampler_sample(smp, logits);
-        bool is_eos = false;
-        for (int i = 0; i < n_eos; i++) is_eos |= eos[i] == tok;
-        if (is_eos && !p->ignore_eos) {
-            res->stop_reason = LB_STOP_EOS;
-            break;
-        }
-        if ((s = lb_sampler_accept(smp, tok)) != LB_OK) break;
-        if ((size_t)res->n_tokens == cap_tok) {
-            int32_t *nt = realloc(res->tokens, 2 * cap_tok * sizeof *nt);
-            if (!nt) {
-                s = lb_set_error(LB_ERR_NOMEM, "generate: out of memory");
+    if (s == LB_OK) s = lb_context_truncate(ctx, keep);
+    double prefill_s = 0, decode_s = 0;
+    int32_t n_decode = 0;
+    if (s == LB_OK) {
+        double t0 = lb_time_s();
+        s = lb_model_forward(ctx, prompt + keep, n_prompt - keep, keep, logits,
+                             LB_LOGITS_LAST);
+        prefill_s = lb_time_s() - t0;
+    }
+    if (s == LB_OK) {
+        double t0 = lb_time_s();
+        for (;;) {
+            int32_t next;
+            if ((s = lb_gen_step(g, logits, &next)) != LB_OK || next < 0)
                 break;
-            }
-            res->tokens = nt;
-            cap_tok *= 2;
+            s = lb_model_forward(ctx, &next, 1, lb_gen_pos(g) - 1, logits,
+                                 LB_LOGITS_LAST);
+            n_decode++;
+            if (s != LB_OK) break;
         }
-        res->tokens[res->n_tokens++] = tok;
-        size_t release = 0;
-        if (p->detok.fn) {
-            if ((s = push_id(&g, tok)) != LB_OK) break;
-            if ((s = update_text(&g, false, &release)) != LB_OK) break;
-        }
-        bool go_on = true;
-        if (p->on_token)
-            go_on = p->on_token(p->user, tok, g.gen ? g.gen + g.emitted : "",
-                                release);
-        g.emitted += release;
-        if (p->detok.fn && !g.stopped_by_string &&
-            (s = maybe_rebase(&g)) != LB_OK)
-            break;
-        if (g.stopped_by_string) {
-            res->stop_reason = LB_STOP_STRING;
-            break;
-        }
-        if (!go_on) {
-            res->stop_reason = LB_STOP_CALLBACK;
-            break;
-        }
-        if (p->n_predict >= 0 && res->n_tokens >= p->n_predict) {
-            res->stop_reason = LB_STOP_LENGTH;
-            break;
-        }
-        if (pos >= n_ctx) {
-            res->stop_reason = LB_STOP_CTX;
-            break;
-        }
-        s = lb_model_forward(ctx, &tok, 1, pos, logits, LB_LOGITS_LAST);
-        res->n_decode++;
-        pos++;
-        if (s != LB_OK) break;
+        decode_s = lb_time_s() - t0;
     }
-    res->decode_s = lb_time_s() - t0;
-    /* flush what was held back (incomplete characters, stop prefixes) */
-    if (s == LB_OK && p->detok.fn && g.gen) {
-        size_t release = g.gen_len - g.emitted;
-        if (release && p->on_token)
-            p->on_token(p->user, -1, g.gen + g.emitted, release);
-        g.emitted += release;
-    }
-done:
-    if (p->detok.fn) {
-        if (!g.gen) {
-            g.gen = calloc(1, 1);
-            g.gen_len = 0;
-        }
-        res->text = g.gen;
-        res->text_len = g.gen_len;
-        g.gen = NULL;
-    }
-    free(g.gen);
-    free(g.base);
-    free(g.ids);
+    lb_status fs = lb_gen_finish(g, res);
+    if (s == LB_OK) s = fs;
+    res->n_reused = keep;
+    res->prefill_s = prefill_s;
+    res->decode_s = decode_s;
+    res->n_decode = n_decode;
+    lb_gen_free(g);
     free(logits);
-    lb_sampler_free(smp);
     return s;
 }

@@ -1,0 +1,463 @@
+/*
+ * Multi-sequence forward (lowbit/batch.h): per-sequence KV caches, shared
+ * weight passes. The per-token arithmetic follows forward.c (transformers
+ * 5.12 eager attention, float32); the difference is that every token
+ * carries its own sequence id and position.
+ */
+#include "lowbit/batch.h"
+#include "lowbit/kernels.h"
+#include "model/model_internal.h"
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct lb_multi_ctx {
+    const lb_model *m;
+    int32_t n_seq, n_ctx;
+    lb_pool *pool;
+    bool own_pool;
+    int n_threads;
+
+    /* KV caches: element ((((s * n_layers + l) * nkv + h) * n_ctx + p) * hd
+     * + i) for sequence s, layer l, KV head h, position p. */
+    float *k_cache, *v_cache;
+    size_t seq_stride; /* floats per sequence: n_layers * nkv * n_ctx * hd */
+    int32_t *n_past;   /* [n_seq] */
+    int32_t *toks;     /* [n_seq][n_ctx] cached token ids */
+    float *rope_cos, *rope_sin; /* [n_ctx][hd/2] */
+
+    /* scratch for up to cap tokens */
+    int32_t cap;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* as in forward.c */
+    float *sel;     /* [cap, dim] hidden rows of the selected tokens     */
+    int32_t *p0;    /* [n_seq] first position of each sequence, or -1    */
+    int32_t *nxt;   /* [n_seq] next expected position (validation)       */
+    float *scores;  /* [n_threads, n_ctx] */
+};
+
+lb_multi_params lb_multi_default_params(void) {
+    lb_multi_params p;
+    memset(&p, 0, sizeof p);
+    p.n_seq = 1;
+    return p;
+}
+
+static void free_scratch(lb_multi_ctx *mc) {
+    float **f[] = {&mc->x, &mc->xn, &mc->q, &mc->k,    &mc->v,
+                   &mc->att, &mc->o, &mc->gate, &mc->up, &mc->sel};
+    for (size_t i = 0; i < LB_ARRAY_LEN(f); i++) {
+        lb_free(*f[i]);
+        *f[i] = NULL;
+    }
+    mc->cap = 0;
+}
+
+static lb_status ensure_scratch(lb_multi_ctx *mc, int32_t n) {
+    if (n <= mc->cap) return LB_OK;
+    const lb_model_config *c = &mc->m->config;
+    free_scratch(mc);
+    size_t t = (size_t)n, dim = (size_t)c->hidden_size,
+           qd = (size_t)c->n_heads * (size_t)c->head_dim,
+           kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim,
+           ff = (size_t)c->intermediate_size;
+    mc->x = lb_alloc(t * dim * sizeof(float));
+    mc->xn = lb_alloc(t * dim * sizeof(float));
+    mc->q = lb_alloc(t * qd * sizeof(float));
+    mc->k = lb_alloc(t * kvd * sizeof(float));
+    mc->v = lb_alloc(t * kvd * sizeof(float));
+    mc->att = lb_alloc(t * qd * sizeof(float));
+    mc->o = lb_alloc(t * dim * sizeof(float));
+    mc->gate = lb_alloc(t * ff * sizeof(float));
+    mc->up = lb_alloc(t * ff * sizeof(float));
+    mc->sel = lb_alloc(t * dim * sizeof(float));
+    if (!mc->x || !mc->xn || !mc->q || !mc->k || !mc->v || !mc->att ||
+        !mc->o || !mc->gate || !mc->up || !mc->sel) {
+        free_scratch(mc);
+        return lb_set_error(LB_ERR_NOMEM,
+                            "multi: out of memory for scratch of %d tokens",
+                            (int)n);
+    }
+    mc->cap = n;
+    return LB_OK;
+}
+
+lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
+                          lb_multi_ctx **out) {
+    *out = NULL;
+    lb_multi_params p = params ? *params : lb_multi_default_params();
+    const lb_model_config *c = &m->config;
+    if (p.n_seq < 1 || p.n_seq > 4096)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "multi: n_seq %d outside [1, 4096]", (int)p.n_seq);
+    int32_t n_ctx = p.n_ctx;
+    if (n_ctx <= 0)
+        n_ctx = LB_MIN(c->max_position_embeddings, 4096);
+    if (n_ctx <= 0 || n_ctx > (1 << 24))
+        return lb_set_error(LB_ERR_INVALID_ARG, "multi: n_ctx %d invalid",
+                            (int)n_ctx);
+    lb_multi_ctx *mc = calloc(1, sizeof *mc);
+    if (!mc) return lb_set_error(LB_ERR_NOMEM, "multi: out of memory");
+    mc->m = m;
+    mc->n_seq = p.n_seq;
+    mc->n_ctx = n_ctx;
+    lb_status s = LB_OK;
+    if (p.pool) {
+        mc->pool = p.pool;
+    } else {
+        mc->pool = lb_pool_create(p.n_threads);
+        mc->own_pool = true;
+        if (!mc->pool) {
+            s = lb_set_error(LB_ERR_NOMEM, "multi: cannot create thread pool");
+            goto fail;
+        }
+    }
+    mc->n_threads = lb_pool_size(mc->pool);
+    size_t per_seq, total;
+    if (!lb_mul_ok((size_t)c->n_layers * (size_t)c->n_kv_heads,
+                   (size_t)n_ctx * (size_t)c->head_dim, &per_seq) ||
+        !lb_mul_ok(per_seq, (size_t)p.n_seq, &total) ||
+        total > SIZE_MAX / 8) {
+        s = lb_set_error(LB_ERR_OVERFLOW, "multi: KV cache size overflows");
+        goto fail;
+    }
+    mc->seq_stride = per_seq;
+    /* not zeroed: only written positions are read, and untouched pages
+     * cost no memory */
+    mc->k_cache = lb_alloc(total * sizeof(float));
+    mc->v_cache = lb_alloc(total * sizeof(float));
+    if (!mc->k_cache || !mc->v_cache) {
+        s = lb_set_error(LB_ERR_NOMEM,
+                         "multi: out of memory for the KV caches (2 x %zu MiB "
+                         "for %d sequences of n_ctx %d)",
+                         total * 4 >> 20, (int)p.n_seq, (int)n_ctx);
+        goto fail;
+    }
+    const int half = c->head_dim / 2;
+    mc->n_past = calloc((size_t)p.n_seq, sizeof *mc->n_past);
+    mc->p0 = malloc((size_t)p.n_seq * sizeof *mc->p0);
+    mc->nxt = malloc((size_t)p.n_seq * sizeof *mc->nxt);
+    mc->toks = lb_alloc((size_t)p.n_seq * (size_t)n_ctx * sizeof(int32_t));
+    mc->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
+    mc->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
+    mc->scores = lb_alloc((size_t)mc->n_threads * (size_t)n_ctx *
+                          sizeof(float));
+    float *inv = malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
+    if (!mc->n_past || !mc->p0 || !mc->nxt || !mc->toks || !mc->rope_cos ||
+        !mc->rope_sin || !mc->scores || !inv) {
+        free(inv);
+        s = lb_set_error(LB_ERR_NOMEM, "multi: out of memory");
+        goto fail;
+    }
+    /* cos/sin of (inv_freq * position) in float32, as forward.c */
+    lb_rope_inv_freq(c, inv);
+    for (int32_t pos = 0; pos < n_ctx; pos++)
+        for (int i = 0; i < half; i++) {
+            float f = inv[i] * (float)pos;
+            mc->rope_cos[(size_t)pos * half + i] = cosf(f);
+            mc->rope_sin[(size_t)pos * half + i] = sinf(f);
+        }
+    free(inv);
+    s = ensure_scratch(mc, p.n_batch > 0 ? LB_MIN(p.n_batch, 1 << 16) : 512);
+    if (s != LB_OK) goto fail;
+    *out = mc;
+    return LB_OK;
+fail:
+    lb_multi_free(mc);
+    return s;
+}
+
+void lb_multi_free(lb_multi_ctx *mc) {
+    if (!mc) return;
+    free_scratch(mc);
+    lb_free(mc->k_cache);
+    lb_free(mc->v_cache);
+    free(mc->n_past);
+    free(mc->p0);
+    free(mc->nxt);
+    lb_free(mc->toks);
+    lb_free(mc->rope_cos);
+    lb_free(mc->rope_sin);
+    lb_free(mc->scores);
+    if (mc->own_pool) lb_pool_free(mc->pool);
+    free(mc);
+}
+
+int32_t lb_multi_n_seq(const lb_multi_ctx *mc) { return mc->n_seq; }
+int32_t lb_multi_n_ctx(const lb_multi_ctx *mc) { return mc->n_ctx; }
+lb_pool *lb_multi_pool(lb_multi_ctx *mc) { return mc->pool; }
+const lb_model *lb_multi_model(const lb_multi_ctx *mc) { return mc->m; }
+
+int32_t lb_multi_n_past(const lb_multi_ctx *mc, int32_t seq) {
+    return seq >= 0 && seq < mc->n_seq ? mc->n_past[seq] : 0;
+}
+
+lb_status lb_multi_truncate(lb_multi_ctx *mc, int32_t seq, int32_t n) {
+    if (seq < 0 || seq >= mc->n_seq)
+        return lb_set_error(LB_ERR_RANGE, "multi: sequence %d outside [0, %d)",
+                            (int)seq, (int)mc->n_seq);
+    if (n < 0 || n > mc->n_past[seq])
+        return lb_set_error(LB_ERR_RANGE,
+                            "multi: truncate sequence %d to %d, but only %d "
+                            "positions are cached",
+                            (int)seq, (int)n, (int)mc->n_past[seq]);
+    mc->n_past[seq] = n;
+    return LB_OK;
+}
+
+int32_t lb_multi_cached_tokens(const lb_multi_ctx *mc, int32_t seq,
+                               const int32_t **tokens) {
+    if (seq < 0 || seq >= mc->n_seq) {
+        if (tokens) *tokens = NULL;
+        return 0;
+    }
+    if (tokens) *tokens = mc->toks + (size_t)seq * (size_t)mc->n_ctx;
+    return mc->n_past[seq];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-token pieces (same arithmetic as forward.c)                           */
+/* ------------------------------------------------------------------------ */
+
+static void rope_apply(float *x, const float *c, const float *s, int hd,
+                       lb_rope_mode mode) {
+    int half = hd / 2;
+    if (mode == LB_ROPE_NEOX) {
+        for (int i = 0; i < half; i++) {
+            float x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * c[i] - x1 * s[i];
+            x[i + half] = x1 * c[i] + x0 * s[i];
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            float x0 = x[2 * i], x1 = x[2 * i + 1];
+            x[2 * i] = x0 * c[i] - x1 * s[i];
+            x[2 * i + 1] = x1 * c[i] + x0 * s[i];
+        }
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static inline float dot_f32(const float *a, const float *b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void add_bias(float *y, const lb_tensor *b, int32_t n, int64_t d) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int32_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < d; i++) y[(size_t)t * d + i] += bv[i];
+}
+
+typedef struct mattn_job {
+    lb_multi_ctx *mc;
+    int layer;
+    int32_t n;
+    const int32_t *seq, *pos;
+} mattn_job;
+
+/* One (token, head) pair per unit of work: softmax(q K^T / sqrt(hd)) V over
+ * positions [j0, p] of the token's own sequence (causal, sliding window). */
+static void mattn_worker(void *arg, int ith, int nth) {
+    mattn_job *j = arg;
+    lb_multi_ctx *mc = j->mc;
+    const lb_model_config *c = &mc->m->config;
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int group = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const bool sliding = c->sliding_window > 0 &&
+                         j->layer >= c->sliding_window_first_layer;
+    float *sc = mc->scores + (size_t)ith * (size_t)mc->n_ctx;
+    size_t b, e;
+    lb_split_range((size_t)j->n * (size_t)nh, ith, nth, &b, &e);
+    for (size_t u = b; u < e; u++) {
+        int32_t t = (int32_t)(u / (size_t)nh);
+        int h = (int)(u % (size_t)nh), kvh = h / group;
+        int32_t p = j->pos[t];
+        int32_t j0 = 0;
+        if (sliding && p - c->sliding_window + 1 > 0)
+            j0 = p - c->sliding_window + 1;
+        const float *qv = mc->q + ((size_t)t * nh + h) * hd;
+        size_t base = (size_t)j->seq[t] * mc->seq_stride +
+                      (((size_t)j->layer * nkv + kvh) * (size_t)mc->n_ctx) *
+                          (size_t)hd;
+        const float *K = mc->k_cache + base;
+        const float *V = mc->v_cache + base;
+        float mx = -INFINITY;
+        for (int32_t k = j0; k <= p; k++) {
+            float d = dot_f32(qv, K + (size_t)k * hd, hd) * scale;
+            sc[k] = d;
+            if (d > mx) mx = d;
+        }
+        float sum = 0.0f;
+        for (int32_t k = j0; k <= p; k++) {
+            sc[k] = expf(sc[k] - mx);
+            sum += sc[k];
+        }
+        float inv = 1.0f / sum;
+        float *o = mc->att + ((size_t)t * nh + h) * hd;
+        for (int i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int32_t k = j0; k <= p; k++) {
+            const float w = sc[k] * inv;
+            const float *vr = V + (size_t)k * hd;
+            for (int i = 0; i < hd; i++) o[i] += w * vr[i];
+        }
+    }
+}
+
+/* One decoder layer over the batch, hidden = mc->x [n, dim] in place. */
+static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
+                        const int32_t *seq, const int32_t *pos) {
+    const lb_model_config *c = &mc->m->config;
+    const lb_layer_weights *L = &mc->m->layers[l];
+    const int64_t dim = c->hidden_size, hd = c->head_dim, nh = c->n_heads,
+                  nkv = c->n_kv_heads, ff = c->intermediate_size;
+    const int64_t qd = nh * hd, kvd = nkv * hd;
+    const int half = (int)(hd / 2);
+    lb_pool *pool = mc->pool;
+    float *hidden = mc->x;
+
+    /* xn = RMSNorm(hidden) * input_layernorm              [n, dim]     */
+    for (int32_t t = 0; t < n; t++)
+        lb_rmsnorm(mc->xn + t * dim, hidden + t * dim, L->attn_norm.data, dim,
+                   c->rms_norm_eps);
+    /* q [n, nh*hd], k, v [n, nkv*hd]: one pass over each weight */
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_Q], mc->xn, mc->q, n));
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_K], mc->xn, mc->k, n));
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_V], mc->xn, mc->v, n));
+    add_bias(mc->q, &L->bq, n, qd);
+    add_bias(mc->k, &L->bk, n, kvd);
+    add_bias(mc->v, &L->bv, n, kvd);
+    /* per token: q/k norm, RoPE at its own position, K/V into its own
+     * sequence's cache */
+    for (int32_t t = 0; t < n; t++) {
+        const float *cs = mc->rope_cos + (size_t)pos[t] * half;
+        const float *sn = mc->rope_sin + (size_t)pos[t] * half;
+        for (int64_t h = 0; h < nh; h++) {
+            float *qh = mc->q + (t * nh + h) * hd;
+            if (c->qk_norm)
+                lb_rmsnorm(qh, qh, L->q_norm.data, hd, c->rms_norm_eps);
+            rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
+        }
+        for (int64_t h = 0; h < nkv; h++) {
+            float *kh = mc->k + (t * nkv + h) * hd;
+            if (c->qk_norm)
+                lb_rmsnorm(kh, kh, L->k_norm.data, hd, c->rms_norm_eps);
+            rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
+            size_t row = (size_t)seq[t] * mc->seq_stride +
+                         (((size_t)l * nkv + h) * mc->n_ctx + pos[t]) * hd;
+            memcpy(mc->k_cache + row, kh, (size_t)hd * sizeof(float));
+            memcpy(mc->v_cache + row, mc->v + (t * nkv + h) * hd,
+                   (size_t)hd * sizeof(float));
+        }
+    }
+    /* att = per-sequence causal attention                  [n, nh*hd]  */
+    mattn_job aj = {mc, l, n, seq, pos};
+    double work = 0;
+    for (int32_t t = 0; t < n; t++) work += (double)(pos[t] + 1);
+    work *= (double)nh * (double)hd;
+    lb_pool_run(work < 65536.0 ? NULL : pool, mattn_worker, &aj);
+    /* hidden += att Wo^T                                    [n, dim]     */
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], mc->att, mc->o, n));
+    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += mc->o[i];
+    /* MLP (SwiGLU) */
+    for (int32_t t = 0; t < n; t++)
+        lb_rmsnorm(mc->xn + t * dim, hidden + t * dim, L->ffn_norm.data, dim,
+                   c->rms_norm_eps);
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_GATE], mc->xn, mc->gate, n));
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_UP], mc->xn, mc->up, n));
+    for (int64_t i = 0; i < (int64_t)n * ff; i++)
+        mc->gate[i] = silu(mc->gate[i]) * mc->up[i];
+    LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_DOWN], mc->gate, mc->o, n));
+    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += mc->o[i];
+    return LB_OK;
+}
+
+lb_status lb_model_forward_multi(lb_multi_ctx *mc, const int32_t *tokens,
+                                 const int32_t *seq_ids,
+                                 const int32_t *positions, int32_t n,
+                                 const uint8_t *want_logits,
+                                 float *logits_out) {
+    if (!mc || !tokens || !seq_ids || !positions)
+        return lb_set_error(LB_ERR_INVALID_ARG, "forward_multi: NULL argument");
+    if (n <= 0)
+        return lb_set_error(LB_ERR_INVALID_ARG, "forward_multi: n %d <= 0",
+                            (int)n);
+    const lb_model *m = mc->m;
+    const lb_model_config *c = &m->config;
+    const int64_t dim = c->hidden_size;
+    /* validate everything before touching any state: p0[s] = first
+     * position of sequence s in the batch, nxt[s] = the next expected one */
+    for (int32_t s = 0; s < mc->n_seq; s++) mc->p0[s] = -1;
+    int32_t n_sel = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t s = seq_ids[i], p = positions[i];
+        if (s < 0 || s >= mc->n_seq)
+            return lb_set_error(LB_ERR_RANGE,
+                                "forward_multi: token %d: sequence %d outside "
+                                "[0, %d)",
+                                (int)i, (int)s, (int)mc->n_seq);
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return lb_set_error(LB_ERR_RANGE,
+                                "forward_multi: token %d: id %d outside [0, "
+                                "%d)",
+                                (int)i, (int)tokens[i], (int)c->vocab_size);
+        if (p < 0 || p >= mc->n_ctx)
+            return lb_set_error(LB_ERR_RANGE,
+                                "forward_multi: token %d: position %d outside "
+                                "n_ctx %d",
+                                (int)i, (int)p, (int)mc->n_ctx);
+        if (mc->p0[s] < 0) {
+            if (p > mc->n_past[s])
+                return lb_set_error(LB_ERR_RANGE,
+                                    "forward_multi: sequence %d starts at "
+                                    "position %d beyond its %d cached "
+                                    "positions",
+                                    (int)s, (int)p, (int)mc->n_past[s]);
+            mc->p0[s] = p;
+        } else if (p != mc->nxt[s]) {
+            return lb_set_error(LB_ERR_RANGE,
+                                "forward_multi: token %d: sequence %d "
+                                "position %d, expected %d (consecutive)",
+                                (int)i, (int)s, (int)p, (int)mc->nxt[s]);
+        }
+        mc->nxt[s] = p + 1;
+        if (!want_logits || want_logits[i]) n_sel++;
+    }
+    if (n_sel > 0 && !logits_out)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "forward_multi: logits_out is NULL");
+    LB_TRY(ensure_scratch(mc, n));
+    /* the cache of each sequence in the batch is rewritten from p0 on */
+    for (int32_t s = 0; s < mc->n_seq; s++)
+        if (mc->p0[s] >= 0) mc->n_past[s] = mc->p0[s];
+    /* x = embed_tokens[tokens]                                 [n, dim] */
+    for (int32_t i = 0; i < n; i++)
+        LB_TRY(lb_model_dequant_row(m, &m->tok_embd, tokens[i],
+                                    mc->x + (size_t)i * dim));
+    for (int l = 0; l < c->n_layers; l++)
+        LB_TRY(mlayer(mc, l, n, seq_ids, positions));
+    for (int32_t i = 0; i < n; i++)
+        mc->toks[(size_t)seq_ids[i] * (size_t)mc->n_ctx + positions[i]] =
+            tokens[i];
+    for (int32_t s = 0; s < mc->n_seq; s++)
+        if (mc->p0[s] >= 0) mc->n_past[s] = mc->nxt[s];
+    if (n_sel == 0) return LB_OK;
+    /* logits of the selected rows: final RMSNorm + lm_head     [n_sel, V] */
+    int32_t r = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (want_logits && !want_logits[i]) continue;
+        lb_rmsnorm(mc->sel + (size_t)r * dim, mc->x + (size_t)i * dim,
+                   m->output_norm.data, dim, c->rms_norm_eps);
+        r++;
+    }
+    return lb_matmul(mc->pool, &m->output, mc->sel, logits_out, n_sel);
+}

@@ -1,0 +1,261 @@
+/*
+ * Multi-sequence forward (lowbit/batch.h) on tinystories-656k: logits of
+ * sequences run together in mixed batches (chunked prefill of one while
+ * others decode, interleaved tokens) equal those of lb_model_forward run on
+ * each sequence alone; argument and range errors change nothing; and the
+ * step-by-step generation API reproduces lb_generate.
+ */
+#include "th.h"
+
+#include "lowbit/batch.h"
+#include "lowbit/generate.h"
+#include "lowbit/model.h"
+
+static lb_model *g_model;
+
+#define NSEQ 3
+#define STEPS 12
+#define LB_MAX_D(a, b) ((a) > (b) ? (a) : (b))
+
+/* Reference: each sequence alone through lb_model_forward; the logits after
+ * the prompt and after each of STEPS greedy decode tokens. */
+static void run_alone(const int32_t *prompt, int n_prompt, float *out,
+                      int32_t *gen) {
+    const int V = g_model->config.vocab_size;
+    lb_context *ctx = NULL;
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = 2;
+    TH_CHECK_OK(lb_context_create(g_model, &cp, &ctx));
+    if (!ctx) return;
+    TH_CHECK_OK(lb_model_forward(ctx, prompt, n_prompt, 0, out,
+                                 LB_LOGITS_LAST));
+    for (int s = 0; s < STEPS; s++) {
+        gen[s] = lb_argmax(out + (size_t)s * V, V);
+        TH_CHECK_OK(lb_model_forward(ctx, &gen[s], 1, n_prompt + s,
+                                     out + (size_t)(s + 1) * V,
+                                     LB_LOGITS_LAST));
+    }
+    lb_context_free(ctx);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+static void test_batched_equals_alone(void) {
+    const int V = g_model->config.vocab_size;
+    static const int32_t p0[] = {1, 365, 1401, 261, 881, 11, 264, 1094};
+    static const int32_t p1[] = {1, 520, 287, 30, 1125};
+    static const int32_t p2[] = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+                                 50, 51, 52, 53, 54, 55, 56, 57, 58};
+    const int32_t *prompts[NSEQ] = {p0, p1, p2};
+    const int np[NSEQ] = {8, 5, 20};
+    float *ref[NSEQ];
+    int32_t gen[NSEQ][STEPS];
+    for (int q = 0; q < NSEQ; q++) {
+        ref[q] = malloc((size_t)(STEPS + 1) * V * sizeof(float));
+        run_alone(prompts[q], np[q], ref[q], gen[q]);
+    }
+    lb_multi_params mp = lb_multi_default_params();
+    mp.n_seq = NSEQ;
+    mp.n_ctx = 64;
+    mp.n_batch = 4; /* scratch must grow */
+    mp.n_threads = 2;
+    lb_multi_ctx *mc = NULL;
+    TH_CHECK_OK(lb_multi_create(g_model, &mp, &mc));
+    if (!mc) return;
+    float *logits = malloc((size_t)NSEQ * 8 * V * sizeof(float));
+    double worst = 0;
+    /* step 1: whole prompt of seq 1, the first 6 tokens of seq 2's prompt
+     * (no logits), the first 3 tokens of seq 0 interleaved */
+    {
+        int32_t tk[16], sq[16], ps[16];
+        uint8_t want[16];
+        int n = 0;
+        for (int i = 0; i < 3; i++) {
+            tk[n] = p0[i], sq[n] = 0, ps[n] = i, want[n] = 0, n++;
+            tk[n] = p2[i], sq[n] = 2, ps[n] = i, want[n] = 0, n++;
+        }
+        for (int i = 0; i < 5; i++)
+            tk[n] = p1[i], sq[n] = 1, ps[n] = i, want[n] = i == 4, n++;
+        for (int i = 3; i < 6; i++)
+            tk[n] = p2[i], sq[n] = 2, ps[n] = i, want[n] = 0, n++;
+        TH_CHECK_OK(lb_model_forward_multi(mc, tk, sq, ps, n, want, logits));
+        worst = LB_MAX_D(worst, max_diff(logits, ref[1], (size_t)V));
+        TH_CHECK_INT(lb_multi_n_past(mc, 0), 3);
+        TH_CHECK_INT(lb_multi_n_past(mc, 1), 5);
+        TH_CHECK_INT(lb_multi_n_past(mc, 2), 6);
+    }
+    /* then: seq 1 decodes, seq 0 and 2 finish their prompts in chunks of
+     * at most 5, each then decodes; all logits compared */
+    int done_prompt[NSEQ] = {3, 5, 6}, step[NSEQ] = {0, 1, 0};
+    for (int iter = 0; iter < 40; iter++) {
+        int32_t tk[16], sq[16], ps[16];
+        uint8_t want[16];
+        int owner[16], n = 0;
+        for (int q = 0; q < NSEQ; q++) {
+            if (step[q] > STEPS) continue;
+            if (done_prompt[q] < np[q]) {
+                int k = np[q] - done_prompt[q] < 5 ? np[q] - done_prompt[q] : 5;
+                for (int i = 0; i < k; i++) {
+                    int p = done_prompt[q] + i;
+                    tk[n] = prompts[q][p], sq[n] = q, ps[n] = p;
+                    want[n] = p == np[q] - 1, owner[n] = q, n++;
+                }
+                done_prompt[q] += k;
+            } else if (step[q] >= 1 && step[q] <= STEPS) {
+                tk[n] = gen[q][step[q] - 1], sq[n] = q;
+                ps[n] = np[q] + step[q] - 1, want[n] = 1, owner[n] = q, n++;
+            }
+        }
+        if (n == 0) break;
+        TH_CHECK_OK(lb_model_forward_multi(mc, tk, sq, ps, n, want, logits));
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+            if (!want[i]) continue;
+            int q = owner[i];
+            worst = LB_MAX_D(worst, max_diff(logits + (size_t)r * V,
+                                             ref[q] + (size_t)step[q] * V,
+                                             (size_t)V));
+            TH_CHECK_INT(lb_argmax(logits + (size_t)r * V, V),
+                         step[q] < STEPS ? gen[q][step[q]]
+                                         : lb_argmax(ref[q] + (size_t)STEPS * V, V));
+            step[q]++;
+            r++;
+        }
+    }
+    for (int q = 0; q < NSEQ; q++) TH_CHECK_INT(step[q], STEPS + 1);
+    printf("  batched vs alone: max |logit diff| %.3g\n", worst);
+    TH_CHECK(worst <= 1e-5);
+    /* cached tokens and truncation */
+    const int32_t *ct = NULL;
+    TH_CHECK_INT(lb_multi_cached_tokens(mc, 1, &ct), 5 + STEPS);
+    TH_CHECK(ct && ct[4] == p1[4] && ct[5] == gen[1][0]);
+    TH_CHECK_OK(lb_multi_truncate(mc, 1, 2));
+    TH_CHECK_INT(lb_multi_n_past(mc, 1), 2);
+    TH_CHECK_INT(lb_multi_truncate(mc, 1, 3), LB_ERR_RANGE);
+    TH_CHECK_INT(lb_multi_truncate(mc, 7, 0), LB_ERR_RANGE);
+    /* re-running seq 1 from position 2 reproduces its prompt logits */
+    {
+        int32_t sq[3] = {1, 1, 1}, ps[3] = {2, 3, 4};
+        TH_CHECK_OK(lb_model_forward_multi(mc, p1 + 2, sq, ps, 3, NULL,
+                                           logits));
+        TH_CHECK(max_diff(logits + 2 * (size_t)V, ref[1], (size_t)V) <= 1e-5);
+    }
+    free(logits);
+    lb_multi_free(mc);
+    for (int q = 0; q < NSEQ; q++) free(ref[q]);
+}
+
+static void test_errors_change_nothing(void) {
+    lb_multi_params mp = lb_multi_default_params();
+    mp.n_seq = 2;
+    mp.n_ctx = 8;
+    mp.n_threads = 1;
+    lb_multi_ctx *mc = NULL;
+    TH_CHECK_INT(lb_multi_create(g_model, &(lb_multi_params){0, 8, 0, 1, NULL},
+                                 &mc),
+                 LB_ERR_INVALID_ARG);
+    TH_CHECK(mc == NULL);
+    TH_CHECK_OK(lb_multi_create(g_model, &mp, &mc));
+    if (!mc) return;
+    const int V = g_model->config.vocab_size;
+    float *lg = malloc((size_t)4 * V * sizeof(float));
+    int32_t tk[4] = {1, 2, 3, 4}, sq[4] = {0, 0, 1, 1}, ps[4] = {0, 1, 0, 1};
+    TH_CHECK_OK(lb_model_forward_multi(mc, tk, sq, ps, 4, NULL, lg));
+    /* gap in positions */
+    int32_t ps_gap[2] = {2, 4}, sq0[2] = {0, 0};
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk, sq0, ps_gap, 2, NULL, lg),
+                 LB_ERR_RANGE);
+    /* start beyond n_past */
+    int32_t ps_far[1] = {3};
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk, sq0, ps_far, 1, NULL, lg),
+                 LB_ERR_RANGE);
+    /* bad sequence, bad id, beyond n_ctx */
+    int32_t sq_bad[1] = {2}, ps2[1] = {2}, bad_id[1] = {V};
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk, sq_bad, ps2, 1, NULL, lg),
+                 LB_ERR_RANGE);
+    TH_CHECK_INT(lb_model_forward_multi(mc, bad_id, sq0, ps2, 1, NULL, lg),
+                 LB_ERR_RANGE);
+    int32_t tk8[8] = {1, 1, 1, 1, 1, 1, 1, 1}, sq8[8] = {0}, ps8[8];
+    for (int i = 0; i < 8; i++) ps8[i] = 2 + i;
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk8, sq8, ps8, 7, NULL, lg),
+                 LB_ERR_RANGE);
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk, sq0, ps2, 0, NULL, lg),
+                 LB_ERR_INVALID_ARG);
+    TH_CHECK_INT(lb_model_forward_multi(mc, tk, sq0, ps2, 1, NULL, NULL),
+                 LB_ERR_INVALID_ARG);
+    /* nothing changed */
+    TH_CHECK_INT(lb_multi_n_past(mc, 0), 2);
+    TH_CHECK_INT(lb_multi_n_past(mc, 1), 2);
+    /* filling exactly to n_ctx works; no logits wanted */
+    uint8_t none[6] = {0};
+    TH_CHECK_OK(lb_model_forward_multi(mc, tk8, sq8, ps8, 6, none, NULL));
+    TH_CHECK_INT(lb_multi_n_past(mc, 0), 8);
+    free(lg);
+    lb_multi_free(mc);
+}
+
+/* lb_gen driven by hand over lb_model_forward equals lb_generate. */
+static void test_gen_steps_equal_generate(void) {
+    const int V = g_model->config.vocab_size;
+    static const int32_t pr[] = {1, 365, 1401, 261};
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = 40;
+    cp.n_threads = 1;
+    lb_context *ctx = NULL;
+    TH_CHECK_OK(lb_context_create(g_model, &cp, &ctx));
+    if (!ctx) return;
+    lb_generate_params gp = lb_generate_default_params();
+    gp.n_predict = -1; /* until the context is full */
+    gp.sampling.temperature = 0.8f;
+    gp.sampling.seed = 7;
+    gp.ignore_eos = true;
+    lb_generate_result a;
+    TH_CHECK_OK(lb_generate(ctx, pr, 4, &gp, &a));
+    TH_CHECK_INT(a.stop_reason, LB_STOP_CTX);
+    TH_CHECK_INT(a.n_tokens, 40 - 4 + 1);
+    lb_gen *g = NULL;
+    TH_CHECK_OK(lb_gen_create(g_model, pr, 4, 40, &gp, &g));
+    float *lg = malloc((size_t)V * sizeof(float));
+    TH_CHECK_OK(lb_model_forward(ctx, pr, 4, 0, lg, LB_LOGITS_LAST));
+    int32_t next;
+    for (;;) {
+        TH_CHECK_OK(lb_gen_step(g, lg, &next));
+        if (next < 0) break;
+        TH_CHECK_OK(lb_model_forward(ctx, &next, 1, lb_gen_pos(g) - 1, lg,
+                                     LB_LOGITS_LAST));
+    }
+    TH_CHECK(lb_gen_done(g));
+    TH_CHECK_INT(lb_gen_step(g, lg, &next), LB_ERR_INVALID_ARG);
+    lb_generate_result b;
+    TH_CHECK_OK(lb_gen_finish(g, &b));
+    lb_gen_free(g);
+    TH_CHECK_INT(b.n_tokens, a.n_tokens);
+    TH_CHECK(a.n_tokens == b.n_tokens &&
+             memcmp(a.tokens, b.tokens, (size_t)a.n_tokens * 4) == 0);
+    TH_CHECK_INT(b.stop_reason, LB_STOP_CTX);
+    TH_CHECK_INT(lb_gen_create(g_model, pr, 4, 3, &gp, &g), LB_ERR_RANGE);
+    TH_CHECK_INT(lb_gen_create(g_model, pr, 0, 3, &gp, &g), LB_ERR_INVALID_ARG);
+    lb_generate_result_free(&a);
+    lb_generate_result_free(&b);
+    free(lg);
+    lb_context_free(ctx);
+}
+
+int main(void) {
+    TH_CHECK_OK(lb_model_load(th_shared("models/tinystories-656k"), NULL,
+                              &g_model));
+    if (!g_model) return th_report();
+    TH_RUN(test_batched_equals_alone);
+    TH_RUN(test_errors_change_nothing);
+    TH_RUN(test_gen_steps_equal_generate);
+    lb_model_free(g_model);
+    return th_report();
+}

@@ -1,0 +1,168 @@
+/* lowbit serve — an OpenAI-compatible HTTP server (lowbit/server.h). */
+#include "cli.h"
+
+#include "lowbit/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *fp) {
+    fprintf(fp,
+            "usage: lowbit serve MODEL [options]\n"
+            "\n"
+            "Serve MODEL (a GGUF file, a GPTQ checkpoint or a Hugging Face\n"
+            "checkpoint directory) over an OpenAI-compatible HTTP API:\n"
+            "GET /health, GET /v1/models, POST /v1/completions,\n"
+            "POST /v1/chat/completions (streaming with \"stream\": true).\n"
+            "Prints 'listening on http://HOST:PORT' on stdout once ready;\n"
+            "SIGINT/SIGTERM stop it gracefully.\n"
+            "\n"
+            "      --host H          address to bind (default 127.0.0.1)\n"
+            "      --port P          port (default 8080; 0 = any free port)\n"
+            "  -np, --parallel N     requests decoded concurrently, batched\n"
+            "                        (default 1)\n"
+            "  -c, --ctx N           context per request slot (default:\n"
+            "                        min(model max, 4096))\n"
+            "      --batch N         max tokens per scheduler step (prompt\n"
+            "                        chunks + decode tokens; default 256)\n"
+            "      --queue N         requests waiting beyond the slots before\n"
+            "                        503 (default 64)\n"
+            "      --max-body BYTES  request body limit (default 1048576)\n"
+            "      --api-key KEY     require 'Authorization: Bearer KEY'\n"
+            "                        (also read from LOWBIT_API_KEY)\n"
+            "      --name NAME       model id reported (default: MODEL's\n"
+            "                        base name)\n"
+            "      --drain S         on shutdown, let requests finish for up\n"
+            "                        to S seconds (default 5)\n"
+            "  -t, --threads N       compute threads (default: all CPUs)\n");
+}
+
+static const char *base_name(const char *path, char *buf, size_t size) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(buf, size, "%.*s", (int)(n - b), path + b);
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve";
+    const char *model_path = NULL, *name = NULL;
+    lb_server_config cfg = lb_server_default_config();
+    cfg.api_key = getenv("LOWBIT_API_KEY");
+    long v, drain = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *s;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+#define VAL() \
+    do { if (!(s = cli_value(cmd, argc, argv, &i))) return 2; } while (0)
+#define INT(lo, hi) \
+    do { VAL(); if (!cli_parse_int(cmd, a, s, lo, hi, &v)) return 2; } while (0)
+        if (!strcmp(a, "--host")) {
+            VAL();
+            cfg.host = s;
+        } else if (!strcmp(a, "--port")) {
+            INT(0, 65535);
+            cfg.port = (int)v;
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            INT(1, 256);
+            cfg.n_parallel = (int)v;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            INT(2, 1L << 24);
+            cfg.n_ctx = (int32_t)v;
+        } else if (!strcmp(a, "--batch")) {
+            INT(1, 65536);
+            cfg.n_batch = (int32_t)v;
+        } else if (!strcmp(a, "--queue")) {
+            INT(0, 1L << 20);
+            cfg.max_queue = (int)v;
+        } else if (!strcmp(a, "--max-body")) {
+            INT(64, 1L << 30);
+            cfg.max_body_bytes = (size_t)v;
+        } else if (!strcmp(a, "--api-key")) {
+            VAL();
+            cfg.api_key = s;
+        } else if (!strcmp(a, "--name")) {
+            VAL();
+            name = s;
+        } else if (!strcmp(a, "--drain")) {
+            INT(0, 3600);
+            drain = v;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            INT(1, 1024);
+            cfg.n_threads = (int)v;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(cmd, "unknown option %s", a);
+        } else if (!model_path) {
+            model_path = a;
+        } else {
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
+        }
+#undef INT
+#undef VAL
+    }
+    if (!model_path) return cli_usage_error(cmd, "missing MODEL");
+    char namebuf[256];
+    cfg.model_name = name ? name : base_name(model_path, namebuf, sizeof namebuf);
+
+    /* SIGINT/SIGTERM are taken by sigwait below: block them before any
+     * thread starts so that every thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    lb_model *model = NULL;
+    lb_tokenizer *tok = NULL;
+    cli_progress prog;
+    lb_model_load_opts lo = {cli_progress_make(&prog)};
+    lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
+    cli_progress_done(&prog);
+    if (st != LB_OK) return cli_fail(cmd, st);
+    lb_server *srv = NULL;
+    if ((st = lb_server_start(model, tok, &cfg, &srv)) != LB_OK) {
+        int rc = cli_fail(cmd, st);
+        lb_tokenizer_free(tok);
+        lb_model_free(model);
+        return rc;
+    }
+    const char *host = cfg.host ? cfg.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", host,
+           v6 ? "]" : "", lb_server_port(srv));
+    fflush(stdout);
+    if (!g_cli.quiet)
+        fprintf(stderr,
+                "lowbit serve: model '%s', %d slot(s), %s%s\n",
+                cfg.model_name, cfg.n_parallel,
+                cfg.api_key && cfg.api_key[0] ? "API key required" : "no API key",
+                "; Ctrl-C to stop");
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!g_cli.quiet)
+        fprintf(stderr, "lowbit serve: %s, stopping (draining up to %lds)\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", drain);
+    lb_server_stats stats;
+    lb_server_get_stats(srv, &stats);
+    lb_server_stop(srv, (unsigned)drain * 1000u);
+    if (!g_cli.quiet)
+        fprintf(stderr,
+                "lowbit serve: %llu requests, %llu generations completed, "
+                "%llu cancelled, %llu busy (503), %llu tokens generated\n",
+                (unsigned long long)stats.requests,
+                (unsigned long long)stats.completed,
+                (unsigned long long)stats.cancelled,
+                (unsigned long long)stats.rejected_busy,
+                (unsigned long long)stats.tokens_generated);
+    lb_tokenizer_free(tok);
+    lb_model_free(model);
+    return 0;
+}
