@@ -20,6 +20,7 @@
 
 #include "lowbit/gguf.h"
 #include "lowbit/model.h"
+#include "lowbit/quants.h"
 #include "model/model_internal.h"
 
 #include <math.h>
@@ -646,7 +647,121 @@ static void test_hostile_metadata(void) {
     }
 }
 
+/* Tiny models for the fuzz_gguf_model seed corpus (each well under
+ * 64 KiB): llama F32; llama Q4_0 tied with rope_freqs; qwen2 Q8_0 with
+ * biases; qwen3 F16 with q/k norms and a head dim != dim / heads. */
+static int write_fuzz_seeds(const char *dir) {
+    static const struct {
+        const char *name, *arch;
+        lb_type t;
+        int dim, heads, kv, hd, ff, vocab;
+        bool tied, bias, qkn, freqs;
+    } sp[] = {
+        {"llama-f32.gguf", "llama", LB_TYPE_F32, 32, 4, 2, 8, 32, 16, false, false, false, false},
+        {"llama-q4_0-tied-ropefreqs.gguf", "llama", LB_TYPE_Q4_0, 64, 4, 2, 16, 64, 24, true, false,
+         false, true},
+        {"qwen2-q8_0-bias.gguf", "qwen2", LB_TYPE_Q8_0, 32, 2, 1, 16, 32, 16, false, true, false,
+         false},
+        {"qwen3-f16-qknorm.gguf", "qwen3", LB_TYPE_F16, 32, 2, 1, 24, 32, 16, false, false, true,
+         false},
+    };
+    uint64_t rs = 12345;
+    for (size_t k = 0; k < sizeof sp / sizeof sp[0]; k++) {
+        lb_gguf_writer *w = NULL;
+        char path[1024], key[96];
+        snprintf(path, sizeof path, "%s/%s", dir, sp[k].name);
+        lb_status s = lb_gguf_writer_create(&w);
+        const char *a = sp[k].arch;
+        if (s == LB_OK) s = lb_gguf_writer_set_architecture(w, a);
+#define U(sfx, v)                                                                  if (s == LB_OK) {                                                                  snprintf(key, sizeof key, "%s.%s", a, sfx);                                    s = lb_gguf_writer_set_u32(w, key, (uint32_t)(v));                         }
+        U("block_count", 1);
+        U("context_length", 64);
+        U("embedding_length", sp[k].dim);
+        U("feed_forward_length", sp[k].ff);
+        U("attention.head_count", sp[k].heads);
+        U("attention.head_count_kv", sp[k].kv);
+        U("attention.key_length", sp[k].hd);
+        U("attention.value_length", sp[k].hd);
+        U("vocab_size", sp[k].vocab);
+#undef U
+        snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+        if (s == LB_OK) s = lb_gguf_writer_set_f32(w, key, 1e-5f);
+        const int64_t qd = (int64_t)sp[k].heads * sp[k].hd, kvd = (int64_t)sp[k].kv * sp[k].hd;
+        struct {
+            const char *n;
+            int nd;
+            int64_t s0, s1;
+            bool mat;
+        } t[] = {
+            {"token_embd.weight", 2, sp[k].vocab, sp[k].dim, true},
+            {"output_norm.weight", 1, sp[k].dim, 0, false},
+            {"output.weight", 2, sp[k].vocab, sp[k].dim, true},
+            {"rope_freqs.weight", 1, sp[k].hd / 2, 0, false},
+            {"blk.0.attn_norm.weight", 1, sp[k].dim, 0, false},
+            {"blk.0.attn_q.weight", 2, qd, sp[k].dim, true},
+            {"blk.0.attn_k.weight", 2, kvd, sp[k].dim, true},
+            {"blk.0.attn_v.weight", 2, kvd, sp[k].dim, true},
+            {"blk.0.attn_q.bias", 1, qd, 0, false},
+            {"blk.0.attn_k.bias", 1, kvd, 0, false},
+            {"blk.0.attn_v.bias", 1, kvd, 0, false},
+            {"blk.0.attn_q_norm.weight", 1, sp[k].hd, 0, false},
+            {"blk.0.attn_k_norm.weight", 1, sp[k].hd, 0, false},
+            {"blk.0.attn_output.weight", 2, sp[k].dim, qd, true},
+            {"blk.0.ffn_norm.weight", 1, sp[k].dim, 0, false},
+            {"blk.0.ffn_gate.weight", 2, sp[k].ff, sp[k].dim, true},
+            {"blk.0.ffn_up.weight", 2, sp[k].ff, sp[k].dim, true},
+            {"blk.0.ffn_down.weight", 2, sp[k].dim, sp[k].ff, true},
+        };
+        bool use[sizeof t / sizeof t[0]];
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            use[i] = true;
+            if (!strcmp(t[i].n, "output.weight")) use[i] = !sp[k].tied;
+            if (!strcmp(t[i].n, "rope_freqs.weight")) use[i] = sp[k].freqs;
+            if (strstr(t[i].n, ".bias")) use[i] = sp[k].bias;
+            if (strstr(t[i].n, "attn_q_norm") || strstr(t[i].n, "attn_k_norm")) use[i] = sp[k].qkn;
+            if (use[i] && s == LB_OK) {
+                int64_t sh[2] = {t[i].s0, t[i].s1};
+                s = lb_gguf_writer_add_tensor(w, t[i].n, t[i].mat ? sp[k].t : LB_TYPE_F32,
+                                              t[i].nd, sh);
+            }
+        }
+        if (s == LB_OK) s = lb_gguf_writer_open(w, path);
+        for (size_t i = 0; i < sizeof t / sizeof t[0] && s == LB_OK; i++) {
+            if (!use[i]) continue;
+            int64_t rows = t[i].nd == 2 ? t[i].s0 : 1, cols = t[i].nd == 2 ? t[i].s1 : t[i].s0;
+            float *f = malloc(sizeof(float) * (size_t)(rows * cols));
+            for (int64_t j = 0; j < rows * cols; j++) {
+                rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+                float u = (float)(rs >> 40) / 16777216.0f * 2 - 1;
+                f[j] = t[i].mat ? u * 0.3f : 1.0f + 0.1f * u;
+            }
+            lb_type ty = t[i].mat ? sp[k].t : LB_TYPE_F32;
+            size_t rb;
+            lb_row_size(ty, cols, &rb);
+            void *q = malloc(rb * (size_t)rows);
+            s = lb_quantize_rows(NULL, ty, f, q, rows, cols);
+            if (s == LB_OK) s = lb_gguf_writer_write_tensor(w, t[i].n, q, rb * (size_t)rows);
+            free(f);
+            free(q);
+        }
+        if (s == LB_OK) s = lb_gguf_writer_finish(w);
+        lb_gguf_writer_free(w);
+        if (s != LB_OK) {
+            fprintf(stderr, "%s: %s\n", path, lb_last_error());
+            return 1;
+        }
+        lb_model *m = NULL; /* every seed must load */
+        if (lb_model_load(path, NULL, &m) != LB_OK) {
+            fprintf(stderr, "%s: %s\n", path, lb_last_error());
+            return 1;
+        }
+        lb_model_free(m);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-fuzz-seeds")) return write_fuzz_seeds(argv[2]);
     /* helper for the CLI tests: a vocabulary-only copy of a GGUF file (its
      * metadata, no tensors), as llama.cpp's models/ggml-vocab-*.gguf */
     if (argc == 4 && !strcmp(argv[1], "--vocab-only")) {

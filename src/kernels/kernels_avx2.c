@@ -393,6 +393,133 @@ static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
     }
 }
 
+/* Q8_0 x Q8_0, same organisation as Q4_0 above: signed x signed int8 via
+ * _mm256_maddubs_epi16(|x|, sign(y, x)) (exact: pair sums <= 2*127*127),
+ * 8 int32 partial sums per dot product; four dot products are reduced
+ * together with _mm256_hadd_epi32 into 4 exact block sums, then converted
+ * and scaled once: acc_k = fma(dw_k * da_k, sum_k, acc_k), block by block.
+ * The remainder tile uses the same per-block formula, so every output is
+ * bit-identical whatever tile computes it. */
+
+/* 4 exact int32 totals from four 8-lane int32 partial sums */
+LB_AI __m128i hsum4_epi32x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+LB_AI __m256i q8_dot8(__m256i ax, __m256i xs, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, xs)), _mm256_set1_epi16(1));
+}
+
+/* Blocks per K-chunk (the activation scales of a token group are gathered
+ * per chunk); every tile accumulates chunk by chunk the same way. */
+#define Q8_KB 256
+
+/* Decode: 4 rows x 1 token over blocks [kb0, kb0+kbn); y[0..3] = (kb0 ? y :
+ * 0) + partial. */
+LB_AI void q8_rows4(int64_t kb0, int64_t kbn, const uint8_t *w, size_t ws, const uint8_t *a,
+                    float *y, const uint8_t *pf) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = kb0; b < kb0 + kbn; b++) {
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        if (pf)
+            for (int r = 0; r < 4; r++)
+                _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)b * 34), _MM_HINT_T0);
+        /* |w| as the unsigned operand (weights may hold -128; activations
+         * stay within +-127) */
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(ap + 2));
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + (size_t)r * ws + 2));
+            p[r] = q8_dot8(_mm256_sign_epi8(wv, wv), wv, av);
+        }
+        const __m128i tot = hsum4_epi32x8(p[0], p[1], p[2], p[3]);
+        __m128i dh = _mm_cvtsi32_si128(lb_rd_u16(w0));
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + ws), 1);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 2 * ws), 2);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 3 * ws), 3);
+        const __m128 sv = _mm_mul_ps(_mm_cvtph_ps(dh), _mm_set1_ps(h2f(ap)));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(tot), acc);
+    }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int k = 0; k < 4; k++) y[k] = kb0 ? y[k] + r[k] : r[k];
+}
+
+/* One row x one token (remainders), one lane of the tiles. */
+LB_AI float q8_row1(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f;
+    for (int64_t b = kb0; b < kb0 + kbn; b++) {
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + 2));
+        const __m256i p = q8_dot8(_mm256_sign_epi8(wv, wv), wv,
+                                  _mm256_loadu_si256((const __m256i *)(ap + 2)));
+        const int32_t tot = hsum8_epi32(p);
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(h2f(w0) * h2f(ap)), _mm_set_ss((float)tot),
+                                         _mm_set_ss(acc)));
+    }
+    return acc;
+}
+
+/* Prefill: 1 row x 4 tokens (activation rows a + t * as) over blocks
+ * [kb0, kb0+kbn); adv: the 4 tokens' scales per block of the chunk;
+ * y[t * ldy] = (kb0 ? y : 0) + partial. */
+LB_AI void q8_tok4(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a, size_t as,
+                   const float *adv, float *y, size_t ldy) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + 2));
+        const __m256i wa = _mm256_sign_epi8(wv, wv);
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            p[t] = q8_dot8(wa, wv, _mm256_loadu_si256((const __m256i *)(ap + (size_t)t * as + 2)));
+        const __m128i tot = hsum4_epi32x8(p[0], p[1], p[2], p[3]);
+        const __m128 sv = _mm_mul_ps(_mm_set1_ps(h2f(w0)), _mm_loadu_ps(adv + 4 * i));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(tot), acc);
+    }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int t = 0; t < 4; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
+}
+
+static void mm_q8_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                         size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32;
+    float adv[4 * Q8_KB];
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const uint8_t *at = a + (size_t)t * as;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q8_KB) {
+            const int64_t kbn = LB_MIN(Q8_KB, nb - kb0);
+            for (int64_t i = 0; i < kbn; i++)
+                for (int k = 0; k < 4; k++)
+                    adv[4 * i + k] = h2f(at + (size_t)k * as + (size_t)(kb0 + i) * 34);
+            for (int64_t r = 0; r < nr; r++)
+                q8_tok4(kb0, kbn, w + (size_t)r * ws, at, as, adv,
+                        y + (size_t)t * ldy + (size_t)r, ldy);
+        }
+    }
+    for (; t < nt; t++) {
+        const uint8_t *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ldy;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q8_KB) {
+            const int64_t kbn = LB_MIN(Q8_KB, nb - kb0);
+            int64_t r = 0;
+            for (; r + 4 <= nr; r += 4)
+                q8_rows4(kb0, kbn, w + (size_t)r * ws, ws, at, yt + r, w + (size_t)(r + 4) * ws);
+            for (; r < nr; r++) {
+                const float v = q8_row1(kb0, kbn, w + (size_t)r * ws, at);
+                yt[r] = kb0 ? yt[r] + v : v;
+            }
+        }
+    }
+}
+
 #define MM32(name, kind)                                                       \
     static void name(int64_t n, const void *w, size_t ws, int64_t nr,          \
                      const void *a, size_t as, int64_t nt, float *y,           \
@@ -402,7 +529,6 @@ static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
 MM32(mm_q4_1_avx2, K_Q4_1)
 MM32(mm_q5_0_avx2, K_Q5_0)
 MM32(mm_q5_1_avx2, K_Q5_1)
-MM32(mm_q8_0_avx2, K_Q8_0)
 
 /* ---------------------------------------------------------------------- */
 /* K-quants against Q8_K (one row x one token per call)                    */

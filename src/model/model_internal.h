@@ -100,4 +100,11 @@ lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
  * ids; then lb_model_config_validate. Errors name the file and key. */
 lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *cfg);
 
+/* lb_model_load_gguf on an open reader (e.g. lb_gguf_open_memory). take:
+ * the model owns the reader (closed with it, and at once on failure);
+ * otherwise the caller keeps the reader open until lb_model_free. */
+lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take,
+                                    const lb_model_load_opts *opts,
+                                    lb_model **out);
+
 #endif
