@@ -16,6 +16,7 @@ trap 'rm -rf "$T"' EXIT
 "$LOWBIT" bench "$T/tiny.gguf" -p 24 -n 5 -r 3 -t 2 --json > "$T/out.json"
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 0 -r 1 -t 1 --kv-type f32 --json > "$T/f32.json"
 "$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 2 --no-pin > "$T/table.txt" 2>/dev/null
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -d 20 -r 1 --json > "$T/depth.json"
 fail=0
 for args in "" "$T/tiny.gguf -p -1" "$T/tiny.gguf --kv-type q4_0" "$T/tiny.gguf -p 0 -n 0" \
             "$T/tiny.gguf --bogus" "$T/tiny.gguf extra"; do
@@ -23,7 +24,7 @@ for args in "" "$T/tiny.gguf -p -1" "$T/tiny.gguf --kv-type q4_0" "$T/tiny.gguf 
     if "$LOWBIT" bench $args >/dev/null 2>&1; then rc=0; else rc=$?; fi
     [ "$rc" -eq 2 ] || { echo "FAIL: 'bench $args' exit $rc, want 2"; fail=1; }
 done
-for args in "$T/missing.gguf" "$T/tiny.gguf -p 4000"; do
+for args in "$T/missing.gguf" "$T/tiny.gguf -p 4000" "$T/tiny.gguf -p 8 -n 8 -d 2040"; do
     # shellcheck disable=SC2086
     if "$LOWBIT" bench $args >/dev/null 2>"$T/err"; then rc=0; else rc=$?; fi
     [ "$rc" -eq 1 ] && [ -s "$T/err" ] || { echo "FAIL: 'bench $args' exit $rc, want 1 + message"; fail=1; }
@@ -56,6 +57,9 @@ want(j["tests"][1]["n_prompt"] == 0 and j["tests"][1]["n_gen"] == 5, "tg fields"
 k = json.load(open(f"{T}/f32.json"))
 want(k["kv_type"] == "F32" and k["n_threads"] == 1 and [t["name"] for t in k["tests"]] == ["pp8"], "f32 run")
 want(k["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 16 * 4, "f32 kv bytes")
+dj = json.load(open(f"{T}/depth.json"))
+want([t["name"] for t in dj["tests"]] == ["pp8 @ d20", "tg3 @ d20"], f"depth names {dj['tests']}")
+want(all(t["n_depth"] == 20 for t in dj["tests"]) and dj["n_ctx"] == 31, "depth context")
 table = open(f"{T}/table.txt").read()
 want("| tg3 |" in table and "Q4_0" in table and "pp" not in table.split("|---")[-1], "table")
 for b in bad:
