@@ -142,6 +142,10 @@ void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A,
 /* Chunk c: Y[t * ldy + r] for every token t and rows r of chunk c. */
 void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y,
                       size_t ldy, int64_t c);
+/* The same into a buffer holding only the chunk's rows: Yc[t * ldy + (r -
+ * c * row_chunk)]. */
+void lb_mm_plan_chunk_at(const lb_mm_plan *pl, const void *A, float *Yc,
+                         size_t ldy, int64_t c);
 
 /* ---- scalar reference kernels (kernels_ref.c) --------------------------- */
 /* Single dot products over n elements: weight row vx, activation row vy.

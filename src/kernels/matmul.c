@@ -237,16 +237,19 @@ void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A, int64_t 
         pl->qact(X + (size_t)t * (size_t)pl->in, (uint8_t *)A + (size_t)t * pl->a_stride, pl->in);
 }
 
-void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y, size_t ldy, int64_t c) {
+void lb_mm_plan_chunk_at(const lb_mm_plan *pl, const void *A, float *Yc, size_t ldy, int64_t c) {
     const int64_t r0 = c * pl->row_chunk;
     const int64_t nr = LB_MIN(pl->row_chunk, pl->out - r0);
     const uint8_t *a = A;
     for (int64_t t0 = 0; t0 < pl->n_tokens; t0 += pl->tok_tile) {
         const int64_t nt = LB_MIN(pl->tok_tile, pl->n_tokens - t0);
         pl->mm(pl->in, pl->w + (size_t)r0 * pl->w_stride, pl->w_stride, nr,
-               a + (size_t)t0 * pl->a_stride, pl->a_stride, nt,
-               Y + (size_t)t0 * ldy + (size_t)r0, ldy);
+               a + (size_t)t0 * pl->a_stride, pl->a_stride, nt, Yc + (size_t)t0 * ldy, ldy);
     }
+}
+
+void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y, size_t ldy, int64_t c) {
+    lb_mm_plan_chunk_at(pl, A, Y + (size_t)(c * pl->row_chunk), ldy, c);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -66,9 +66,19 @@ struct lb_context {
     float *att;    /* [cap, nh*hd] attention output (o_proj input)       */
     float *o;      /* [cap, dim]   o_proj / down_proj output             */
     float *gate;   /* [cap, ff]                                          */
-    float *up;     /* [cap, ff]                                          */
-    uint8_t *act[3]; /* quantized activations [cap, act_stride] each     */
-    size_t act_stride;
+    /* up_proj outputs: per thread, one weight-row chunk at a time
+     * [n, row_chunk] (SwiGLU is fused per chunk), so no [cap, ff] buffer
+     * is needed; `up` [cap, ff] only when gate and up are cut differently
+     * (allocated on demand). */
+    float *upc;
+    size_t upc_per_thread; /* floats */
+    float *up;
+    int32_t up_cap;
+    /* quantized activations [cap, stride]: act[0] for q, o, gate, down
+     * (any input), act[1] / act[2] for k, up / v when their activation
+     * type differs (inputs of dim) */
+    uint8_t *act[3];
+    size_t act_stride[3];
     /* Per-thread attention scratch: scores [G, ATT_BLOCK], K and V blocks
      * [ATT_BLOCK, hd] f32, running max and sum [G] each. */
     float *att_scratch;
@@ -158,6 +168,7 @@ lb_context_params lb_context_default_params(void) {
 static void free_scratch(lb_context *ctx) {
     float **f[] = {&ctx->x, &ctx->xn, &ctx->q, &ctx->k, &ctx->v,
                    &ctx->att, &ctx->o, &ctx->gate, &ctx->up};
+    ctx->up_cap = 0;
     for (size_t i = 0; i < LB_ARRAY_LEN(f); i++) {
         lb_free(*f[i]);
         *f[i] = NULL;
@@ -169,23 +180,27 @@ static void free_scratch(lb_context *ctx) {
     ctx->cap = 0;
 }
 
-/* Largest quantized-activation row any linear (or lm_head) needs. */
-static size_t max_act_stride(const lb_model *m) {
+/* Bytes of one quantized activation row for weight w (0: f32 input). */
+static size_t act_row_bytes(const lb_kernel_table *kt, const lb_tensor *w) {
+    if ((unsigned)w->type >= LB_TYPE_COUNT_ || !kt->w[w->type].mm) return 0;
+    lb_type at = kt->w[w->type].act_type;
+    size_t rb;
+    return at != LB_TYPE_F32 && lb_row_size(at, lb_tensor_cols(w), &rb) ? rb : 0;
+}
+
+/* Largest quantized-activation row the layers' linears need: [0] over all
+ * linears, [1] over k and up, [2] over v (the buffers quant_rows uses). */
+static void max_act_strides(const lb_model *m, size_t st[3]) {
     const lb_kernel_table *kt = lb_kernels_current();
-    size_t best = 0;
-    for (int l = 0; l <= m->config.n_layers; l++)
-        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            const lb_tensor *w = l < m->config.n_layers ? &m->layers[l].w[i]
-                                                        : &m->output;
-            if (l == m->config.n_layers && i > 0) break;
-            if ((unsigned)w->type >= LB_TYPE_COUNT_) continue;
-            lb_type at = kt->w[w->type].act_type;
-            size_t rb;
-            if (kt->w[w->type].mm && at != LB_TYPE_F32 &&
-                lb_row_size(at, lb_tensor_cols(w), &rb) && rb > best)
-                best = rb;
-        }
-    return best;
+    st[0] = st[1] = st[2] = 0;
+    for (int l = 0; l < m->config.n_layers; l++) {
+        const lb_tensor *w = m->layers[l].w;
+        for (int i = 0; i < LB_LINEAR_COUNT; i++)
+            st[0] = LB_MAX(st[0], act_row_bytes(kt, &w[i]));
+        st[1] = LB_MAX(st[1], LB_MAX(act_row_bytes(kt, &w[LB_LINEAR_K]),
+                                     act_row_bytes(kt, &w[LB_LINEAR_UP])));
+        st[2] = LB_MAX(st[2], act_row_bytes(kt, &w[LB_LINEAR_V]));
+    }
 }
 
 /* Make room for n tokens of scratch. */
@@ -205,13 +220,12 @@ static lb_status ensure_scratch(lb_context *ctx, int32_t n) {
     ctx->att = lb_calloc(t * qd, sizeof(float));
     ctx->o = lb_calloc(t * dim, sizeof(float));
     ctx->gate = lb_calloc(t * ff, sizeof(float));
-    ctx->up = lb_calloc(t * ff, sizeof(float));
     bool ok = ctx->x && ctx->xn && ctx->q && ctx->k && ctx->v && ctx->att &&
-              ctx->o && ctx->gate && ctx->up;
+              ctx->o && ctx->gate;
     /* the weights may have been swapped (lb_model_set_linear): recompute */
-    ctx->act_stride = max_act_stride(ctx->m);
+    max_act_strides(ctx->m, ctx->act_stride);
     for (int i = 0; i < 3 && ok; i++) {
-        ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride, 1));
+        ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride[i], 1));
         ok = ctx->act[i] != NULL;
     }
     if (!ok) {
@@ -325,6 +339,7 @@ void lb_context_free(lb_context *ctx) {
     lb_free(ctx->rope_sin);
     lb_free(ctx->inv_freq);
     lb_free(ctx->att_scratch);
+    lb_free(ctx->upc);
     free(ctx->plans);
     free(ctx->ctr);
     if (ctx->own_pool) lb_pool_free(ctx->pool);
@@ -576,10 +591,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
         /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
          *    cache at positions pos + t */
         for (size_t t = tb; t < te; t++) {
-            float *qt = ctx->q + t * qd, *kt_ = ctx->k + t * kvd,
+            float *qt = ctx->q + t * qd, *kr = ctx->k + t * kvd,
                   *vt = ctx->v + t * kvd;
             if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
-            if (L->bk.data) kt->vec.add(kt_, L->bk.data, kvd);
+            if (L->bk.data) kt->vec.add(kr, L->bk.data, kvd);
             if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
             const float *cs = ctx->rope_cos + (size_t)(pos + t) * half;
             const float *sn = ctx->rope_sin + (size_t)(pos + t) * half;
@@ -589,7 +604,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
             }
             for (int64_t h = 0; h < nkv; h++) {
-                float *kh = kt_ + h * hd;
+                float *kh = kr + h * hd;
                 if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
                 rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
                 size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
@@ -641,14 +656,15 @@ static void fwd_worker(void *arg, int ith, int nth) {
             const bool fused = pg->n_chunks == pu->n_chunks &&
                                pg->row_chunk == pu->row_chunk;
             if (fused) {
+                float *u = ctx->upc + (size_t)ith * ctx->upc_per_thread;
                 while (take(&ctr[3], pg->n_chunks, &ch)) {
-                    lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
-                    lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff, ch);
                     const int64_t r0 = ch * pg->row_chunk;
                     const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
+                    lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                    lb_mm_plan_chunk_at(pu, agu[1], u, (size_t)nr, ch);
                     for (int32_t t = 0; t < n; t++)
                         kt->vec.silu_mul(ctx->gate + (size_t)t * ff + r0,
-                                         ctx->up + (size_t)t * ff + r0, nr);
+                                         u + (size_t)t * nr, nr);
                 }
                 lb_pool_barrier(pool);
             } else {
@@ -688,24 +704,54 @@ static void fwd_worker(void *arg, int ith, int nth) {
 static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
                              int l0, int l1, int32_t n) {
     const lb_model *m = ctx->m;
-    for (int l = l0; l < l1; l++)
+    size_t upc = 0; /* floats per thread for the up chunks */
+    bool full_up = false;
+    for (int l = l0; l < l1; l++) {
+        lb_mm_plan *P = ctx->plans + (size_t)l * LB_LINEAR_COUNT;
         for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            lb_mm_plan *pl = ctx->plans + (size_t)l * LB_LINEAR_COUNT + i;
+            lb_mm_plan *pl = &P[i];
             LB_TRY(lb_mm_plan_make(pl, kt, &m->layers[l].w[i], n,
                                    ctx->n_threads));
-            if (pl->qact && pl->a_stride > ctx->act_stride) {
-                /* a swapped weight needs larger activation rows */
-                for (int b = 0; b < 3; b++) {
-                    void *np = lb_alloc((size_t)ctx->cap * pl->a_stride);
-                    if (!np)
-                        return lb_set_error(LB_ERR_NOMEM, "context: out of "
-                                            "memory for activations");
-                    lb_free(ctx->act[b]);
-                    ctx->act[b] = np;
-                }
-                ctx->act_stride = pl->a_stride;
+            /* a swapped weight (lb_model_set_linear) may need larger
+             * activation rows than the buffers were made for */
+            const int b = i == LB_LINEAR_K || i == LB_LINEAR_UP ? 1
+                          : i == LB_LINEAR_V                   ? 2
+                                                               : 0;
+            const int bs[2] = {0, b};
+            for (int k = 0; k < 2; k++) {
+                if (!pl->qact || pl->a_stride <= ctx->act_stride[bs[k]]) continue;
+                void *np = lb_alloc((size_t)ctx->cap * pl->a_stride);
+                if (!np)
+                    return lb_set_error(LB_ERR_NOMEM, "context: out of memory "
+                                        "for activations");
+                lb_free(ctx->act[bs[k]]);
+                ctx->act[bs[k]] = np;
+                ctx->act_stride[bs[k]] = pl->a_stride;
             }
         }
+        if (P[LB_LINEAR_GATE].n_chunks == P[LB_LINEAR_UP].n_chunks &&
+            P[LB_LINEAR_GATE].row_chunk == P[LB_LINEAR_UP].row_chunk)
+            upc = LB_MAX(upc, (size_t)n * (size_t)P[LB_LINEAR_UP].row_chunk);
+        else
+            full_up = true;
+    }
+    if (upc > ctx->upc_per_thread) {
+        float *np = lb_alloc((size_t)ctx->n_threads * upc * sizeof(float));
+        if (!np)
+            return lb_set_error(LB_ERR_NOMEM, "context: out of memory");
+        lb_free(ctx->upc);
+        ctx->upc = np;
+        ctx->upc_per_thread = upc;
+    }
+    if (full_up && ctx->up_cap < ctx->cap) {
+        float *np = lb_alloc((size_t)ctx->cap *
+                             (size_t)m->config.intermediate_size * sizeof(float));
+        if (!np)
+            return lb_set_error(LB_ERR_NOMEM, "context: out of memory");
+        lb_free(ctx->up);
+        ctx->up = np;
+        ctx->up_cap = ctx->cap;
+    }
     return LB_OK;
 }
 
