@@ -40,12 +40,16 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s,
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* Progress: a single updating line on stderr when it is a TTY (with rate and
- * ETA), nothing when --quiet or not a TTY. Usable as an lb_progress. */
+ * ETA), nothing when --quiet or not a TTY. Usable as an lb_progress. The
+ * clock restarts when a new phase begins (the total changes or done goes
+ * back); a stage text that changes within one phase (e.g. "layer 3/24
+ * q,k,v: loss 12.5") keeps it, so the ETA covers the whole phase. */
 typedef struct cli_progress {
     double t_start;
     double t_last;
     char stage[128];
     bool active;
+    uint64_t last_done, last_total;
 } cli_progress;
 lb_progress cli_progress_make(cli_progress *p);
 /* Finish the line (newline) if one is being shown. */

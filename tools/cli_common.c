@@ -92,9 +92,12 @@ static bool progress_cb(void *user, const char *stage, uint64_t done,
     double now = lb_time_s();
     bool stage_changed = strncmp(p->stage, stage, sizeof p->stage - 1) != 0;
     if (stage_changed) {
+        bool new_phase = total != p->last_total || done < p->last_done;
         snprintf(p->stage, sizeof p->stage, "%s", stage);
-        p->t_start = now;
+        if (new_phase) p->t_start = now;
     }
+    p->last_done = done;
+    p->last_total = total;
     bool final = total && done >= total;
     if (!stage_changed && !final && now - p->t_last < 0.1) return true;
     p->t_last = now;

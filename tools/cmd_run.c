@@ -268,7 +268,7 @@ int cmd_run(int argc, char **argv) {
     lb_generate_result res;
     memset(&res, 0, sizeof res);
     cli_progress prog;
-    lb_model_load_opts lo = {cli_progress_make(&prog)};
+    lb_model_load_opts lo = {.progress = cli_progress_make(&prog)};
     lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);

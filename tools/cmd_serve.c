@@ -123,7 +123,7 @@ int cmd_serve(int argc, char **argv) {
     lb_model *model = NULL;
     lb_tokenizer *tok = NULL;
     cli_progress prog;
-    lb_model_load_opts lo = {cli_progress_make(&prog)};
+    lb_model_load_opts lo = {.progress = cli_progress_make(&prog)};
     lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);

@@ -79,8 +79,26 @@ typedef struct lb_model {
     lb_model_private *priv;    /* owned buffers, mappings (opaque)          */
 } lb_model;
 
+/* How the linears of a GPTQ checkpoint are held after loading (see
+ * lowbit/gptq_ckpt.h and docs/quantize.md). */
+typedef enum lb_gptq_load_mode {
+    /* Exact repack where one exists (4-bit zero-8 codes -> Q4_0, 8-bit
+     * zero-128 codes -> Q8_0, d = the f16 scale: same dequantized weights),
+     * otherwise dequantized F32. The default. */
+    LB_GPTQ_LOAD_AUTO = 0,
+    /* Everything dequantized to F32: exact fake-quant evaluation (the
+     * products run in f32, no activation quantization). */
+    LB_GPTQ_LOAD_F32,
+    /* Everything dequantized to F16 (each weight rounded to f16). */
+    LB_GPTQ_LOAD_F16,
+    /* AUTO plus 4-bit asymmetric -> Q4_1 with m = f16(-scale*zero): smaller
+     * and faster than F32 but NOT exact (m is rounded). */
+    LB_GPTQ_LOAD_FAST
+} lb_gptq_load_mode;
+
 typedef struct lb_model_load_opts {
-    lb_progress progress; /* optional */
+    lb_progress progress;         /* optional                             */
+    lb_gptq_load_mode gptq_mode;  /* GPTQ checkpoints only; 0 = AUTO      */
 } lb_model_load_opts;
 
 /* Load a Hugging Face checkpoint directory: config.json (+
@@ -92,7 +110,10 @@ typedef struct lb_model_load_opts {
  * self_attn.{q,k}_norm, mlp.{gate,up,down}_proj, input_layernorm,
  * post_attention_layernorm, model.norm, lm_head). Tied embeddings may be
  * stored only as lm_head.weight or only as model.embed_tokens.weight.
- * Extra tensors (e.g. rotary_emb.inv_freq) are ignored.
+ * Extra tensors (e.g. rotary_emb.inv_freq) are ignored. A GPTQ checkpoint
+ * (quantization_config.quant_method "gptq", or a quantize_config.json) is
+ * handed to lb_model_load_gptq; other quantization methods are
+ * LB_ERR_UNSUPPORTED.
  * Errors: LB_ERR_NOT_FOUND (config or a required tensor, named),
  * LB_ERR_FORMAT (mis-shaped tensor: "NAME: expected [a, b], got [c, d]";
  * bad JSON/safetensors), LB_ERR_UNSUPPORTED (architecture, dtype),
@@ -130,9 +151,28 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
 lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
                              lb_model **out);
 
-/* Load whatever `path` is: a directory with config.json -> HF loader; a
- * file starting with the GGUF magic -> lb_model_load_gguf (a *.gguf file
- * without the magic is an LB_ERR_FORMAT). Other paths: LB_ERR_NOT_FOUND /
+/* Load a GPTQ checkpoint directory (AutoGPTQ / GPTQModel layout, see
+ * lowbit/gptq_ckpt.h): config.json with a quantization_config (or a
+ * quantize_config.json beside it), weights in model.safetensors, a sharded
+ * index, or the directory's single *.safetensors file (AutoGPTQ's
+ * gptq_model-4bit-128g.safetensors). Linears with NAME.qweight are
+ * converted as opts->gptq_mode says; NAME.weight linears load as in
+ * lb_model_load_hf (mixed checkpoints, e.g. "dynamic" exclusions); a
+ * quantized lm_head (lm_head.qweight) is used as the output layer.
+ * Each qweight's bit width is inferred from its shape and must agree with
+ * the config (after "dynamic" overrides). Errors as lb_model_load_hf, plus
+ * LB_ERR_FORMAT naming the tensor for a mis-shaped/mistyped qweight,
+ * qzeros, scales or g_idx, a g_idx outside [0, groups), a non-finite scale;
+ * LB_ERR_UNSUPPORTED for quant methods/formats other than GPTQ v1/v2, or a
+ * non-zero bias on a linear that lowbit's model has no bias for. */
+lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
+                             lb_model **out);
+
+/* Load whatever `path` is: a directory with config.json -> HF loader (GPTQ
+ * checkpoints, recognised by quantization_config.quant_method "gptq" or a
+ * quantize_config.json, go to lb_model_load_gptq); a file starting with the
+ * GGUF magic -> lb_model_load_gguf (a *.gguf file without the magic is an
+ * LB_ERR_FORMAT). Other paths: LB_ERR_NOT_FOUND /
  * LB_ERR_UNSUPPORTED naming the path. */
 lb_status lb_model_load(const char *path, const lb_model_load_opts *opts,
                         lb_model **out);

@@ -442,11 +442,22 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     *out = NULL;
     lb_model_config cfg;
     LB_TRY(lb_model_config_load_dir(dir, &cfg));
+    bool gptq = cfg.has_quantization_config &&
+                (!cfg.quant_method[0] || !strcmp(cfg.quant_method, "gptq"));
+    if (!cfg.has_quantization_config) {
+        char *qc = lb_path_join(dir, "quantize_config.json");
+        gptq = qc && lb_is_file(qc);
+        free(qc);
+    }
+    if (gptq) {
+        lb_model_config_clear(&cfg);
+        return lb_model_load_gptq(dir, opts, out);
+    }
     if (cfg.has_quantization_config) {
         lb_status s = lb_set_error(LB_ERR_UNSUPPORTED,
                                    "%s: quantized checkpoint "
-                                   "(quantization_config, quant_method '%s') "
-                                   "needs the GPTQ loader",
+                                   "(quantization_config, quant_method '%s'): "
+                                   "lowbit reads GPTQ checkpoints only",
                                    dir, cfg.quant_method);
         lb_model_config_clear(&cfg);
         return s;

@@ -107,4 +107,16 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take,
                                     const lb_model_load_opts *opts,
                                     lb_model **out);
 
+/* The GPTQ loader's tensor part (load_gptq.c), separated from the files so
+ * that it can be fuzzed from memory: build a model for cfg from the tensors
+ * of st under the quantization config qc. own_st: the model closes st when
+ * freed (also on failure). label names the source in messages. */
+struct lb_gptq_qconfig;
+struct lb_safetensors;
+lb_status lb_gptq_build_model(const lb_model_config *cfg,
+                              const struct lb_gptq_qconfig *qc,
+                              struct lb_safetensors *st, bool own_st,
+                              const char *label,
+                              const lb_model_load_opts *opts, lb_model **out);
+
 #endif

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Seeds for fuzz_gptq_ckpt: u16 LE length + quantization_config JSON +
+safetensors image of a tiny Llama (hidden 64, 1 layer, MLP 64, vocab 32)
+whose seven linears are GPTQ tensors (4-bit g32 sym v1, 8-bit per-channel,
+3-bit asym v2 with desc_act g_idx, one dense). Run from the repository
+root: python3 fuzz/make_gptq_seeds.py"""
+import json, os, random, struct
+
+OUT = "fuzz/corpus/fuzz_gptq_ckpt"
+LIN = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+       "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+
+
+def pack(vals, bits):
+    """LSB-first bit stream of fields -> 32-bit words."""
+    acc, nbit, words = 0, 0, []
+    for v in vals:
+        acc |= v << nbit
+        nbit += bits
+        while nbit >= 32:
+            words.append(acc & 0xFFFFFFFF)
+            acc >>= 32
+            nbit -= 32
+    return words
+
+
+def st_image(tensors):
+    hdr, blobs, off = {}, [], 0
+    for name, dtype, shape, raw in tensors:
+        hdr[name] = {"dtype": dtype, "shape": shape,
+                     "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(hdr).encode()
+    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def linear(rng, name, bits, gs, v2, desc, out=64, inp=64):
+    ng = 1 if gs < 0 else (inp + gs - 1) // gs
+    codes = [[rng.randrange(1 << bits) for _ in range(inp)] for _ in range(out)]
+    qw = []  # [inp*bits/32, out]: column o packs codes[o]
+    cols = [pack(codes[o], bits) for o in range(out)]
+    for r in range(inp * bits // 32):
+        for o in range(out):
+            qw.append(cols[o][r])
+    zeros = [[rng.randrange(1 << bits) + (0 if v2 else 1) for _ in range(out)]
+             for _ in range(ng)]
+    qz = []
+    for g in range(ng):
+        qz += pack([z - (0 if v2 else 1) for z in zeros[g]], bits)
+    scales = struct.pack("<%de" % (ng * out),
+                         *[rng.uniform(0.001, 0.1) for _ in range(ng * out)])
+    gidx = [c // (inp if gs < 0 else gs) for c in range(inp)]
+    if desc:
+        rng.shuffle(gidx)
+    return [(name + ".qweight", "I32", [inp * bits // 32, out],
+             struct.pack("<%dI" % len(qw), *qw)),
+            (name + ".qzeros", "I32", [ng, out * bits // 32],
+             struct.pack("<%dI" % len(qz), *qz)),
+            (name + ".scales", "F16", [ng, out], scales),
+            (name + ".g_idx", "I32", [inp], struct.pack("<%di" % inp, *gidx))]
+
+
+def dense(rng, name, shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return [(name, "F32", shape,
+             struct.pack("<%df" % n, *[rng.uniform(-1, 1) for _ in range(n)]))]
+
+
+def model(rng, spec):
+    t = dense(rng, "lm_head.weight", [32, 64]) + \
+        dense(rng, "model.norm.weight", [64]) + \
+        dense(rng, "model.layers.0.input_layernorm.weight", [64]) + \
+        dense(rng, "model.layers.0.post_attention_layernorm.weight", [64])
+    for i, l in enumerate(LIN):
+        name = "model.layers.0." + l
+        if spec[i] is None:
+            t += dense(rng, name + ".weight", [64, 64])
+        else:
+            t += linear(rng, name, *spec[i])
+    return st_image(t)
+
+
+def seed(path, qcfg, img):
+    q = json.dumps(qcfg).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<H", len(q)) + q + img)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rng = random.Random(1)
+    seed(os.path.join(OUT, "v1_4bit_g32"),
+         {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True},
+         model(rng, [(4, 32, False, False)] * 7))
+    seed(os.path.join(OUT, "v2_mixed_dynamic"),
+         {"bits": 4, "group_size": 32, "sym": False, "desc_act": True,
+          "checkpoint_format": "gptq_v2",
+          "dynamic": {"-:.*o_proj": {}, "+:.*mlp\\.down": {"bits": 8,
+                                                          "group_size": -1},
+                      ".*v_proj": {"bits": 3}}},
+         model(rng, [(4, 32, True, True), (4, 32, True, False),
+                     (3, 32, True, True), None, (4, 32, True, False),
+                     (4, 32, True, True), (8, -1, True, False)]))
+
+
+if __name__ == "__main__":
+    main()

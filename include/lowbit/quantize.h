@@ -1,0 +1,280 @@
+/*
+ * lowbit/quantize.h — whole-model post-training quantization: RTN and GPTQ
+ * with layer-by-layer calibration on the CPU, GPTQ checkpoints written in
+ * the AutoGPTQ layout (lowbit/gptq_ckpt.h), resumable runs.
+ *
+ * Sources followed:
+ *  - AutoGPTQ @9f7d370 BaseGPTQForCausalLM.quantize() (auto_gptq/modeling/
+ *    _base.py): layer-0 inputs captured once, one calibration sequence per
+ *    forward (batch 1), per decoder layer the "true sequential" subsets
+ *    [q,k,v] -> [o] -> [gate,up] -> [down] (llama's inside_layer_modules;
+ *    all seven in one subset without true_sequential), each subset's
+ *    Hessians collected while the layer — with the already-quantized
+ *    subsets swapped in as fake-quant (dequantized f32) weights — runs on
+ *    every sequence, then GPTQ.fasterquant per module; after all subsets
+ *    the quantized layer's outputs become the next layer's inputs.
+ *    AutoGPTQ's save_quantized / QuantLinear.pack for the checkpoint
+ *    (qweight/qzeros/scales/g_idx, bias stored f16, quantize_config.json).
+ *  - GPTQModel (ModelCloud) for damp auto-increment, checkpoint_format
+ *    gptq_v2, quantization_config "meta", "lm_head" and "dynamic".
+ *  - GPTQ's data loaders (IST-DASLab/gptq datautils.py get_wikitext2) for
+ *    calibration windows: random window starts in one token stream.
+ *  - ../shared/reference/gptq_model/meta.json for the exact protocol that
+ *    lowbit reproduces (tinystories-656k: GPTQ 41.4751, RTN 43.0408).
+ *
+ * Hessians of modules that read the same input (q/k/v; gate/up) are
+ * computed once and shared: AutoGPTQ computes identical copies.
+ * Activation memory: nsamples x seqlen x hidden_size values (f32, or f16
+ * with act_f16) plus one [seqlen] working copy; logged at the start
+ * ("calibration activations: 128 x 2048 x 4096 f32 = 4.0 GiB").
+ */
+#ifndef LOWBIT_QUANTIZE_H
+#define LOWBIT_QUANTIZE_H
+
+#include "lowbit/gptq.h"
+#include "lowbit/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Calibration data                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* nsamples token sequences of seqlen ids each. */
+typedef struct lb_calib {
+    int32_t *ids;     /* [nsamples, seqlen] row-major (malloc'd, owned)   */
+    int64_t nsamples, seqlen;
+} lb_calib;
+
+/* Read pre-tokenized ids: a raw little-endian int32 file of
+ * [rows, seqlen] (row-major, rows = size / (4 * seqlen)), such as
+ * ../shared/reference/gptq_model/calib_ids.i32 ([128, 128]). The first
+ * nsamples rows are used (nsamples <= 0: all). Ids are checked against
+ * the vocabulary later, by the forward. Errors: LB_ERR_IO/NOT_FOUND,
+ * LB_ERR_FORMAT (size not a whole number of rows, naming both numbers),
+ * LB_ERR_RANGE (fewer rows than nsamples), LB_ERR_INVALID_ARG. */
+lb_status lb_calib_load_ids(const char *path, int64_t seqlen,
+                            int64_t nsamples, lb_calib *out);
+
+/* Tokenizer callback for text calibration: encode text[0..len) with the
+ * model's special-token post-processing (add_special = true, e.g. BOS);
+ * *ids is malloc'd (the caller frees it). */
+typedef lb_status (*lb_tokenize_fn)(void *user, const char *text, size_t len,
+                                    int32_t **ids, size_t *n);
+
+/* Sample calibration windows from text files, documented sampling:
+ *  1. Documents: a file named *.jsonl holds one JSON object per non-empty
+ *     line whose string field "text" is one document (lines without it
+ *     are an LB_ERR_FORMAT error naming file and line); any other file is
+ *     one document (its bytes as they are).
+ *  2. Each document is tokenized on its own with tok (so BOS starts each
+ *     one when the tokenizer adds it) and the id lists are concatenated,
+ *     in file and line order, into one stream of n ids.
+ *  3. n must be >= seqlen, else LB_ERR_RANGE: "calibration text too short:
+ *     N tokens in D documents, at least seqlen = M needed" (the message
+ *     also gives nsamples*seqlen, the size without overlapping windows).
+ *  4. Window k (k = 0..nsamples-1) starts at
+ *     lb_rng_next(&rng) % (n - seqlen + 1), rng = lb_rng_seed(seed)
+ *     (xoshiro256**, lowbit/sample.h) — windows may overlap (as GPTQ's
+ *     loaders do); the ids of the window are copied as they are.
+ * Same files, tokenizer and seed give the same ids on every machine.
+ * Errors: file errors, tokenizer errors, LB_ERR_RANGE, LB_ERR_INVALID_ARG
+ * (nsamples/seqlen < 1, no files). */
+lb_status lb_calib_sample_text(const char *const *paths, int n_paths,
+                               lb_tokenize_fn tok, void *tok_user,
+                               int64_t nsamples, int64_t seqlen, uint64_t seed,
+                               lb_calib *out);
+
+void lb_calib_free(lb_calib *c);
+
+/* ------------------------------------------------------------------------ */
+/* Parameters                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef enum lb_quant_method {
+    LB_QUANT_RTN = 0, /* the AutoGPTQ grid alone, no calibration          */
+    LB_QUANT_GPTQ = 1
+} lb_quant_method;
+
+typedef enum lb_quant_profile {
+    LB_QUANT_PROFILE_NONE = 0,
+    /* vLLM CPU W4A8 recipe: symmetric 4-bit only (zero fixed at 8),
+     * per-group scale search minimising the squared error (the grid's MSE
+     * search with norm 2), lm_head quantized and untied
+     * (tie_word_embeddings false, model.embed_tokens.weight written in
+     * BF16), quantization_report.json with per-tensor SNR. */
+    LB_QUANT_PROFILE_VLLM_W4A8 = 1
+} lb_quant_profile;
+
+/* Module rules ("--modules"): each rule is "REGEX" or "REGEX=SPEC".
+ * REGEX (PCRE2 syntax) is searched (unanchored) in the full module name,
+ * e.g. "model.layers.3.mlp.down_proj" or "lm_head"; the FIRST rule that
+ * matches decides; modules no rule matches use the global settings.
+ * SPEC is "skip" (keep the module dense) or ':'-separated items:
+ *   2|3|4|8      bits          gN / g-1   group size (N >= 1)
+ *   sym / asym   grid          act / noact  desc_act on / off
+ * e.g. "mlp\.down_proj=8", "self_attn=4:g32:asym", "layers\.0\.=skip",
+ * and a final catch-all ".*=skip" restricts quantization to the modules
+ * matched before it. Candidates are the seven linears of every layer, plus
+ * lm_head with lm_head = true; rules never add candidates. In the
+ * checkpoint the rules become quantization_config.dynamic entries
+ * "-:.*(?:REGEX)" / "+:.*(?:REGEX)" (GPTQModel/vLLM match with re.match). */
+typedef struct lb_quantize_params {
+    lb_quant_method method;   /* GPTQ                                     */
+    int bits;                 /* 4                                         */
+    int group_size;           /* 128 (-1: one group per output row)        */
+    bool sym;                 /* true                                      */
+    bool desc_act;            /* false (GPTQ only)                         */
+    bool static_groups;       /* false (GPTQ only)                         */
+    double damp_percent;      /* 0.01                                      */
+    double damp_auto_increment; /* 0.0025 (GPTQModel); 0: no retries      */
+    bool mse;                 /* grid MSE search (AutoGPTQ Quantizer mse)  */
+    float mse_norm;           /* 2.4 (AutoGPTQ); the vLLM profile uses 2  */
+    bool true_sequential;     /* true                                      */
+    bool lm_head;             /* quantize lm_head too (unties embeddings)  */
+    bool hessian_f64;         /* accumulate H in double (default: float32
+                                 as AutoGPTQ)                              */
+    bool act_f16;             /* keep calibration activations in f16       */
+    const char *const *rules; /* module rules, see above (not owned)       */
+    int n_rules;
+    lb_gptq_format format;    /* LB_GPTQ_FORMAT_V1 ("gptq")                */
+    lb_quant_profile profile;
+    int n_threads;            /* <= 0: all CPUs                            */
+    uint64_t max_shard_bytes; /* 4e9; 0: one model.safetensors            */
+    bool resume;              /* continue a run left in OUT_DIR.tmp-*     */
+    bool force;               /* replace a non-empty OUT_DIR               */
+    bool write_report;        /* OUT_DIR/quantize_report.json              */
+    uint64_t calib_seed;      /* recorded in the config's meta only        */
+    lb_progress progress;     /* stage text + done/total work units        */
+} lb_quantize_params;
+
+/* The defaults above (AutoGPTQ's: 4-bit sym g128, damp 0.01, true
+ * sequential; GPTQ v1 checkpoint; 4 GB shards). */
+void lb_quantize_default_params(lb_quantize_params *p);
+
+/* ------------------------------------------------------------------------ */
+/* Report                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct lb_quantize_module_report {
+    char name[160];       /* "model.layers.0.self_attn.q_proj", "lm_head" */
+    int layer;            /* -1 for lm_head                               */
+    bool quantized;       /* false: kept dense (see note)                 */
+    char note[128];       /* why it stayed dense, "" otherwise            */
+    int bits, group_size;
+    bool sym, desc_act;
+    int64_t out_features, in_features;
+    double loss;          /* GPTQ: sum over weights of (w-q)^2/Hinv_cc^2/2
+                             (AutoGPTQ's Losses.sum()); RTN: 0            */
+    double avg_loss;      /* loss / nsamples (AutoGPTQ's logged value)    */
+    double damp_percent;  /* damp_percent used (after auto-increments)    */
+    int n_damp_retries;
+    int64_t n_dead;       /* columns with H[c,c] == 0                     */
+    int64_t nsamples;     /* sequences in its Hessian (0 for RTN)         */
+    double seconds;       /* solve time                                   */
+    double snr_db;        /* 10 log10(sum w^2 / sum (w - w_q)^2), w_q as
+                             stored (f16 scales in a checkpoint, f32 scales
+                             in lb_quantize_model_inplace); inf if exact  */
+    bool resumed;         /* taken from a previous run (--resume)         */
+} lb_quantize_module_report;
+
+typedef struct lb_quantize_report {
+    lb_quantize_module_report *modules; /* [n_modules] (owned)            */
+    int n_modules;
+    int n_layers, layers_resumed;
+    int64_t nsamples, seqlen;
+    uint64_t activation_bytes;  /* calibration activations held           */
+    double seconds;             /* wall time of the whole run             */
+    int64_t quantized_params;   /* weights in quantized modules           */
+    double bits_per_weight;     /* (qweight + qzeros + scales + g_idx bits)
+                                   / quantized_params                      */
+    double snr_min_db, snr_max_db, snr_mean_db; /* over quantized modules */
+    int n_shards;               /* .safetensors files written             */
+    uint64_t tensor_bytes;      /* bytes of tensor data written           */
+} lb_quantize_report;
+
+void lb_quantize_report_free(lb_quantize_report *r);
+
+/* The report as JSON (malloc'd, NUL-terminated, pretty-printed):
+ * {"method", "bits", "group_size", "sym", "desc_act", ..., "nsamples",
+ *  "seqlen", "seconds", "bits_per_weight", "snr_db": {min, max, mean},
+ *  "modules": [{"name", "quantized", "note", "bits", "group_size", "sym",
+ *  "desc_act", "shape", "loss", "avg_loss", "damp_percent",
+ *  "damp_retries", "dead_columns", "nsamples", "seconds", "snr_db",
+ *  "resumed"}...]} (non-finite numbers as null). p may be NULL. */
+char *lb_quantize_report_json(const lb_quantize_report *r,
+                              const lb_quantize_params *p);
+
+/* ------------------------------------------------------------------------ */
+/* Running                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Quantize the HF checkpoint in model_dir and write a GPTQ checkpoint to
+ * out_dir.
+ *
+ * Output (built in "OUT_DIR.tmp-XXXXXX" beside OUT_DIR, renamed to OUT_DIR
+ * only when complete; a non-empty OUT_DIR is refused unless p->force):
+ *  - model.safetensors, or model-0000i-of-0000N.safetensors +
+ *    model.safetensors.index.json above p->max_shard_bytes; metadata
+ *    {"format": "pt", "quantizer": "lowbit:VERSION"}; for each quantized
+ *    module NAME.qweight/qzeros/scales(f16)/g_idx (+ NAME.bias in f16, as
+ *    AutoGPTQ); every other tensor copied in its dtype (embeddings, norms,
+ *    dense lm_head); with a quantized lm_head on a tied model
+ *    model.embed_tokens.weight is written (BF16 under the vLLM profile);
+ *  - config.json: the model's plus "quantization_config" {quant_method
+ *    "gptq", bits, group_size, desc_act, sym, damp_percent,
+ *    damp_auto_increment, true_sequential, static_groups, lm_head,
+ *    checkpoint_format, [dynamic], meta {quantizer "lowbit:VERSION", uri,
+ *    method "gptq"|"rtn", mse, calibration}} and tie_word_embeddings false
+ *    when lm_head is quantized; quantize_config.json (AutoGPTQ's
+ *    BaseQuantizeConfig keys + the same extras);
+ *  - tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+ *    generation_config.json, tokenizer.model, vocab.json, merges.txt,
+ *    added_tokens.json, chat_template.jinja copied when present;
+ *  - quantize_report.json (p->write_report), quantization_report.json
+ *    (vLLM profile).
+ *
+ * Resume: after each decoder layer its results go to
+ * OUT_DIR.tmp-XXXXXX/layers/layer-NNNNN.safetensors (packed codes, zero
+ * points, float32 scales, g_idx, per-module report), written atomically,
+ * beside lowbit-state.json (the settings, model path and a hash of the
+ * calibration ids). With p->resume a temp directory of a previous run with
+ * the same settings (checkpoint_format, shard size, threads and report
+ * flags may differ) is reused: its finished layers are not quantized
+ * again; their dequantized weights (float32 scales, so bit-identical to
+ * the first run) are swapped in and replayed to recompute the next
+ * layer's calibration inputs — the output is byte-identical to an
+ * uninterrupted run. A failed or cancelled run keeps its temp directory
+ * when at least one layer finished (and says so in the error message).
+ *
+ * calib: required for GPTQ (ignored for RTN). rep (optional) is filled on
+ * success. Memory: the model is mmap'ed; one linear at a time is
+ * converted to f32 (plus the solver's work space, lowbit/gptq.h); the
+ * quantized layer's dequantized f32 weights are held until the layer has
+ * been replayed, then freed; calibration activations as stated above.
+ * Errors: LB_ERR_INVALID_ARG (parameters, rules, out_dir not empty,
+ * missing calibration), LB_ERR_RANGE (a GPTQ v1 checkpoint cannot hold a
+ * zero point of 0 — asymmetric groups without negative weights: the
+ * message names the module and suggests gptq_v2), loader, forward, solver
+ * and I/O errors, LB_ERR_CANCELLED (progress callback). */
+lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
+                            const lb_quantize_params *p, const lb_calib *calib,
+                            lb_quantize_report *rep);
+
+/* The same algorithm on a loaded model, in memory: every quantized linear
+ * (and lm_head) is replaced by its dequantized float32 weights
+ * (fake-quant, float32 scales: the figures of
+ * ../shared/reference/gptq_model "fakequant_fp32"); a quantized lm_head on
+ * tied embeddings unties them. Nothing is written (out_dir options are
+ * ignored); rep optional. Memory: the dequantized f32 weights stay in the
+ * model. Errors as lb_quantize_model. */
+lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
+                                    const lb_calib *calib,
+                                    lb_quantize_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOWBIT_QUANTIZE_H */

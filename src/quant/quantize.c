@@ -1,0 +1,890 @@
+/*
+ * Whole-model quantization engine (lowbit/quantize.h): parameters, the
+ * layer-by-layer GPTQ calibration of AutoGPTQ's
+ * BaseGPTQForCausalLM.quantize() (@9f7d370) on lowbit's forward, RTN,
+ * lb_quantize_model_inplace and the JSON report.
+ *
+ * Per decoder layer l (GPTQ):
+ *   for each subset S of [q,k,v] [o] [gate,up] [down] (one subset with
+ *   true_sequential off) that has a module to quantize:
+ *     H_g = 0 for each input group g the subset reads (attention input,
+ *     o_proj input, MLP input, down_proj input);
+ *     for every sequence s: x = inputs_l[s]; lb_layer_forward(l, x) with a
+ *     hook that adds X to H_g (one add_batch per sequence, nsamples counted
+ *     in sequences) and stops the forward after the last input S needs;
+ *     each module of S: GPTQ(W, H) -> swap its dequantized f32 weights in;
+ *   replay: inputs_{l+1}[s] = layer_l(inputs_l[s]) with every quantized
+ *   module swapped in.
+ */
+#include "quant/quantize_internal.h"
+#include "lowbit/quants.h"
+#include "model/model_internal.h"
+#include "quant/gptq_internal.h"
+#include "core/internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void lb_quantize_default_params(lb_quantize_params *p) {
+    memset(p, 0, sizeof *p);
+    p->method = LB_QUANT_GPTQ;
+    p->bits = 4;
+    p->group_size = 128;
+    p->sym = true;
+    p->damp_percent = 0.01;
+    p->damp_auto_increment = 0.0025;
+    p->mse_norm = 2.4f;
+    p->true_sequential = true;
+    p->format = LB_GPTQ_FORMAT_V1;
+    p->max_shard_bytes = 4000000000ull;
+}
+
+lb_status qz_effective_params(const lb_quantize_params *p,
+                              lb_quantize_params *e) {
+    static const char *who = "quantize";
+    if (!p) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL params", who);
+    *e = *p;
+    if (e->method != LB_QUANT_RTN && e->method != LB_QUANT_GPTQ)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown method %d", who,
+                            (int)e->method);
+    LB_TRY(lb_gptq_check_bits(e->bits, who));
+    LB_TRY(lb_gptq_check_group_size(e->group_size, who));
+    if (e->format != LB_GPTQ_FORMAT_V1 && e->format != LB_GPTQ_FORMAT_V2)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown checkpoint "
+                            "format %d", who, (int)e->format);
+    if (e->profile == LB_QUANT_PROFILE_VLLM_W4A8) {
+        if (e->bits != 4 || !e->sym)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "%s: the vllm-w4a8 profile is symmetric "
+                                "4-bit only (got %d-bit %s)",
+                                who, e->bits, e->sym ? "sym" : "asym");
+        e->mse = true;
+        e->mse_norm = 2.0f;
+        e->lm_head = true;
+    } else if (e->profile != LB_QUANT_PROFILE_NONE) {
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown profile %d", who,
+                            (int)e->profile);
+    }
+    if (e->method == LB_QUANT_GPTQ &&
+        (!(e->damp_percent > 0.0) || !(e->damp_percent < 1.0) ||
+         !(e->damp_auto_increment >= 0.0)))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: damp_percent %g must be in (0, 1) and the "
+                            "auto-increment %g >= 0",
+                            who, e->damp_percent, e->damp_auto_increment);
+    if (e->mse && !(e->mse_norm > 0.0f && e->mse_norm < 100.0f))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: mse norm %g", who,
+                            (double)e->mse_norm);
+    if (e->method == LB_QUANT_RTN && (e->desc_act || e->static_groups))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: desc_act and static_groups need GPTQ (RTN "
+                            "has no Hessian)",
+                            who);
+    return LB_OK;
+}
+
+double qz_snr_db(const float *w, const float *q, int64_t n) {
+    double s = 0.0, e = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)w[i] - (double)q[i];
+        s += (double)w[i] * (double)w[i];
+        e += d * d;
+    }
+    if (e == 0.0) return INFINITY;
+    if (s == 0.0) return -INFINITY;
+    return 10.0 * log10(s / e);
+}
+
+void lb_quantize_report_free(lb_quantize_report *r) {
+    if (!r) return;
+    free(r->modules);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                    */
+/* ------------------------------------------------------------------------ */
+
+enum { G_ATTN = 0, G_O, G_MLP, G_DOWN, G_COUNT };
+
+/* Input group of a linear; K/V and UP read the same X as Q and GATE. */
+static int input_group(int which) {
+    switch (which) {
+    case LB_LINEAR_Q:
+    case LB_LINEAR_K:
+    case LB_LINEAR_V: return G_ATTN;
+    case LB_LINEAR_O: return G_O;
+    case LB_LINEAR_GATE:
+    case LB_LINEAR_UP: return G_MLP;
+    default: return G_DOWN;
+    }
+}
+
+typedef struct capture {
+    lb_gptq_hessian *H[G_COUNT];
+    int last;     /* input group after which the forward stops           */
+    bool stopped; /* the hook stopped it                                 */
+} capture;
+
+static lb_status capture_hook(void *user, int layer, lb_linear_id which,
+                              const float *X, int64_t n, int64_t in) {
+    (void)layer;
+    (void)in;
+    capture *c = user;
+    /* K, V, UP: the same X as Q / GATE, already captured */
+    if (which == LB_LINEAR_K || which == LB_LINEAR_V || which == LB_LINEAR_UP)
+        return LB_OK;
+    int g = input_group(which);
+    if (c->H[g]) LB_TRY(lb_gptq_hessian_add_batch(c->H[g], X, n, 1));
+    if (g == c->last) {
+        c->stopped = true;
+        return LB_ERR_CANCELLED;
+    }
+    return LB_OK;
+}
+
+typedef struct engine {
+    lb_model *m;
+    const lb_quantize_params *p;
+    const lb_calib *cal;
+    const qz_module *mods;
+    int n_mods;
+    qz_sink *sink;
+    lb_quantize_report *rep;
+    lb_context *ctx;
+    int64_t ns, T, dim; /* samples, tokens per sample, hidden size */
+    float *act32;       /* [ns, T, dim] or NULL                       */
+    uint16_t *act16;    /* [ns, T, dim] f16 or NULL                   */
+    float *x;           /* [T, dim] working copy                      */
+    /* dequantized weights swapped into the current layer */
+    float *deq[LB_LINEAR_COUNT];
+    lb_tensor orig[LB_LINEAR_COUNT];
+    uint64_t done, total;
+    char stage[160];
+} engine;
+
+static lb_status progress(engine *e, uint64_t add) {
+    e->done += add;
+    if (!lb_progress_report(&e->p->progress, e->stage, e->done, e->total))
+        return lb_set_error(LB_ERR_CANCELLED, "quantize: cancelled (%s)",
+                            e->stage);
+    return LB_OK;
+}
+
+static void act_load(engine *e, int64_t s, float *dst) {
+    size_t n = (size_t)(e->T * e->dim);
+    if (e->act32)
+        memcpy(dst, e->act32 + (size_t)s * n, n * sizeof(float));
+    else
+        lb_f16_to_f32_row(e->act16 + (size_t)s * n, dst, n);
+}
+
+static void act_store(engine *e, int64_t s, const float *src) {
+    size_t n = (size_t)(e->T * e->dim);
+    if (e->act32)
+        memcpy(e->act32 + (size_t)s * n, src, n * sizeof(float));
+    else
+        lb_f32_to_f16_row(src, e->act16 + (size_t)s * n, n);
+}
+
+/* The weight of a module as f32 [out, in] (lb_alloc'd). */
+static lb_status weight_f32(const lb_tensor *t, const char *name, float **out) {
+    *out = NULL;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    size_t rb, n;
+    if (!lb_row_size(t->type, cols, &rb) ||
+        !lb_mul_ok((size_t)rows, (size_t)cols, &n) ||
+        !lb_mul_ok(n, sizeof(float), &n))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: size overflows", name);
+    float *W = lb_alloc(n);
+    if (!W) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory for f32 "
+                                "weights (%zu bytes)", name, n);
+    for (int64_t r = 0; r < rows; r++) {
+        lb_status s = lb_dequantize_row(t->type,
+                                        (const uint8_t *)t->data + r * rb,
+                                        W + r * cols, cols);
+        if (s != LB_OK) {
+            lb_free(W);
+            return lb_error_context(s, "%s", name);
+        }
+    }
+    *out = W;
+    return LB_OK;
+}
+
+/* RTN on the AutoGPTQ grid with the engine's MSE settings (lb_rtn_quantize
+ * with a configurable MSE norm). */
+static lb_status rtn(const float *W, int64_t out, int64_t in,
+                     const qz_module *q, const lb_quantize_params *p,
+                     lb_gptq_result *res) {
+    memset(res, 0, sizeof *res);
+    lb_quant_grid g;
+    lb_quant_grid_default(&g, q->bits, q->sym);
+    g.mse = p->mse;
+    g.mse_norm = p->mse_norm;
+    const int64_t gs = q->group_size < 0 ? in : q->group_size;
+    const int64_t ng = lb_gptq_n_groups(in, q->group_size);
+    LB_TRY(lb_gptq_check_finite(W, out, in, in, q->name, "W"));
+    LB_TRY(lb_gptq_result_alloc(res, out, in, ng, false, false));
+    res->bits = q->bits;
+    res->group_size = q->group_size;
+    res->damp_percent_used = 0.0;
+    const int32_t maxq = (1 << q->bits) - 1;
+    for (int64_t c = 0; c < in; c++) res->g_idx[c] = (int32_t)(c / gs);
+    for (int64_t o = 0; o < out; o++) {
+        const float *w = W + o * in;
+        for (int64_t k = 0; k < ng; k++) {
+            int64_t c0 = k * gs, c1 = LB_MIN(in, c0 + gs);
+            float s;
+            int32_t z;
+            lb_status st = lb_gptq_grid_row(&g, w + c0, c1 - c0, &s, &z);
+            if (st != LB_OK) {
+                lb_gptq_result_free(res);
+                return lb_error_context(st, "%s: row %lld group %lld",
+                                        q->name, (long long)o, (long long)k);
+            }
+            res->scales[o * ng + k] = s;
+            res->zeros[o * ng + k] = z;
+            for (int64_t c = c0; c < c1; c++) {
+                int32_t code = lb_quant_grid_code(w[c], s, z, maxq);
+                res->codes[o * in + c] = code;
+                res->W_deq[o * in + c] = lb_quant_grid_dequant(code, s, z);
+            }
+        }
+    }
+    return LB_OK;
+}
+
+static lb_tensor *module_tensor(lb_model *m, const qz_module *q) {
+    return q->which == QZ_LM_HEAD ? &m->output
+                                  : &m->layers[q->layer].w[q->which];
+}
+
+/* Put a module's dequantized f32 weights into the model. In-place mode the
+ * model owns them; otherwise the engine keeps them and restores the
+ * original view after the layer. */
+static lb_status swap_in(engine *e, const qz_module *q, float *Wd) {
+    lb_tensor t = {.name = NULL, .type = LB_TYPE_F32, .n_dims = 2,
+                   .shape = {q->out, q->in}, .data = Wd,
+                   .nbytes = (size_t)q->out * (size_t)q->in * sizeof(float)};
+    if (q->which == QZ_LM_HEAD) {
+        if (!e->sink->keep_in_model) {
+            lb_free(Wd); /* nothing runs after lm_head */
+            return LB_OK;
+        }
+        LB_TRY(lb_model_builder_own(e->m, Wd));
+        t.name = e->m->output.name;
+        e->m->output = t;
+        e->m->config.tie_word_embeddings = false; /* untied now */
+        return LB_OK;
+    }
+    if (e->sink->keep_in_model)
+        return lb_model_set_linear(e->m, q->layer, (lb_linear_id)q->which, &t,
+                                   Wd);
+    if (!e->deq[q->which])
+        e->orig[q->which] = e->m->layers[q->layer].w[q->which];
+    lb_free(e->deq[q->which]);
+    e->deq[q->which] = Wd;
+    lb_status s = lb_model_set_linear(e->m, q->layer, (lb_linear_id)q->which,
+                                      &t, NULL);
+    return s;
+}
+
+/* Restore the layer's original weights and free the dequantized ones. */
+static void restore_layer(engine *e, int layer) {
+    for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+        if (!e->deq[i]) continue;
+        if (layer < e->m->config.n_layers)
+            lb_model_set_linear(e->m, layer, (lb_linear_id)i, &e->orig[i],
+                                NULL);
+        lb_free(e->deq[i]);
+        e->deq[i] = NULL;
+    }
+}
+
+static void fill_report_static(lb_quantize_module_report *r,
+                               const qz_module *q, int n_layers) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", q->name);
+    r->layer = q->which == QZ_LM_HEAD ? -1 : q->layer;
+    (void)n_layers;
+    r->quantized = q->quantize;
+    snprintf(r->note, sizeof r->note, "%s", q->note);
+    r->bits = q->bits;
+    r->group_size = q->group_size;
+    r->sym = q->sym;
+    r->desc_act = q->desc_act;
+    r->out_features = q->out;
+    r->in_features = q->in;
+    r->snr_db = NAN;
+}
+
+/* Quantize one module (W from the model, H or NULL for RTN), hand it to
+ * the sink, swap it in. */
+static lb_status quantize_module(engine *e, const qz_module *q,
+                                 const float *H, int64_t nsamples) {
+    lb_quantize_module_report *r = &e->rep->modules[q - e->mods];
+    float *W = NULL;
+    LB_TRY(weight_f32(module_tensor(e->m, q), q->name, &W));
+    lb_gptq_result res;
+    memset(&res, 0, sizeof res);
+    double t0 = lb_time_s();
+    lb_status s;
+    if (H) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.bits = q->bits;
+        o.group_size = q->group_size;
+        o.sym = q->sym;
+        o.desc_act = q->desc_act;
+        o.static_groups = e->p->static_groups;
+        o.mse = e->p->mse;
+        o.mse_norm = e->p->mse_norm;
+        o.damp_percent = e->p->damp_percent;
+        o.damp_auto_increment = e->p->damp_auto_increment;
+        o.pool = e->ctx ? lb_context_pool(e->ctx) : NULL;
+        s = lb_gptq_quantize(W, q->out, q->in, H, &o, &res);
+    } else {
+        s = rtn(W, q->out, q->in, q, e->p, &res);
+    }
+    if (s != LB_OK) {
+        lb_free(W);
+        return lb_error_context(s, "%s", q->name);
+    }
+    r->seconds = lb_time_s() - t0;
+    r->loss = res.loss;
+    r->nsamples = nsamples;
+    r->avg_loss = nsamples > 0 ? res.loss / (double)nsamples : 0.0;
+    r->damp_percent = H ? res.damp_percent_used : 0.0;
+    r->n_damp_retries = res.n_damp_retries;
+    r->n_dead = res.n_dead;
+    r->snr_db = qz_snr_db(W, res.W_deq, q->out * q->in);
+    if (res.n_damp_retries)
+        lb_log(LB_LOG_WARN, "%s: Cholesky failed %d time(s); damp_percent "
+               "raised to %g", q->name, res.n_damp_retries,
+               res.damp_percent_used);
+    s = e->sink->module_done
+            ? e->sink->module_done(e->sink->user, q, W, &res, r)
+            : LB_OK;
+    lb_free(W);
+    if (s == LB_OK) {
+        float *Wd = res.W_deq;
+        res.W_deq = NULL;
+        s = swap_in(e, q, Wd);
+    }
+    lb_gptq_result_free(&res);
+    return s;
+}
+
+/* Cached results of a previous run for `layer` (modules mods[0..n)). */
+static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
+                            bool *found) {
+    *found = false;
+    if (!e->sink->layer_cached) return LB_OK;
+    float *deq[LB_LINEAR_COUNT + 1] = {0};
+    lb_quantize_module_report reps[LB_LINEAR_COUNT + 1];
+    for (int i = 0; i < n; i++) reps[i] = e->rep->modules[lm - e->mods + i];
+    LB_TRY(e->sink->layer_cached(e->sink->user, layer, lm, n, deq, reps,
+                                 found));
+    if (!*found) return LB_OK;
+    lb_status s = LB_OK;
+    for (int i = 0; i < n; i++) {
+        if (!lm[i].quantize) continue;
+        e->rep->modules[lm - e->mods + i] = reps[i];
+        e->rep->modules[lm - e->mods + i].resumed = true;
+        if (s == LB_OK)
+            s = swap_in(e, &lm[i], deq[i]);
+        else
+            lb_free(deq[i]);
+        deq[i] = NULL;
+    }
+    return s;
+}
+
+static const int subsets_seq[4][3] = {
+    {LB_LINEAR_Q, LB_LINEAR_K, LB_LINEAR_V},
+    {LB_LINEAR_O, -1, -1},
+    {LB_LINEAR_GATE, LB_LINEAR_UP, -1},
+    {LB_LINEAR_DOWN, -1, -1}};
+
+static const char *short_name(int which) {
+    static const char *n[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    return which >= 0 && which < LB_LINEAR_COUNT ? n[which] : "lm_head";
+}
+
+/* One GPTQ subset of layer l: modules `members` (linear ids). */
+static lb_status run_subset(engine *e, int l, const int *members, int nm) {
+    const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
+    capture c;
+    memset(&c, 0, sizeof c);
+    c.last = -1;
+    bool any = false;
+    char names[64] = "";
+    for (int k = 0; k < nm; k++) {
+        const qz_module *q = &lm[members[k]];
+        if (!q->quantize) continue;
+        int g = input_group(q->which);
+        if (!c.H[g]) {
+            lb_status s = lb_gptq_hessian_create(q->in, e->p->hessian_f64,
+                                                 &c.H[g]);
+            if (s != LB_OK) {
+                for (int i = 0; i < G_COUNT; i++) lb_gptq_hessian_free(c.H[i]);
+                return s;
+            }
+        }
+        if (g > c.last) c.last = g;
+        size_t o = strlen(names);
+        snprintf(names + o, sizeof names - o, "%s%s", any ? "," : "",
+                 short_name(q->which));
+        any = true;
+    }
+    if (!any) return LB_OK;
+    lb_status s = LB_OK;
+    snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: hessians", l + 1,
+             e->m->config.n_layers, names);
+    lb_forward_hook hook = {capture_hook, &c};
+    lb_context_set_hook(e->ctx, &hook);
+    for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
+        act_load(e, i, e->x);
+        c.stopped = false;
+        s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+        if (s == LB_ERR_CANCELLED && c.stopped) {
+            s = LB_OK;
+            lb_clear_error();
+        }
+        if (s == LB_OK) s = progress(e, 1);
+    }
+    lb_context_set_hook(e->ctx, NULL);
+    float *H = NULL;
+    double loss_sum = 0.0;
+    for (int k = 0; k < nm && s == LB_OK; k++) {
+        const qz_module *q = &lm[members[k]];
+        if (!q->quantize) continue;
+        lb_gptq_hessian *h = c.H[input_group(q->which)];
+        size_t nn = (size_t)q->in * (size_t)q->in;
+        lb_free(H);
+        H = lb_alloc(nn * sizeof(float));
+        if (!H) {
+            s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for H",
+                             q->name);
+            break;
+        }
+        lb_gptq_hessian_get(h, H);
+        snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: gptq %s", l + 1,
+                 e->m->config.n_layers, names, short_name(q->which));
+        s = quantize_module(e, q, H, lb_gptq_hessian_nsamples(h));
+        if (s == LB_OK) {
+            loss_sum += e->rep->modules[q - e->mods].loss;
+            snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: loss %.4g",
+                     l + 1, e->m->config.n_layers, names, loss_sum);
+            s = progress(e, 1);
+        }
+    }
+    lb_free(H);
+    for (int i = 0; i < G_COUNT; i++) lb_gptq_hessian_free(c.H[i]);
+    return s;
+}
+
+static int count_quantized(const qz_module *m, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += m[i].quantize;
+    return k;
+}
+
+/* Work units of layer l before its replay: one per calibration forward of
+ * each subset with work, one per solve (RTN: one per module). */
+static uint64_t layer_units(const engine *e, int l) {
+    const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
+    const int nq = count_quantized(lm, LB_LINEAR_COUNT);
+    if (e->p->method != LB_QUANT_GPTQ) return (uint64_t)nq;
+    uint64_t u = (uint64_t)nq;
+    const int nsub = e->p->true_sequential ? 4 : 1;
+    for (int k = 0; k < nsub; k++) {
+        bool any = false;
+        for (int j = 0; j < LB_LINEAR_COUNT; j++) {
+            bool member = !e->p->true_sequential || j == subsets_seq[k][0] ||
+                          j == subsets_seq[k][1] || j == subsets_seq[k][2];
+            if (member && lm[j].quantize) any = true;
+        }
+        if (any) u += (uint64_t)e->ns;
+    }
+    return u;
+}
+
+/* Work units for the progress bar. */
+static uint64_t count_units(const engine *e) {
+    const int L = e->m->config.n_layers;
+    const bool gptq = e->p->method == LB_QUANT_GPTQ;
+    const bool head = e->n_mods > L * LB_LINEAR_COUNT &&
+                      e->mods[e->n_mods - 1].quantize;
+    uint64_t u = 0;
+    for (int l = 0; l < L; l++) {
+        u += layer_units(e, l);
+        if (gptq && (l + 1 < L || head)) u += (uint64_t)e->ns; /* replay */
+    }
+    if (head) u += gptq ? (uint64_t)e->ns + 1 : 1;
+    return u;
+}
+
+static lb_status run_layers(engine *e) {
+    const int L = e->m->config.n_layers;
+    const bool gptq = e->p->method == LB_QUANT_GPTQ;
+    lb_status s = LB_OK;
+    const bool head = e->n_mods == L * LB_LINEAR_COUNT + 1 &&
+                      e->mods[e->n_mods - 1].quantize;
+    int cur = 0;
+    for (int l = 0; l < L && s == LB_OK; l++) {
+        const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
+        int nq = count_quantized(lm, LB_LINEAR_COUNT);
+        bool cached = false;
+        cur = l;
+        if (nq) s = try_cached(e, l, lm, LB_LINEAR_COUNT, &cached);
+        if (s != LB_OK) break;
+        if (cached) {
+            e->rep->layers_resumed++;
+            snprintf(e->stage, sizeof e->stage, "layer %d/%d: resumed",
+                     l + 1, L);
+        } else if (nq && !gptq) {
+            for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
+                if (!lm[i].quantize) continue;
+                snprintf(e->stage, sizeof e->stage, "layer %d/%d: rtn %s",
+                         l + 1, L, short_name(i));
+                s = quantize_module(e, &lm[i], NULL, 0);
+                if (s == LB_OK) s = progress(e, 1);
+            }
+        } else if (nq) {
+            if (e->p->true_sequential) {
+                for (int k = 0; k < 4 && s == LB_OK; k++) {
+                    int nm = subsets_seq[k][2] >= 0   ? 3
+                             : subsets_seq[k][1] >= 0 ? 2
+                                                      : 1;
+                    s = run_subset(e, l, subsets_seq[k], nm);
+                }
+            } else {
+                static const int all[7] = {0, 1, 2, 3, 4, 5, 6};
+                s = run_subset(e, l, all, 7);
+            }
+        }
+        if (s != LB_OK) break;
+        if (gptq && (l + 1 < L || (head && gptq))) {
+            /* replay: the quantized layer's outputs feed layer l + 1 (or
+             * lm_head's Hessian after the last layer) */
+            snprintf(e->stage, sizeof e->stage, "layer %d/%d: replay", l + 1,
+                     L);
+            for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
+                act_load(e, i, e->x);
+                s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+                if (s == LB_OK) {
+                    act_store(e, i, e->x);
+                    s = progress(e, 1);
+                }
+            }
+        }
+        if (s == LB_OK && cached) s = progress(e, layer_units(e, l));
+        if (s == LB_OK && nq && !cached && e->sink->layer_done)
+            s = e->sink->layer_done(e->sink->user, l);
+        if (!e->sink->keep_in_model) restore_layer(e, l);
+    }
+    if (s != LB_OK) {
+        if (!e->sink->keep_in_model) restore_layer(e, cur);
+        return s;
+    }
+    /* lm_head: its input is the final RMSNorm of the last hidden states */
+    if (head) {
+        const qz_module *q = &e->mods[e->n_mods - 1];
+        bool cached = false;
+        s = try_cached(e, L, q, 1, &cached);
+        if (s != LB_OK || cached) {
+            if (cached) {
+                e->rep->layers_resumed++;
+                snprintf(e->stage, sizeof e->stage, "lm_head: resumed");
+                s = progress(e, gptq ? (uint64_t)e->ns + 1 : 1);
+            }
+            return s;
+        }
+        snprintf(e->stage, sizeof e->stage, "lm_head: %s",
+                 gptq ? "hessian" : "rtn");
+        float *H = NULL;
+        int64_t nsamp = 0;
+        if (gptq) {
+            lb_gptq_hessian *h = NULL;
+            LB_TRY(lb_gptq_hessian_create(q->in, e->p->hessian_f64, &h));
+            float *xn = lb_alloc((size_t)(e->T * e->dim) * sizeof(float));
+            if (!xn) s = lb_set_error(LB_ERR_NOMEM, "lm_head: out of memory");
+            for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
+                act_load(e, i, e->x);
+                for (int64_t t = 0; t < e->T; t++)
+                    lb_rmsnorm(xn + t * e->dim, e->x + t * e->dim,
+                               e->m->output_norm.data, e->dim,
+                               e->m->config.rms_norm_eps);
+                s = lb_gptq_hessian_add_batch(h, xn, e->T, 1);
+                if (s == LB_OK) s = progress(e, 1);
+            }
+            lb_free(xn);
+            if (s == LB_OK) {
+                H = lb_alloc((size_t)q->in * (size_t)q->in * sizeof(float));
+                if (!H) s = lb_set_error(LB_ERR_NOMEM, "lm_head: out of "
+                                         "memory for H");
+                else
+                    lb_gptq_hessian_get(h, H);
+            }
+            nsamp = lb_gptq_hessian_nsamples(h);
+            lb_gptq_hessian_free(h);
+            if (s != LB_OK) {
+                lb_free(H);
+                return s;
+            }
+            snprintf(e->stage, sizeof e->stage, "lm_head: gptq");
+        }
+        s = quantize_module(e, q, H, nsamp);
+        lb_free(H);
+        if (s == LB_OK) {
+            snprintf(e->stage, sizeof e->stage, "lm_head: loss %.4g",
+                     e->rep->modules[e->n_mods - 1].loss);
+            s = progress(e, 1);
+        }
+        if (s == LB_OK && e->sink->layer_done)
+            s = e->sink->layer_done(e->sink->user, L);
+    }
+    return s;
+}
+
+static void fmt_bytes(char *buf, size_t n, double b) {
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+}
+
+lb_status qz_run(lb_model *m, const lb_quantize_params *p,
+                 const lb_calib *calib, const qz_module *mods, int n_mods,
+                 qz_sink *sink, lb_quantize_report *rep) {
+    engine e;
+    memset(&e, 0, sizeof e);
+    e.m = m;
+    e.p = p;
+    e.cal = calib;
+    e.mods = mods;
+    e.n_mods = n_mods;
+    e.sink = sink;
+    e.rep = rep;
+    const double t0 = lb_time_s();
+    rep->modules = calloc((size_t)n_mods, sizeof *rep->modules);
+    if (!rep->modules) return lb_set_error(LB_ERR_NOMEM, "quantize: out of "
+                                           "memory");
+    rep->n_modules = n_mods;
+    rep->n_layers = m->config.n_layers;
+    for (int i = 0; i < n_mods; i++)
+        fill_report_static(&rep->modules[i], &mods[i], m->config.n_layers);
+    const bool gptq = p->method == LB_QUANT_GPTQ;
+    const bool need_calib = gptq && count_quantized(mods, n_mods) > 0;
+    lb_status s = LB_OK;
+    if (need_calib) {
+        if (!calib || !calib->ids || calib->nsamples < 1 || calib->seqlen < 1)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "quantize: GPTQ needs calibration data");
+        if (calib->seqlen > (1 << 24))
+            return lb_set_error(LB_ERR_INVALID_ARG, "quantize: seqlen %lld",
+                                (long long)calib->seqlen);
+        e.ns = calib->nsamples;
+        e.T = calib->seqlen;
+        e.dim = m->config.hidden_size;
+        rep->nsamples = e.ns;
+        rep->seqlen = e.T;
+        if (e.T > m->config.max_position_embeddings)
+            lb_log(LB_LOG_WARN, "calibration seqlen %lld exceeds the model's "
+                   "max_position_embeddings %d", (long long)e.T,
+                   m->config.max_position_embeddings);
+        size_t n_act;
+        const size_t esz = p->act_f16 ? 2 : 4;
+        if (!lb_mul_ok((size_t)e.ns, (size_t)e.T, &n_act) ||
+            !lb_mul_ok(n_act, (size_t)e.dim, &n_act) ||
+            !lb_mul_ok(n_act, esz, &n_act))
+            return lb_set_error(LB_ERR_OVERFLOW, "quantize: activation size "
+                                "overflows");
+        rep->activation_bytes = n_act;
+        char mem[32];
+        fmt_bytes(mem, sizeof mem, (double)n_act);
+        lb_log(LB_LOG_INFO,
+               "calibration activations: %lld x %lld x %lld %s = %s",
+               (long long)e.ns, (long long)e.T, (long long)e.dim,
+               p->act_f16 ? "f16" : "f32", mem);
+        if (p->act_f16)
+            e.act16 = lb_alloc(n_act);
+        else
+            e.act32 = lb_alloc(n_act);
+        e.x = lb_alloc((size_t)(e.T * e.dim) * sizeof(float));
+        if ((!e.act16 && !e.act32) || !e.x) {
+            s = lb_set_error(LB_ERR_NOMEM,
+                             "quantize: cannot allocate the calibration "
+                             "activations (%s)",
+                             mem);
+            goto done;
+        }
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = (int32_t)e.T;
+        cp.n_batch = (int32_t)e.T;
+        cp.n_threads = p->n_threads;
+        if ((s = lb_context_create(m, &cp, &e.ctx)) != LB_OK) goto done;
+    }
+    e.total = count_units(&e);
+    snprintf(e.stage, sizeof e.stage, "quantize: start");
+    if ((s = progress(&e, 0)) != LB_OK) goto done;
+    if (need_calib) {
+        /* layer-0 inputs: the embeddings of every sequence */
+        for (int64_t i = 0; i < e.ns && s == LB_OK; i++) {
+            s = lb_model_embed(e.ctx, calib->ids + i * e.T, (int32_t)e.T, e.x);
+            if (s != LB_OK)
+                s = lb_error_context(s, "calibration sequence %lld",
+                                     (long long)i);
+            else
+                act_store(&e, i, e.x);
+        }
+        if (s != LB_OK) goto done;
+    }
+    s = run_layers(&e);
+done:
+    lb_context_free(e.ctx);
+    lb_free(e.act32);
+    lb_free(e.act16);
+    lb_free(e.x);
+    rep->seconds = lb_time_s() - t0;
+    /* totals */
+    double snr_sum = 0.0;
+    int n_snr = 0;
+    rep->snr_min_db = INFINITY;
+    rep->snr_max_db = -INFINITY;
+    double bits = 0.0;
+    for (int i = 0; i < rep->n_modules; i++) {
+        const lb_quantize_module_report *r = &rep->modules[i];
+        if (!r->quantized) continue;
+        int64_t o = r->out_features, in = r->in_features;
+        int64_t ng = r->group_size < 0 ? 1 : (in + r->group_size - 1) / r->group_size;
+        rep->quantized_params += o * in;
+        bits += 8.0 * (double)(in * r->bits / 32 * o * 4 +
+                               ng * (o * r->bits / 32) * 4 + ng * o * 2 +
+                               in * 4);
+        if (!isnan(r->snr_db)) {
+            if (r->snr_db < rep->snr_min_db) rep->snr_min_db = r->snr_db;
+            if (r->snr_db > rep->snr_max_db) rep->snr_max_db = r->snr_db;
+            snr_sum += r->snr_db;
+            n_snr++;
+        }
+    }
+    rep->bits_per_weight =
+        rep->quantized_params ? bits / (double)rep->quantized_params : 0.0;
+    rep->snr_mean_db = n_snr ? snr_sum / n_snr : NAN;
+    if (!n_snr) rep->snr_min_db = rep->snr_max_db = NAN;
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* In-place                                                                  */
+/* ------------------------------------------------------------------------ */
+
+lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
+                                    const lb_calib *calib,
+                                    lb_quantize_report *rep) {
+    lb_quantize_report local;
+    if (!rep) rep = &local;
+    memset(rep, 0, sizeof *rep);
+    if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL model");
+    lb_quantize_params e;
+    LB_TRY(qz_effective_params(p, &e));
+    qz_rule *rules = NULL;
+    LB_TRY(qz_rules_parse(e.rules, e.n_rules, &rules));
+    qz_module *mods = NULL;
+    int n_mods = 0;
+    lb_status s = qz_plan(m, &e, rules, e.n_rules, &mods, &n_mods);
+    if (s == LB_OK) {
+        qz_sink sink = {0};
+        sink.keep_in_model = true;
+        s = qz_run(m, &e, calib, mods, n_mods, &sink, rep);
+    }
+    free(mods);
+    qz_rules_free(rules, e.n_rules);
+    if (s != LB_OK || rep == &local) lb_quantize_report_free(rep);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON report                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void add_num(cJSON *o, const char *k, double v) {
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+char *lb_quantize_report_json(const lb_quantize_report *r,
+                              const lb_quantize_params *p) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    if (p) {
+        cJSON_AddStringToObject(j, "method",
+                                p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+        cJSON_AddNumberToObject(j, "bits", p->bits);
+        cJSON_AddNumberToObject(j, "group_size", p->group_size);
+        cJSON_AddBoolToObject(j, "sym", p->sym);
+        cJSON_AddBoolToObject(j, "desc_act", p->desc_act);
+        cJSON_AddBoolToObject(j, "static_groups", p->static_groups);
+        cJSON_AddBoolToObject(j, "true_sequential", p->true_sequential);
+        cJSON_AddBoolToObject(j, "lm_head", p->lm_head);
+        cJSON_AddBoolToObject(j, "mse", p->mse);
+        add_num(j, "damp_percent", p->damp_percent);
+        cJSON_AddStringToObject(j, "checkpoint_format",
+                                p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
+                                                               : "gptq");
+        if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
+            cJSON_AddStringToObject(j, "profile", "vllm-w4a8");
+    }
+    cJSON_AddNumberToObject(j, "nsamples", (double)r->nsamples);
+    cJSON_AddNumberToObject(j, "seqlen", (double)r->seqlen);
+    cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
+    add_num(j, "seconds", r->seconds);
+    cJSON_AddNumberToObject(j, "layers", r->n_layers);
+    cJSON_AddNumberToObject(j, "layers_resumed", r->layers_resumed);
+    cJSON_AddNumberToObject(j, "quantized_params", (double)r->quantized_params);
+    add_num(j, "bits_per_weight", r->bits_per_weight);
+    cJSON *snr = cJSON_AddObjectToObject(j, "snr_db");
+    add_num(snr, "min", r->snr_min_db);
+    add_num(snr, "max", r->snr_max_db);
+    add_num(snr, "mean", r->snr_mean_db);
+    cJSON_AddNumberToObject(j, "shards", r->n_shards);
+    cJSON_AddNumberToObject(j, "tensor_bytes", (double)r->tensor_bytes);
+    cJSON *arr = cJSON_AddArrayToObject(j, "modules");
+    for (int i = 0; i < r->n_modules; i++) {
+        const lb_quantize_module_report *m = &r->modules[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", m->name);
+        cJSON_AddBoolToObject(o, "quantized", m->quantized);
+        if (m->note[0]) cJSON_AddStringToObject(o, "note", m->note);
+        int shape[2] = {(int)m->out_features, (int)m->in_features};
+        cJSON_AddItemToObject(o, "shape", cJSON_CreateIntArray(shape, 2));
+        if (m->quantized) {
+            cJSON_AddNumberToObject(o, "bits", m->bits);
+            cJSON_AddNumberToObject(o, "group_size", m->group_size);
+            cJSON_AddBoolToObject(o, "sym", m->sym);
+            cJSON_AddBoolToObject(o, "desc_act", m->desc_act);
+            add_num(o, "loss", m->loss);
+            add_num(o, "avg_loss", m->avg_loss);
+            add_num(o, "damp_percent", m->damp_percent);
+            cJSON_AddNumberToObject(o, "damp_retries", m->n_damp_retries);
+            cJSON_AddNumberToObject(o, "dead_columns", (double)m->n_dead);
+            cJSON_AddNumberToObject(o, "nsamples", (double)m->nsamples);
+            add_num(o, "seconds", m->seconds);
+            add_num(o, "snr_db", m->snr_db);
+            cJSON_AddBoolToObject(o, "resumed", m->resumed);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    return s;
+}

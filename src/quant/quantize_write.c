@@ -1,0 +1,1131 @@
+/*
+ * lb_quantize_model (lowbit/quantize.h): the checkpoint side of the
+ * quantizer. The engine (quantize.c) hands each quantized module here;
+ * after every decoder layer its results are written to
+ * OUT.tmp-XXXXXX/layers/ (resumable state: packed codes, zero points as
+ * gptq_v2 qzeros, float32 scales, g_idx, per-module report); at the end
+ * the final checkpoint is streamed (lb_st_writer) from the source model
+ * and those files, with config.json / quantize_config.json / tokenizer
+ * files / reports, and the temp directory is renamed to OUT.
+ * Layout and config keys: AutoGPTQ @9f7d370 save_quantized and
+ * BaseQuantizeConfig, GPTQModel's quantization_config extras.
+ */
+#include "quant/quantize_internal.h"
+#include "lowbit/file.h"
+#include "lowbit/gptq_ckpt.h"
+#include "lowbit/safetensors.h"
+#include "core/internal.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_FILE "lowbit-state.json"
+#define LAYERS_DIR "layers"
+#define QUANTIZER "lowbit:" LB_VERSION_STRING
+
+/* ------------------------------------------------------------------------ */
+/* Small file helpers                                                        */
+/* ------------------------------------------------------------------------ */
+
+static lb_status write_text(const char *path, const char *text) {
+    lb_atomic_file af;
+    LB_TRY(lb_atomic_open(path, &af));
+    lb_status s = lb_atomic_write(&af, text, strlen(text));
+    if (s == LB_OK) s = lb_atomic_commit(&af);
+    lb_atomic_abort(&af);
+    return s;
+}
+
+static lb_status write_json(const char *dir, const char *name, cJSON *j) {
+    char *txt = cJSON_Print(j);
+    if (!txt) return lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+    char *p = lb_path_join(dir, name);
+    size_t n = strlen(txt);
+    char *t2 = realloc(txt, n + 2);
+    if (t2) {
+        txt = t2;
+        txt[n] = '\n';
+        txt[n + 1] = '\0';
+    }
+    lb_status s = p ? write_text(p, txt)
+                    : lb_set_error(LB_ERR_NOMEM, "out of memory");
+    free(p);
+    free(txt);
+    return s;
+}
+
+static lb_status copy_file(const char *src, const char *dst) {
+    char *data = NULL;
+    size_t n = 0;
+    LB_TRY(lb_read_file(src, (size_t)1 << 31, &data, &n));
+    lb_atomic_file af;
+    lb_status s = lb_atomic_open(dst, &af);
+    if (s == LB_OK) s = lb_atomic_write(&af, data, n);
+    if (s == LB_OK) s = lb_atomic_commit(&af);
+    lb_atomic_abort(&af);
+    free(data);
+    return s;
+}
+
+/* Remove a directory tree we created (no symlinks followed). */
+static void rm_rf(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                    continue;
+                char *c = lb_path_join(path, e->d_name);
+                if (c) rm_rf(c);
+                free(c);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static bool dir_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *e;
+    bool empty = true;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            empty = false;
+            break;
+        }
+    closedir(d);
+    return empty;
+}
+
+static void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* dirname / basename copies of a path without trailing slashes. */
+static void split_path(const char *path, char *dir, size_t nd, char *base,
+                       size_t nb) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
+    char *sl = strrchr(tmp, '/');
+    if (!sl) {
+        snprintf(dir, nd, ".");
+        snprintf(base, nb, "%s", tmp);
+    } else if (sl == tmp) {
+        snprintf(dir, nd, "/");
+        snprintf(base, nb, "%s", sl + 1);
+    } else {
+        *sl = '\0';
+        snprintf(dir, nd, "%s", tmp);
+        snprintf(base, nb, "%s", sl + 1);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writer state                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct pend_mod {
+    const qz_module *mod;
+    int64_t ng;
+    int32_t *qweight;   /* [in*bits/32, out]                 */
+    int32_t *qzeros;    /* [ng, out*bits/32], v2 convention  */
+    float *scales;      /* [ng, out] f32                     */
+    int32_t *g_idx;     /* [in]                              */
+    lb_quantize_module_report *rep;
+} pend_mod;
+
+typedef struct qwriter {
+    const lb_quantize_params *p;
+    const char *model_dir;
+    char tmp[PATH_MAX];
+    char layers[PATH_MAX];
+    const qz_module *mods;
+    int n_mods, n_layers;
+    pend_mod pend[LB_LINEAR_COUNT];
+    int n_pend;
+    lb_quantize_report *rep;
+} qwriter;
+
+static void pend_free(pend_mod *m) {
+    lb_free(m->qweight);
+    lb_free(m->qzeros);
+    lb_free(m->scales);
+    lb_free(m->g_idx);
+    memset(m, 0, sizeof *m);
+}
+
+static void layer_path(const qwriter *w, int layer, char *buf, size_t n) {
+    if (layer >= w->n_layers)
+        snprintf(buf, n, "%s/lm_head.safetensors", w->layers);
+    else
+        snprintf(buf, n, "%s/layer-%05d.safetensors", w->layers, layer);
+}
+
+static lb_status w_module_done(void *user, const qz_module *q, const float *W,
+                               const lb_gptq_result *res,
+                               lb_quantize_module_report *rep) {
+    qwriter *w = user;
+    const int64_t out = q->out, in = q->in, ng = res->n_groups;
+    const int bits = q->bits;
+    /* v1 cannot hold a zero point of 0 (it stores zero - 1) */
+    if (w->p->format == LB_GPTQ_FORMAT_V1)
+        for (int64_t o = 0; o < out; o++)
+            for (int64_t g = 0; g < ng; g++)
+                if (res->zeros[o * ng + g] == 0)
+                    return lb_set_error(
+                        LB_ERR_RANGE,
+                        "%s: group %lld of output row %lld has zero point 0 "
+                        "(an asymmetric group without negative weights), "
+                        "which checkpoint_format \"gptq\" (v1, zero - 1) "
+                        "cannot store; use gptq_v2 (--checkpoint-format "
+                        "gptq_v2) or a symmetric grid",
+                        q->name, (long long)g, (long long)o);
+    /* scales as stored (f16): must stay finite; SNR of what is stored */
+    int64_t n_zero16 = 0;
+    for (int64_t i = 0; i < out * ng; i++) {
+        uint16_t h = lb_f32_to_f16(res->scales[i]);
+        if ((h & 0x7C00) == 0x7C00)
+            return lb_set_error(LB_ERR_RANGE,
+                                "%s: scale %g overflows the f16 scales of "
+                                "the GPTQ format",
+                                q->name, (double)res->scales[i]);
+        if ((h & 0x7FFF) == 0) n_zero16++;
+    }
+    if (n_zero16)
+        lb_log(LB_LOG_WARN, "%s: %lld scales underflow to 0 in f16 (their "
+               "groups dequantize to 0)", q->name, (long long)n_zero16);
+    double se = 0.0, sw = 0.0;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++) {
+            int64_t g = res->g_idx[c];
+            float s16 = lb_f16_to_f32(lb_f32_to_f16(res->scales[o * ng + g]));
+            float v = s16 * (float)(res->codes[o * in + c] -
+                                    res->zeros[o * ng + g]);
+            double d = (double)W[o * in + c] - (double)v;
+            se += d * d;
+            sw += (double)W[o * in + c] * (double)W[o * in + c];
+        }
+    rep->snr_db = se == 0.0 ? INFINITY : 10.0 * log10(sw / se);
+
+    pend_mod *m = &w->pend[w->n_pend];
+    memset(m, 0, sizeof *m);
+    m->mod = q;
+    m->ng = ng;
+    m->rep = rep;
+    const int64_t qw_n = in / 32 * bits * out, qz_n = ng * (out / 32 * bits);
+    m->qweight = lb_alloc((size_t)qw_n * 4);
+    m->qzeros = lb_alloc((size_t)qz_n * 4);
+    m->scales = lb_alloc((size_t)(ng * out) * 4);
+    m->g_idx = lb_alloc((size_t)in * 4);
+    int32_t *zg = lb_alloc((size_t)(ng * out) * 4);
+    lb_status s = LB_OK;
+    if (!m->qweight || !m->qzeros || !m->scales || !m->g_idx || !zg)
+        s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
+    if (s == LB_OK) s = lb_gptq_pack_qweight(res->codes, out, in, bits,
+                                             m->qweight);
+    if (s == LB_OK) s = lb_gptq_result_groups_major(res, m->scales, zg);
+    if (s == LB_OK)
+        s = lb_gptq_pack_qzeros(zg, ng, out, bits, LB_GPTQ_FORMAT_V2,
+                                m->qzeros);
+    if (s == LB_OK) memcpy(m->g_idx, res->g_idx, (size_t)in * 4);
+    lb_free(zg);
+    if (s != LB_OK) {
+        pend_free(m);
+        return lb_error_context(s, "%s", q->name);
+    }
+    w->n_pend++;
+    return LB_OK;
+}
+
+static cJSON *report_to_json(const lb_quantize_module_report *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", r->name);
+    cJSON_AddNumberToObject(o, "loss", r->loss);
+    cJSON_AddNumberToObject(o, "avg_loss", r->avg_loss);
+    cJSON_AddNumberToObject(o, "damp_percent", r->damp_percent);
+    cJSON_AddNumberToObject(o, "damp_retries", r->n_damp_retries);
+    cJSON_AddNumberToObject(o, "dead_columns", (double)r->n_dead);
+    cJSON_AddNumberToObject(o, "nsamples", (double)r->nsamples);
+    cJSON_AddNumberToObject(o, "seconds", r->seconds);
+    if (isfinite(r->snr_db)) cJSON_AddNumberToObject(o, "snr_db", r->snr_db);
+    return o;
+}
+
+static double jnum(const cJSON *o, const char *k, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static lb_status w_layer_done(void *user, int layer) {
+    qwriter *w = user;
+    char path[PATH_MAX + 64];
+    layer_path(w, layer, path, sizeof path);
+    lb_st_writer *sw = NULL;
+    lb_status s = lb_st_writer_create(&sw);
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < w->n_pend && s == LB_OK; i++) {
+        pend_mod *m = &w->pend[i];
+        const qz_module *q = m->mod;
+        char nm[200];
+        int64_t sh[2];
+        sh[0] = q->in / 32 * q->bits, sh[1] = q->out;
+        snprintf(nm, sizeof nm, "%s.qweight", q->name);
+        s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 2, sh, m->qweight);
+        sh[0] = m->ng, sh[1] = q->out / 32 * q->bits;
+        snprintf(nm, sizeof nm, "%s.qzeros", q->name);
+        if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 2, sh, m->qzeros);
+        sh[0] = m->ng, sh[1] = q->out;
+        snprintf(nm, sizeof nm, "%s.scales", q->name);
+        if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_F32, 2, sh, m->scales);
+        snprintf(nm, sizeof nm, "%s.g_idx", q->name);
+        if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 1, &q->in, m->g_idx);
+        cJSON_AddItemToArray(arr, report_to_json(m->rep));
+    }
+    char *js = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (s == LB_OK && !js) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+    if (s == LB_OK) s = lb_st_writer_set_metadata(sw, "lowbit_report", js);
+    if (s == LB_OK) s = lb_st_writer_set_metadata(sw, "format", "pt");
+    if (s == LB_OK) s = lb_st_writer_write_file(sw, path);
+    free(js);
+    lb_st_writer_free(sw);
+    for (int i = 0; i < w->n_pend; i++) pend_free(&w->pend[i]);
+    w->n_pend = 0;
+    return s;
+}
+
+/* A finished layer of a previous run: dequantize its modules (f32 scales:
+ * bit-identical to the weights the first run swapped in). */
+static lb_status w_layer_cached(void *user, int layer, const qz_module *mods,
+                                int n, float **W_deq,
+                                lb_quantize_module_report *reps,
+                                bool *found) {
+    qwriter *w = user;
+    *found = false;
+    char path[PATH_MAX + 64];
+    layer_path(w, layer, path, sizeof path);
+    if (!lb_is_file(path)) return LB_OK;
+    lb_safetensors *st = NULL;
+    lb_status s = lb_st_open(path, &st);
+    cJSON *arr = NULL;
+    if (s == LB_OK) {
+        const char *js = lb_st_metadata(st, "lowbit_report");
+        arr = js ? cJSON_Parse(js) : NULL;
+        if (!cJSON_IsArray(arr))
+            s = lb_set_error(LB_ERR_FORMAT, "%s: no lowbit_report metadata",
+                             path);
+    }
+    for (int i = 0; i < n && s == LB_OK; i++) {
+        const qz_module *q = &mods[i];
+        if (!q->quantize) continue;
+        char nm[200];
+        const lb_tensor *t[4];
+        static const char *suf[4] = {"qweight", "qzeros", "scales", "g_idx"};
+        for (int k = 0; k < 4 && s == LB_OK; k++) {
+            snprintf(nm, sizeof nm, "%s.%s", q->name, suf[k]);
+            t[k] = lb_st_find(st, nm);
+            if (!t[k])
+                s = lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s' missing",
+                                 path, nm);
+        }
+        if (s != LB_OK) break;
+        const int64_t ng = t[1]->shape[0];
+        bool ok = t[0]->type == LB_TYPE_I32 && t[0]->n_dims == 2 &&
+                  t[0]->shape[0] == q->in / 32 * q->bits &&
+                  t[0]->shape[1] == q->out && t[1]->type == LB_TYPE_I32 &&
+                  t[1]->n_dims == 2 && t[1]->shape[1] == q->out / 32 * q->bits &&
+                  t[2]->type == LB_TYPE_F32 && t[2]->n_dims == 2 &&
+                  t[2]->shape[0] == ng && t[2]->shape[1] == q->out &&
+                  t[3]->type == LB_TYPE_I32 && t[3]->n_dims == 1 &&
+                  t[3]->shape[0] == q->in && ng >= 1 && ng <= q->in;
+        if (!ok) {
+            s = lb_set_error(LB_ERR_FORMAT, "%s: tensors of %s do not match "
+                             "the run's settings", path, q->name);
+            break;
+        }
+        lb_gptq_linear l = {.out_features = q->out, .in_features = q->in,
+                            .bits = q->bits, .n_groups = ng,
+                            .format = LB_GPTQ_FORMAT_V2,
+                            .qweight = t[0]->data, .qzeros = t[1]->data,
+                            .scales = t[2]->data, .scales_type = LB_TYPE_F32,
+                            .g_idx = t[3]->data};
+        s = lb_gptq_linear_check(&l, q->name);
+        if (s != LB_OK) break;
+        W_deq[i] = lb_alloc((size_t)q->out * (size_t)q->in * sizeof(float));
+        if (!W_deq[i]) {
+            s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
+            break;
+        }
+        s = lb_gptq_linear_dequantize(&l, W_deq[i]);
+        /* the module's report from the first run */
+        const cJSON *e;
+        cJSON_ArrayForEach(e, arr) {
+            const cJSON *nmj = cJSON_GetObjectItemCaseSensitive(e, "name");
+            if (!cJSON_IsString(nmj) || strcmp(nmj->valuestring, q->name))
+                continue;
+            reps[i].loss = jnum(e, "loss", 0);
+            reps[i].avg_loss = jnum(e, "avg_loss", 0);
+            reps[i].damp_percent = jnum(e, "damp_percent", 0);
+            reps[i].n_damp_retries = (int)jnum(e, "damp_retries", 0);
+            reps[i].n_dead = (int64_t)jnum(e, "dead_columns", 0);
+            reps[i].nsamples = (int64_t)jnum(e, "nsamples", 0);
+            reps[i].seconds = jnum(e, "seconds", 0);
+            reps[i].snr_db = jnum(e, "snr_db", INFINITY);
+        }
+    }
+    cJSON_Delete(arr);
+    lb_st_close(st);
+    if (s != LB_OK) {
+        for (int i = 0; i < n; i++) {
+            lb_free(W_deq[i]);
+            W_deq[i] = NULL;
+        }
+        return lb_error_context(s, "resuming from %s (remove that directory "
+                                "to start afresh)", w->tmp);
+    }
+    *found = true;
+    return LB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Settings, temp directory, resume                                          */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The settings that determine the quantized tensors (resume key). */
+static char *settings_json(const lb_quantize_params *p, const char *model_dir,
+                           const lb_calib *cal) {
+    cJSON *j = cJSON_CreateObject();
+    char rp[PATH_MAX];
+    cJSON_AddStringToObject(j, "model",
+                            realpath(model_dir, rp) ? rp : model_dir);
+    cJSON_AddStringToObject(j, "lowbit", LB_VERSION_STRING);
+    cJSON_AddStringToObject(j, "method",
+                            p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+    cJSON_AddNumberToObject(j, "bits", p->bits);
+    cJSON_AddNumberToObject(j, "group_size", p->group_size);
+    cJSON_AddBoolToObject(j, "sym", p->sym);
+    cJSON_AddBoolToObject(j, "desc_act", p->desc_act);
+    cJSON_AddBoolToObject(j, "static_groups", p->static_groups);
+    cJSON_AddNumberToObject(j, "damp_percent", p->damp_percent);
+    cJSON_AddNumberToObject(j, "damp_auto_increment", p->damp_auto_increment);
+    cJSON_AddBoolToObject(j, "mse", p->mse);
+    cJSON_AddNumberToObject(j, "mse_norm", p->mse_norm);
+    cJSON_AddBoolToObject(j, "true_sequential", p->true_sequential);
+    cJSON_AddBoolToObject(j, "lm_head", p->lm_head);
+    cJSON_AddBoolToObject(j, "hessian_f64", p->hessian_f64);
+    cJSON_AddBoolToObject(j, "act_f16", p->act_f16);
+    cJSON_AddNumberToObject(j, "profile", p->profile);
+    cJSON *r = cJSON_AddArrayToObject(j, "rules");
+    for (int i = 0; i < p->n_rules; i++)
+        cJSON_AddItemToArray(r, cJSON_CreateString(p->rules[i]));
+    if (p->method == LB_QUANT_GPTQ && cal && cal->ids) {
+        cJSON_AddNumberToObject(j, "nsamples", (double)cal->nsamples);
+        cJSON_AddNumberToObject(j, "seqlen", (double)cal->seqlen);
+        uint64_t h = fnv1a(cal->ids,
+                           (size_t)(cal->nsamples * cal->seqlen) * 4,
+                           14695981039346656037ull);
+        char hx[32];
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h);
+        cJSON_AddStringToObject(j, "calib_fnv1a", hx);
+    }
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static int count_layer_files(const char *tmp) {
+    char *ld = lb_path_join(tmp, LAYERS_DIR);
+    DIR *d = ld ? opendir(ld) : NULL;
+    int n = 0;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strstr(e->d_name, ".safetensors") &&
+                !strstr(e->d_name, ".tmp."))
+                n++;
+        closedir(d);
+    }
+    free(ld);
+    return n;
+}
+
+/* Find OUT.tmp-* with the same settings; returns true and fills tmp. */
+static bool find_resumable(const char *out_dir, const char *settings,
+                           char *tmp, size_t n) {
+    char dir[PATH_MAX], base[PATH_MAX];
+    split_path(out_dir, dir, sizeof dir, base, sizeof base);
+    char prefix[PATH_MAX + 8];
+    snprintf(prefix, sizeof prefix, "%s.tmp-", base);
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        char cand[PATH_MAX * 2 + 8];
+        snprintf(cand, sizeof cand, "%s/%s", dir, e->d_name);
+        char *sp = lb_path_join(cand, STATE_FILE);
+        char *js = NULL;
+        size_t len = 0;
+        bool match = false;
+        if (sp && lb_read_file(sp, (size_t)1 << 20, &js, &len) == LB_OK) {
+            cJSON *j = cJSON_ParseWithLength(js, len);
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings");
+            char *txt = st ? cJSON_PrintUnformatted(st) : NULL;
+            match = txt && !strcmp(txt, settings);
+            free(txt);
+            cJSON_Delete(j);
+        }
+        lb_clear_error();
+        free(js);
+        free(sp);
+        if (!match) continue;
+        int k = count_layer_files(cand);
+        if (k > best) {
+            best = k;
+            snprintf(tmp, n, "%s", cand);
+        }
+    }
+    closedir(d);
+    return best >= 0;
+}
+
+static lb_status make_tmp(const char *out_dir, const char *settings,
+                          char *tmp, size_t n) {
+    char dir[PATH_MAX], base[PATH_MAX];
+    split_path(out_dir, dir, sizeof dir, base, sizeof base);
+    if (!lb_is_dir(dir))
+        return lb_set_error(LB_ERR_NOT_FOUND,
+                            "%s: the parent directory %s does not exist",
+                            out_dir, dir);
+    snprintf(tmp, n, "%s/%s.tmp-XXXXXX", dir, base);
+    if (!mkdtemp(tmp))
+        return lb_set_error(LB_ERR_IO, "%s: cannot create a temp directory: "
+                            "%s", tmp, strerror(errno));
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "what", "lowbit quantize work directory "
+                            "(resumable with --resume); removed when the "
+                            "run completes");
+    cJSON_AddItemToObject(j, "settings", cJSON_Parse(settings));
+    lb_status s = write_json(tmp, STATE_FILE, j);
+    cJSON_Delete(j);
+    if (s != LB_OK) rm_rf(tmp);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Final assembly                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef enum conv_kind {
+    CONV_TO_F16,   /* any float -> F16 (scales, biases)           */
+    CONV_TO_BF16,  /* any float -> BF16 (embeddings, vLLM profile) */
+    CONV_QZ_V1     /* v2 qzeros -> v1 (zero - 1 per field)         */
+} conv_kind;
+
+typedef struct conv {
+    conv_kind kind;
+    const void *src;
+    lb_type src_type;
+    int64_t n;             /* elements (qzeros: groups)               */
+    int64_t out;           /* qzeros: out_features                    */
+    int bits;
+    const char *module;
+} conv;
+
+static float rd_float(const void *base, lb_type t, int64_t i) {
+    const uint8_t *p = base;
+    switch (t) {
+    case LB_TYPE_F16: return lb_f16_to_f32_inline(lb_rd_u16(p + 2 * i));
+    case LB_TYPE_BF16: return lb_bf16_to_f32_inline(lb_rd_u16(p + 2 * i));
+    default: return lb_fp32_from_bits(lb_rd_u32(p + 4 * i));
+    }
+}
+
+static lb_status produce(void *user, const char *name, lb_st_sink *sink,
+                         size_t nbytes) {
+    (void)nbytes;
+    conv *c = user;
+    enum { CH = 4096 };
+    if (c->kind == CONV_QZ_V1) {
+        const int64_t cols = c->out / 32 * c->bits;
+        lb_gptq_linear l = {.out_features = c->out, .bits = c->bits,
+                            .format = LB_GPTQ_FORMAT_V2, .qzeros = c->src};
+        int32_t *z = lb_alloc((size_t)c->out * 4);
+        int32_t *q = lb_alloc((size_t)cols * 4);
+        lb_status s = (!z || !q) ? lb_set_error(LB_ERR_NOMEM, "out of memory")
+                                 : LB_OK;
+        for (int64_t g = 0; g < c->n && s == LB_OK; g++) {
+            for (int64_t o = 0; o < c->out; o++)
+                z[o] = lb_gptq_linear_zero(&l, g, o);
+            s = lb_gptq_pack_qzeros(z, 1, c->out, c->bits, LB_GPTQ_FORMAT_V1,
+                                    q);
+            if (s != LB_OK)
+                s = lb_error_context(s, "%s (a layer quantized by an earlier "
+                                     "run in gptq_v2 format)", c->module);
+            if (s == LB_OK) s = lb_st_sink_write(sink, q, (size_t)cols * 4);
+        }
+        lb_free(z);
+        lb_free(q);
+        return s;
+    }
+    uint16_t buf[CH];
+    for (int64_t i = 0; i < c->n; i += CH) {
+        int64_t k = LB_MIN((int64_t)CH, c->n - i);
+        for (int64_t j = 0; j < k; j++) {
+            float v = rd_float(c->src, c->src_type, i + j);
+            buf[j] = c->kind == CONV_TO_F16 ? lb_f32_to_f16(v)
+                                            : lb_f32_to_bf16(v);
+            if (c->kind == CONV_TO_F16 && isfinite(v) &&
+                (buf[j] & 0x7C00) == 0x7C00)
+                return lb_set_error(LB_ERR_RANGE, "%s: value %g overflows "
+                                    "f16", name, (double)v);
+        }
+        LB_TRY(lb_st_sink_write(sink, buf, (size_t)k * 2));
+    }
+    return LB_OK;
+}
+
+typedef struct assembly {
+    qwriter *w;
+    lb_safetensors *src;
+    lb_safetensors **lst; /* [n_layers + 1] state files (NULL if none) */
+    lb_st_writer *sw;
+    conv *convs;
+    int n_conv, cap_conv;
+    char (*names)[200];
+    int n_names, cap_names;
+} assembly;
+
+static const char *keep_name(assembly *a, const char *fmt, const char *mod,
+                             const char *suffix) {
+    if (a->n_names == a->cap_names) return NULL;
+    snprintf(a->names[a->n_names], sizeof a->names[0], fmt, mod, suffix);
+    return a->names[a->n_names++];
+}
+
+static lb_status add_conv(assembly *a, const char *name, lb_type dst_type,
+                          int n_dims, const int64_t *shape, conv c) {
+    if (a->n_conv == a->cap_conv)
+        return lb_set_error(LB_ERR_INTERNAL, "quantize: conversion table "
+                            "full");
+    a->convs[a->n_conv] = c;
+    return lb_st_writer_add_fn(a->sw, name, dst_type, n_dims, shape, produce,
+                               &a->convs[a->n_conv++]);
+}
+
+static const qz_module *find_quantized(const qwriter *w, const char *prefix) {
+    for (int i = 0; i < w->n_mods; i++)
+        if (w->mods[i].quantize && !strcmp(w->mods[i].name, prefix))
+            return &w->mods[i];
+    return NULL;
+}
+
+/* The quantized tensors of module q, from its layer's state file. */
+static lb_status add_quantized(assembly *a, const qz_module *q) {
+    const lb_safetensors *st = a->lst[q->layer];
+    char nm[200];
+    const lb_tensor *t[4];
+    static const char *suf[4] = {"qweight", "qzeros", "scales", "g_idx"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(nm, sizeof nm, "%s.%s", q->name, suf[k]);
+        t[k] = st ? lb_st_find(st, nm) : NULL;
+        if (!t[k])
+            return lb_set_error(LB_ERR_INTERNAL, "quantize: %s missing from "
+                                "the layer state", nm);
+    }
+    const char *n0 = keep_name(a, "%s.%s", q->name, "qweight");
+    const char *n1 = keep_name(a, "%s.%s", q->name, "qzeros");
+    const char *n2 = keep_name(a, "%s.%s", q->name, "scales");
+    const char *n3 = keep_name(a, "%s.%s", q->name, "g_idx");
+    if (!n0 || !n1 || !n2 || !n3)
+        return lb_set_error(LB_ERR_INTERNAL, "quantize: name table full");
+    LB_TRY(lb_st_writer_add(a->sw, n0, LB_TYPE_I32, 2, t[0]->shape,
+                            t[0]->data));
+    if (a->w->p->format == LB_GPTQ_FORMAT_V2)
+        LB_TRY(lb_st_writer_add(a->sw, n1, LB_TYPE_I32, 2, t[1]->shape,
+                                t[1]->data));
+    else
+        LB_TRY(add_conv(a, n1, LB_TYPE_I32, 2, t[1]->shape,
+                        (conv){.kind = CONV_QZ_V1, .src = t[1]->data,
+                               .n = t[1]->shape[0], .out = q->out,
+                               .bits = q->bits, .module = q->name}));
+    LB_TRY(add_conv(a, n2, LB_TYPE_F16, 2, t[2]->shape,
+                    (conv){.kind = CONV_TO_F16, .src = t[2]->data,
+                           .src_type = LB_TYPE_F32,
+                           .n = t[2]->shape[0] * t[2]->shape[1]}));
+    LB_TRY(lb_st_writer_add(a->sw, n3, LB_TYPE_I32, 1, t[3]->shape,
+                            t[3]->data));
+    return LB_OK;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && !strcmp(s + n - k, suf);
+}
+
+static lb_status add_embedding_from(assembly *a, const lb_tensor *t,
+                                    bool bf16) {
+    const char *nm = "model.embed_tokens.weight";
+    if (!bf16 || t->type == LB_TYPE_BF16)
+        return lb_st_writer_add(a->sw, nm, t->type, t->n_dims, t->shape,
+                                t->data);
+    return add_conv(a, nm, LB_TYPE_BF16, t->n_dims, t->shape,
+                    (conv){.kind = CONV_TO_BF16, .src = t->data,
+                           .src_type = t->type,
+                           .n = lb_tensor_nelements(t)});
+}
+
+static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
+                                  int *n_shards) {
+    assembly a;
+    memset(&a, 0, sizeof a);
+    a.w = w;
+    lb_status s = lb_st_open(w->model_dir, &a.src);
+    if (s != LB_OK) return s;
+    const size_t nt = lb_st_count(a.src);
+    a.cap_conv = (int)nt * 2 + 8;
+    a.cap_names = w->n_mods * 4 + 8;
+    a.convs = calloc((size_t)a.cap_conv, sizeof *a.convs);
+    a.names = calloc((size_t)a.cap_names, sizeof *a.names);
+    a.lst = calloc((size_t)w->n_layers + 1, sizeof *a.lst);
+    if (!a.convs || !a.names || !a.lst) {
+        s = lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+        goto done;
+    }
+    for (int l = 0; l <= w->n_layers && s == LB_OK; l++) {
+        char path[PATH_MAX + 64];
+        layer_path(w, l, path, sizeof path);
+        if (lb_is_file(path)) s = lb_st_open(path, &a.lst[l]);
+    }
+    if (s == LB_OK) s = lb_st_writer_create(&a.sw);
+    if (s == LB_OK) s = lb_st_writer_set_metadata(a.sw, "format", "pt");
+    if (s == LB_OK) s = lb_st_writer_set_metadata(a.sw, "quantizer", QUANTIZER);
+    if (s != LB_OK) goto done;
+    const bool profile = w->p->profile == LB_QUANT_PROFILE_VLLM_W4A8;
+    const qz_module *head = find_quantized(w, "lm_head");
+    const bool has_embed = lb_st_find(a.src, "model.embed_tokens.weight");
+    bool head_done = false;
+    for (size_t i = 0; i < nt && s == LB_OK; i++) {
+        const lb_tensor *t = lb_st_tensor_at(a.src, i);
+        char prefix[200];
+        snprintf(prefix, sizeof prefix, "%s", t->name);
+        const qz_module *q = NULL;
+        if (ends_with(t->name, ".weight") || ends_with(t->name, ".bias")) {
+            *strrchr(prefix, '.') = '\0';
+            q = find_quantized(w, prefix);
+        }
+        if (q && ends_with(t->name, ".weight")) {
+            if (q == head && !has_embed && cfg->tie_word_embeddings)
+                s = add_embedding_from(&a, t, profile);
+            if (s == LB_OK) s = add_quantized(&a, q);
+            if (q == head) head_done = true;
+        } else if (q) {
+            /* bias of a quantized module: f16, as AutoGPTQ's QuantLinear */
+            s = add_conv(&a, t->name, LB_TYPE_F16, t->n_dims, t->shape,
+                         (conv){.kind = CONV_TO_F16, .src = t->data,
+                                .src_type = t->type,
+                                .n = lb_tensor_nelements(t)});
+        } else if (profile && !strcmp(t->name, "model.embed_tokens.weight")) {
+            s = add_embedding_from(&a, t, true);
+        } else if (head && !strcmp(t->name, "lm_head.weight")) {
+            /* (lm_head quantized) handled above; never reached */
+        } else {
+            s = lb_st_writer_add(a.sw, t->name, t->type, t->n_dims, t->shape,
+                                 t->data);
+        }
+    }
+    /* tied checkpoints that store only the embedding: the quantized
+     * lm_head was made from it */
+    if (s == LB_OK && head && !head_done) s = add_quantized(&a, head);
+    if (s == LB_OK)
+        s = lb_st_writer_write_dir(a.sw, w->tmp, w->p->max_shard_bytes,
+                                   n_shards);
+done:
+    lb_st_writer_free(a.sw);
+    if (a.lst)
+        for (int l = 0; l <= w->n_layers; l++) lb_st_close(a.lst[l]);
+    free(a.lst);
+    free(a.convs);
+    free(a.names);
+    lb_st_close(a.src);
+    return s;
+}
+
+/* quantization_config (also the body of quantize_config.json). */
+static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
+                           bool for_file) {
+    cJSON *q = cJSON_CreateObject();
+    cJSON_AddNumberToObject(q, "bits", p->bits);
+    cJSON_AddNumberToObject(q, "group_size", p->group_size);
+    /* AutoGPTQ's BaseQuantizeConfig requires 0 < damp_percent < 1 even
+     * for RTN checkpoints (meta.method says what was done) */
+    cJSON_AddNumberToObject(q, "damp_percent", p->damp_percent);
+    cJSON_AddBoolToObject(q, "desc_act", p->desc_act);
+    cJSON_AddBoolToObject(q, "static_groups", p->static_groups);
+    cJSON_AddBoolToObject(q, "sym", p->sym);
+    cJSON_AddBoolToObject(q, "true_sequential", p->true_sequential);
+    cJSON_AddBoolToObject(q, "lm_head", p->lm_head);
+    if (for_file) {
+        cJSON_AddNullToObject(q, "model_name_or_path");
+        cJSON_AddNullToObject(q, "model_file_base_name");
+    }
+    cJSON_AddStringToObject(q, "quant_method", "gptq");
+    cJSON_AddStringToObject(q, "checkpoint_format",
+                            p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
+                                                           : "gptq");
+    if (p->n_rules > 0) {
+        cJSON *d = cJSON_AddObjectToObject(q, "dynamic");
+        qz_rule *rules = NULL;
+        if (qz_rules_parse(p->rules, p->n_rules, &rules) == LB_OK) {
+            for (int i = 0; i < p->n_rules; i++) {
+                char key[400];
+                snprintf(key, sizeof key, "%s:.*(?:%s)",
+                         rules[i].skip ? "-" : "+", rules[i].pattern);
+                cJSON *o = cJSON_CreateObject();
+                if (!rules[i].skip) {
+                    if (rules[i].bits)
+                        cJSON_AddNumberToObject(o, "bits", rules[i].bits);
+                    if (rules[i].group_size)
+                        cJSON_AddNumberToObject(o, "group_size",
+                                                rules[i].group_size);
+                    if (rules[i].sym >= 0)
+                        cJSON_AddBoolToObject(o, "sym", rules[i].sym);
+                    if (rules[i].desc_act >= 0)
+                        cJSON_AddBoolToObject(o, "desc_act",
+                                              rules[i].desc_act);
+                }
+                if (!cJSON_GetObjectItemCaseSensitive(d, key))
+                    cJSON_AddItemToObject(d, key, o);
+                else
+                    cJSON_Delete(o);
+            }
+            qz_rules_free(rules, p->n_rules);
+        }
+    }
+    cJSON *m = cJSON_AddObjectToObject(q, "meta");
+    cJSON_AddStringToObject(m, "quantizer", QUANTIZER);
+    cJSON_AddStringToObject(m, "method",
+                            p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+    cJSON_AddNumberToObject(m, "damp_percent", p->damp_percent);
+    cJSON_AddNumberToObject(m, "damp_auto_increment", p->damp_auto_increment);
+    cJSON_AddBoolToObject(m, "static_groups", p->static_groups);
+    cJSON_AddBoolToObject(m, "true_sequential", p->true_sequential);
+    cJSON_AddNumberToObject(m, "mse", p->mse ? p->mse_norm : 0.0);
+    if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
+        cJSON_AddStringToObject(m, "profile", "vllm-w4a8");
+    if (p->method == LB_QUANT_GPTQ && cal) {
+        cJSON *c = cJSON_AddObjectToObject(m, "calibration");
+        cJSON_AddNumberToObject(c, "nsamples", (double)cal->nsamples);
+        cJSON_AddNumberToObject(c, "seqlen", (double)cal->seqlen);
+        cJSON_AddNumberToObject(c, "seed", (double)p->calib_seed);
+    }
+    return q;
+}
+
+static lb_status write_configs(qwriter *w, const lb_calib *cal,
+                               bool untie) {
+    char *src = lb_path_join(w->model_dir, "config.json");
+    char *js = NULL;
+    size_t n = 0;
+    lb_status s = src ? lb_read_file(src, (size_t)16 << 20, &js, &n)
+                      : lb_set_error(LB_ERR_NOMEM, "out of memory");
+    cJSON *cfg = s == LB_OK ? cJSON_ParseWithLength(js, n) : NULL;
+    if (s == LB_OK && !cJSON_IsObject(cfg))
+        s = lb_set_error(LB_ERR_FORMAT, "%s: not a JSON object", src);
+    if (s == LB_OK) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+        cJSON_AddItemToObject(cfg, "quantization_config",
+                              qconfig_json(w->p, cal, false));
+        if (untie) {
+            cJSON_DeleteItemFromObjectCaseSensitive(cfg,
+                                                    "tie_word_embeddings");
+            cJSON_AddFalseToObject(cfg, "tie_word_embeddings");
+        }
+        s = write_json(w->tmp, "config.json", cfg);
+    }
+    if (s == LB_OK) {
+        cJSON *q = qconfig_json(w->p, cal, true);
+        s = write_json(w->tmp, "quantize_config.json", q);
+        cJSON_Delete(q);
+    }
+    cJSON_Delete(cfg);
+    free(js);
+    free(src);
+    static const char *files[] = {
+        "tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+        "generation_config.json", "tokenizer.model",  "vocab.json",
+        "merges.txt",       "added_tokens.json",     "chat_template.jinja"};
+    for (size_t i = 0; i < LB_ARRAY_LEN(files) && s == LB_OK; i++) {
+        char *a = lb_path_join(w->model_dir, files[i]);
+        char *b = lb_path_join(w->tmp, files[i]);
+        if (a && b && lb_is_file(a)) s = copy_file(a, b);
+        free(a);
+        free(b);
+    }
+    return s;
+}
+
+static lb_status write_reports(qwriter *w, const lb_quantize_report *rep) {
+    lb_status s = LB_OK;
+    if (w->p->write_report) {
+        char *js = lb_quantize_report_json(rep, w->p);
+        char *p = lb_path_join(w->tmp, "quantize_report.json");
+        if (!js || !p) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+        if (s == LB_OK) {
+            size_t n = strlen(js);
+            char *t = realloc(js, n + 2);
+            if (t) {
+                js = t;
+                strcat(js, "\n");
+            }
+            s = write_text(p, js);
+        }
+        free(js);
+        free(p);
+    }
+    if (s == LB_OK && w->p->profile == LB_QUANT_PROFILE_VLLM_W4A8) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "profile", "vllm-w4a8");
+        cJSON_AddStringToObject(j, "quantizer", QUANTIZER);
+        cJSON_AddNumberToObject(j, "bits", 4);
+        cJSON_AddNumberToObject(j, "group_size", w->p->group_size);
+        cJSON_AddBoolToObject(j, "sym", true);
+        cJSON_AddNumberToObject(j, "zero_point", 8);
+        cJSON_AddNumberToObject(j, "bits_per_weight", rep->bits_per_weight);
+        cJSON_AddNumberToObject(j, "quantized_params",
+                                (double)rep->quantized_params);
+        cJSON *snr = cJSON_AddObjectToObject(j, "snr_db");
+        if (isfinite(rep->snr_min_db)) {
+            cJSON_AddNumberToObject(snr, "min", rep->snr_min_db);
+            cJSON_AddNumberToObject(snr, "max", rep->snr_max_db);
+            cJSON_AddNumberToObject(snr, "mean", rep->snr_mean_db);
+        }
+        cJSON *arr = cJSON_AddArrayToObject(j, "tensors");
+        for (int i = 0; i < rep->n_modules; i++) {
+            const lb_quantize_module_report *m = &rep->modules[i];
+            if (!m->quantized) continue;
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", m->name);
+            int shape[2] = {(int)m->out_features, (int)m->in_features};
+            cJSON_AddItemToObject(o, "shape", cJSON_CreateIntArray(shape, 2));
+            cJSON_AddNumberToObject(o, "bits", m->bits);
+            cJSON_AddNumberToObject(o, "group_size", m->group_size);
+            if (isfinite(m->snr_db))
+                cJSON_AddNumberToObject(o, "snr_db", m->snr_db);
+            else
+                cJSON_AddNullToObject(o, "snr_db");
+            cJSON_AddItemToArray(arr, o);
+        }
+        s = write_json(w->tmp, "quantization_report.json", j);
+        cJSON_Delete(j);
+    }
+    return s;
+}
+
+/* Replace out_dir by tmp (an existing non-empty out_dir only with force;
+ * it is removed after the new one is in place). */
+static lb_status install(const char *tmp, const char *out, bool force) {
+    struct stat st;
+    char dir[PATH_MAX], base[PATH_MAX];
+    split_path(out, dir, sizeof dir, base, sizeof base);
+    fsync_dir(tmp);
+    if (lstat(out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return lb_set_error(LB_ERR_IO, "%s exists and is not a directory",
+                                out);
+        if (dir_empty(out)) {
+            if (rmdir(out) != 0)
+                return lb_set_error(LB_ERR_IO, "%s: %s", out, strerror(errno));
+        } else {
+            if (!force)
+                return lb_set_error(LB_ERR_INVALID_ARG,
+                                    "%s exists and is not empty (use --force "
+                                    "to replace it)",
+                                    out);
+            char old[PATH_MAX * 2 + 16];
+            snprintf(old, sizeof old, "%s/%s.old-XXXXXX", dir, base);
+            if (!mkdtemp(old) || rmdir(old) != 0 || rename(out, old) != 0)
+                return lb_set_error(LB_ERR_IO, "%s: cannot move aside: %s",
+                                    out, strerror(errno));
+            if (rename(tmp, out) != 0) {
+                int e = errno;
+                (void)rename(old, out);
+                return lb_set_error(LB_ERR_IO, "rename %s -> %s: %s", tmp, out,
+                                    strerror(e));
+            }
+            rm_rf(old);
+            fsync_dir(dir);
+            return LB_OK;
+        }
+    }
+    if (rename(tmp, out) != 0)
+        return lb_set_error(LB_ERR_IO, "rename %s -> %s: %s", tmp, out,
+                            strerror(errno));
+    fsync_dir(dir);
+    return LB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lb_quantize_model                                                         */
+/* ------------------------------------------------------------------------ */
+
+lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
+                            const lb_quantize_params *p_in,
+                            const lb_calib *calib, lb_quantize_report *rep) {
+    lb_quantize_report local;
+    if (!rep) rep = &local;
+    memset(rep, 0, sizeof *rep);
+    if (!model_dir || !out_dir || !*out_dir)
+        return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL path");
+    lb_quantize_params p;
+    LB_TRY(qz_effective_params(p_in, &p));
+    /* refuse early: do not spend hours to fail at the rename */
+    struct stat st;
+    if (lstat(out_dir, &st) == 0 &&
+        (!S_ISDIR(st.st_mode) || (!dir_empty(out_dir) && !p.force)))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s exists and is %s (use --force to replace it)",
+                            out_dir,
+                            S_ISDIR(st.st_mode) ? "not empty"
+                                                : "not a directory");
+    qz_rule *rules = NULL;
+    LB_TRY(qz_rules_parse(p.rules, p.n_rules, &rules));
+    lb_model *m = NULL;
+    qz_module *mods = NULL;
+    int n_mods = 0;
+    char *settings = NULL;
+    qwriter w;
+    memset(&w, 0, sizeof w);
+    bool have_tmp = false;
+    lb_status s = lb_model_load_hf(model_dir, NULL, &m);
+    if (s == LB_OK && m->config.has_quantization_config)
+        s = lb_set_error(LB_ERR_INVALID_ARG, "%s is already quantized",
+                         model_dir);
+    if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
+    if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8)
+        for (int i = 0; i < n_mods && s == LB_OK; i++)
+            if (mods[i].quantize && (mods[i].bits != 4 || !mods[i].sym))
+                s = lb_set_error(LB_ERR_INVALID_ARG,
+                                 "%s: the vllm-w4a8 profile is symmetric "
+                                 "4-bit only (a module rule asks for %d-bit "
+                                 "%s)",
+                                 mods[i].name, mods[i].bits,
+                                 mods[i].sym ? "sym" : "asym");
+    if (s == LB_OK) {
+        settings = settings_json(&p, model_dir, calib);
+        if (!settings) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+    }
+    if (s == LB_OK) {
+        if (p.resume && find_resumable(out_dir, settings, w.tmp, sizeof w.tmp))
+            lb_log(LB_LOG_INFO, "resuming from %s (%d finished layer files)",
+                   w.tmp, count_layer_files(w.tmp));
+        else {
+            if (p.resume)
+                lb_log(LB_LOG_INFO, "no interrupted run with these settings "
+                       "beside %s: starting afresh", out_dir);
+            s = make_tmp(out_dir, settings, w.tmp, sizeof w.tmp);
+        }
+        have_tmp = s == LB_OK;
+    }
+    if (s == LB_OK) {
+        snprintf(w.layers, sizeof w.layers, "%s/%s", w.tmp, LAYERS_DIR);
+        if (mkdir(w.layers, 0755) != 0 && errno != EEXIST)
+            s = lb_set_error(LB_ERR_IO, "%s: %s", w.layers, strerror(errno));
+    }
+    if (s == LB_OK) {
+        w.p = &p;
+        w.model_dir = model_dir;
+        w.mods = mods;
+        w.n_mods = n_mods;
+        w.n_layers = m->config.n_layers;
+        w.rep = rep;
+        qz_sink sink = {.user = &w,
+                        .module_done = w_module_done,
+                        .layer_cached = w_layer_cached,
+                        .layer_done = w_layer_done,
+                        .keep_in_model = false};
+        s = qz_run(m, &p, calib, mods, n_mods, &sink, rep);
+        for (int i = 0; i < w.n_pend; i++) pend_free(&w.pend[i]);
+    }
+    const double t_quant = rep->seconds;
+    double t0 = lb_time_s();
+    bool untie = false;
+    lb_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (s == LB_OK) {
+        untie = find_quantized(&w, "lm_head") && m->config.tie_word_embeddings;
+        s = lb_model_config_copy(&cfg, &m->config);
+    }
+    /* the source mapping is reopened by the assembly; free the model's */
+    lb_model_free(m);
+    m = NULL;
+    if (s == LB_OK) s = assemble_tensors(&w, &cfg, &rep->n_shards);
+    lb_model_config_clear(&cfg);
+    if (s == LB_OK) {
+        /* tensor bytes written */
+        lb_safetensors *o = NULL;
+        if (lb_st_open(w.tmp, &o) == LB_OK) {
+            for (size_t i = 0; i < lb_st_count(o); i++)
+                rep->tensor_bytes += lb_st_tensor_at(o, i)->nbytes;
+            lb_st_close(o);
+        }
+        s = write_configs(&w, calib, untie);
+    }
+    if (s == LB_OK) {
+        rep->seconds = t_quant + (lb_time_s() - t0);
+        s = write_reports(&w, rep);
+    }
+    if (s == LB_OK) {
+        /* drop the resumable state, then move into place */
+        char *sp = lb_path_join(w.tmp, STATE_FILE);
+        if (sp) unlink(sp);
+        free(sp);
+        rm_rf(w.layers);
+        s = install(w.tmp, out_dir, p.force);
+        if (s == LB_OK) have_tmp = false;
+    }
+    if (s != LB_OK && have_tmp) {
+        if (count_layer_files(w.tmp) > 0)
+            s = lb_error_context(s, "finished layers are kept in %s (rerun "
+                                 "with --resume to continue)", w.tmp);
+        else
+            rm_rf(w.tmp);
+    }
+    lb_model_free(m);
+    free(settings);
+    free(mods);
+    qz_rules_free(rules, p.n_rules);
+    if (s != LB_OK || rep == &local) lb_quantize_report_free(rep);
+    return s;
+}

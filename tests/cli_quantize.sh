@@ -1,0 +1,115 @@
+#!/bin/sh
+# cli_quantize — `lowbit quantize` end to end on tinystories-656k:
+# RTN and GPTQ (reference calibration ids) checkpoints, their --json
+# summaries and reports, reload through `lowbit ppl` (GPTQ within 1% of the
+# reference 41.4751, below RTN 43.0408), module rules (also from a file),
+# atomic output rules, usage errors.
+set -eu
+: "${LOWBIT:?set LOWBIT to the lowbit binary}"
+SHARED=${LB_SHARED:-../shared}
+M="$SHARED/models/tinystories-656k"
+IDS="$SHARED/reference/ppl/ids/tinystories-lf.hf-tokenizers.ids.i32"
+CAL="$SHARED/reference/gptq_model/calib_ids.i32"
+[ -d "$M" ] && [ -f "$CAL" ] || { echo "SKIPPED: shared data missing"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "SKIPPED: python3 not found"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+# ppl DIR [CHUNKS]: full protocol, ctx 256, exact (f32) dequantization
+ppl() { "$LOWBIT" --quiet --json ppl "$1" --ids "$IDS" --ctx 256 --protocol full --gptq-mode f32 --chunks "${2:-30}" -t 2 | python3 -c "import json,sys; print(json.load(sys.stdin)['ppl'])"; }
+
+# RTN
+"$LOWBIT" --json quantize "$M" -o "$T/rtn" --method rtn >"$T/rtn.json" 2>"$T/rtn.err"
+python3 - "$T/rtn.json" "$T/rtn/quantize_report.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
+assert s["method"] == "rtn" and s["modules_quantized"] == 14, s
+assert s["quantized_params"] == 393216 and abs(s["bits_per_weight"] - 4.34375) < 1e-9, s
+assert s["peak_rss_mib"] > 0 and s["shards"] == 1, s
+assert len(r["modules"]) == 14 and r["modules"][6]["name"] == "model.layers.0.mlp.down_proj", r
+PY
+P_RTN=$(ppl "$T/rtn")
+python3 -c "p=$P_RTN; assert 43.0 < p < 43.1, p"   # RTN 43.0408 with f32 scales
+
+# GPTQ with the reference calibration ids
+"$LOWBIT" --json quantize "$M" -o "$T/gptq" --calib-ids "$CAL" --seqlen 128 -t 2 >"$T/gptq.json" 2>"$T/gptq.err"
+grep -q "calibration activations: 128 x 128 x 128 f32 = 8.0 MiB" "$T/gptq.err" || { cat "$T/gptq.err"; fail "activation memory line"; }
+python3 - "$T/gptq.json" "$T/gptq/quantize_report.json" "$T/gptq/config.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2])); c = json.load(open(sys.argv[3]))
+assert s["method"] == "gptq" and s["nsamples"] == 128 and s["seqlen"] == 128, s
+m = {x["name"]: x for x in r["modules"]}
+q = m["model.layers.0.self_attn.q_proj"]
+assert abs(q["loss"] - 130.68748474121094) < 1e-2 and q["nsamples"] == 128 and q["damp_percent"] == 0.01, q
+qc = c["quantization_config"]
+assert qc["bits"] == 4 and qc["group_size"] == 128 and qc["sym"] is True and qc["quant_method"] == "gptq", qc
+assert qc["meta"]["quantizer"].startswith("lowbit:") and qc["meta"]["calibration"]["nsamples"] == 128, qc
+PY
+P_GPTQ=$(ppl "$T/gptq")
+python3 -c "p=$P_GPTQ; assert abs(p-41.47507006807855) < 41.475*0.01 and p < 43.04081023366871, p"
+ls "$T" | grep -q '\.tmp-' && fail "temp directory left behind"
+
+# text calibration: TinyStories text + a JSONL file, seeded windows; the
+# same seed gives the same checkpoint
+TXT="$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt"
+KJV="$SHARED/reference/gptq_model/calib-kjv-200k.txt"
+python3 - "$KJV" "$T/kjv.jsonl" <<'PY'
+import json, sys
+t = open(sys.argv[1], encoding="utf-8").read()[:20000]
+with open(sys.argv[2], "w") as f:
+    for i in range(0, len(t), 2000):
+        f.write(json.dumps({"text": t[i:i + 2000], "id": i}) + "\n")
+PY
+for d in txt1 txt2; do
+  "$LOWBIT" --quiet quantize "$M" -o "$T/$d" --calib "$TXT" --calib "$T/kjv.jsonl" \
+      --nsamples 16 --seqlen 64 --seed 7 -t 2 >/dev/null
+done
+cmp -s "$T/txt1/model.safetensors" "$T/txt2/model.safetensors" || fail "same seed, different checkpoint"
+P_TXT=$(ppl "$T/txt1" 8)
+python3 -c "p=$P_TXT; assert 35.21 < p < 42.0, p"   # dense: 35.2087
+python3 -c "import json; c=json.load(open('$T/txt1/config.json'))['quantization_config']['meta']['calibration']; assert c=={'nsamples':16,'seqlen':64,'seed':7}, c"
+printf 'Once upon a time' >"$T/short.txt"
+set +e
+"$LOWBIT" quantize "$M" -o "$T/short" --calib "$T/short.txt" --seqlen 64 2>"$T/e0"; [ $? -eq 1 ] || fail "short text: exit 1"
+set -e
+grep -q "calibration text too short: [0-9]* tokens in 1 documents, at least seqlen = 64 needed" "$T/e0" || { cat "$T/e0"; fail "short text: message"; }
+
+# rules (one on the command line, one from a file), gptq_v2, asym
+printf '# keep layer 1 attention dense\nlayers\\.1\\.self_attn=skip\n\n' >"$T/rules.txt"
+"$LOWBIT" quantize "$M" -o "$T/mixed" --method rtn --asym --group-size 64 \
+    --checkpoint-format gptq_v2 --modules 'mlp\.down_proj=8:g-1:sym' --modules "@$T/rules.txt" >"$T/mixed.txt"
+grep -q "kept dense: model.layers.1.self_attn.q_proj" "$T/mixed.txt" || { cat "$T/mixed.txt"; fail "kept-dense listing"; }
+python3 - "$T/mixed/config.json" <<'PY'
+import json, sys
+qc = json.load(open(sys.argv[1]))["quantization_config"]
+d = qc["dynamic"]; k = list(d)
+assert k == ["+:.*(?:mlp\\.down_proj)", "-:.*(?:layers\\.1\\.self_attn)"], k
+assert d[k[0]] == {"bits": 8, "group_size": -1, "sym": True}, d
+assert qc["checkpoint_format"] == "gptq_v2" and qc["sym"] is False and qc["group_size"] == 64, qc
+PY
+P_MIX=$(ppl "$T/mixed" 8)
+python3 -c "p=$P_MIX; assert 35.21 < p < 42.0, p"
+
+# output rules: non-empty OUT refused without --force
+set +e
+"$LOWBIT" quantize "$M" -o "$T/rtn" --method rtn 2>"$T/e1"; [ $? -eq 1 ] || fail "non-empty out: exit 1"
+grep -q -- "--force" "$T/e1" || fail "non-empty out: message"
+set -e
+"$LOWBIT" --quiet quantize "$M" -o "$T/rtn" --method rtn --bits 8 --force >"$T/force.txt" 2>"$T/force.err"
+[ ! -s "$T/force.err" ] || fail "--quiet printed on stderr"
+python3 -c "import json; assert json.load(open('$T/rtn/config.json'))['quantization_config']['bits'] == 8"
+
+# usage errors: exit 2
+set +e
+"$LOWBIT" quantize "$M" -o "$T/x" >/dev/null 2>&1; [ $? -eq 2 ] || fail "gptq without calibration: exit 2"
+"$LOWBIT" quantize "$M" -o "$T/x" --calib-ids "$CAL" >/dev/null 2>&1; [ $? -eq 2 ] || fail "--calib-ids without --seqlen: exit 2"
+"$LOWBIT" quantize "$M" -o "$T/x" --method rtn --bits 5 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--bits 5: exit 2"
+"$LOWBIT" quantize "$M" --method rtn >/dev/null 2>&1; [ $? -eq 2 ] || fail "no -o: exit 2"
+"$LOWBIT" quantize "$M" -o "$T/x" --method rtn --profile vllm-w4a8 --bits 8 >/dev/null 2>&1; [ $? -eq 2 ] || fail "profile + 8 bits: exit 2"
+"$LOWBIT" quantize "$M" -o "$T/x" --method rtn --modules 'mlp=9' 2>"$T/e2"; [ $? -eq 1 ] || fail "bad rule: exit 1"
+grep -q "mlp=9" "$T/e2" || fail "bad rule: message"
+"$LOWBIT" quantize "$M" -o "$T/x" --calib-ids "$CAL" --seqlen 100 2>"$T/e3"; [ $? -eq 1 ] || fail "ids/seqlen mismatch: exit 1"
+grep -q "65536 bytes" "$T/e3" || { cat "$T/e3"; fail "ids/seqlen mismatch: message"; }
+set -e
+[ ! -e "$T/x" ] || fail "a failed run left $T/x"
+echo "cli_quantize: ok"

@@ -1,0 +1,409 @@
+/* lowbit quantize — RTN / GPTQ quantization of a Hugging Face checkpoint
+ * into a GPTQ checkpoint (AutoGPTQ layout), with calibration on the CPU.
+ * Thin wrapper over lb_quantize_model (lowbit/quantize.h). */
+#include "cli.h"
+#include "cli_text.h"
+
+#include "lowbit/config.h"
+#include "lowbit/file.h"
+#include "lowbit/quantize.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static void usage(FILE *fp) {
+    fprintf(fp,
+        "usage: lowbit quantize MODEL_DIR -o OUT_DIR [options]\n"
+        "\n"
+        "method and grid:\n"
+        "  --method rtn|gptq       (default gptq)\n"
+        "  --bits 2|3|4|8          (default 4)\n"
+        "  --group-size N          -1 (per row), 32, 64, 128 ... (default "
+        "128)\n"
+        "  --sym / --asym          grid (default sym)\n"
+        "  --desc-act              act-order (GPTQ)\n"
+        "  --static-groups         group parameters fixed up front (GPTQ)\n"
+        "  --damp-percent X        (default 0.01; raised by 0.0025 on a "
+        "Cholesky failure)\n"
+        "  --mse                   search a shrunk grid range (norm 2.4)\n"
+        "  --no-true-sequential    one Hessian pass per layer instead of "
+        "q,k,v/o/gate,up/down\n"
+        "  --lm-head               quantize lm_head too (unties embeddings)\n"
+        "  --modules RULE          REGEX or REGEX=SPEC, first match wins; "
+        "SPEC: skip or\n"
+        "                          ':'-separated 2|3|4|8, gN, g-1, sym, "
+        "asym, act, noact\n"
+        "                          (e.g. 'mlp\\.down_proj=8'); repeatable; "
+        "@FILE reads\n"
+        "                          one rule per line (# comments)\n"
+        "  --profile vllm-w4a8     sym 4-bit, MSE scale search, lm_head "
+        "quantized,\n"
+        "                          BF16 embedding, quantization_report.json "
+        "(SNR)\n"
+        "calibration (GPTQ):\n"
+        "  --calib FILE            text or .jsonl (\"text\" field) "
+        "files; repeatable\n"
+        "  --calib-ids FILE.i32    pre-tokenized int32 [nsamples, seqlen] "
+        "(needs --seqlen)\n"
+        "  --nsamples N            sequences (default 128)\n"
+        "  --seqlen N              tokens per sequence (default min(2048, "
+        "max positions))\n"
+        "  --seed S                window sampling seed (default 0)\n"
+        "  --act-f16               keep calibration activations in f16\n"
+        "  --hessian-f64           accumulate Hessians in double\n"
+        "output:\n"
+        "  -o, --output OUT_DIR    written atomically (OUT_DIR.tmp-* until "
+        "complete)\n"
+        "  --checkpoint-format F   gptq (v1, default) or gptq_v2\n"
+        "  --max-shard-size SIZE   e.g. 4G (default), 500M; 0 = one file\n"
+        "  --force                 replace a non-empty OUT_DIR\n"
+        "  --resume                continue an interrupted run with the "
+        "same settings\n"
+        "  --report                write OUT_DIR/quantize_report.json (also "
+        "with --json)\n"
+        "  -t, --threads N         threads (default: all CPUs)\n"
+        "\n"
+        "--json prints a summary object; --quiet hides progress.\n");
+}
+
+static bool parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return false;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1e3; end++; break;
+    case 'M': mul = 1e6; end++; break;
+    case 'G': mul = 1e9; end++; break;
+    case 'T': mul = 1e12; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mul > 1.8e19) return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+typedef struct strlist {
+    char **v;
+    int n, cap;
+} strlist;
+
+static bool sl_push(strlist *l, const char *s) {
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 8;
+        char **nv = realloc(l->v, (size_t)nc * sizeof *nv);
+        if (!nv) return false;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n] = strdup(s);
+    return l->v[l->n++] != NULL;
+}
+
+static void sl_free(strlist *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+}
+
+/* "@FILE": one rule per line, blank lines and '#' comments skipped. */
+static lb_status read_rules_file(const char *path, strlist *rules) {
+    char *txt = NULL;
+    size_t n = 0;
+    lb_status st = lb_read_file(path, (size_t)1 << 20, &txt, &n);
+    if (st != LB_OK) return st;
+    for (char *save = NULL, *line = strtok_r(txt, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        while (isspace((unsigned char)*line)) line++;
+        size_t k = strlen(line);
+        while (k && isspace((unsigned char)line[k - 1])) line[--k] = '\0';
+        if (!*line || *line == '#') continue;
+        if (!sl_push(rules, line)) {
+            free(txt);
+            return lb_set_error(LB_ERR_NOMEM, "out of memory");
+        }
+    }
+    free(txt);
+    return LB_OK;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *cmd = "quantize";
+    const char *model = NULL, *out = NULL, *calib_ids = NULL;
+    strlist calib = {0}, rules = {0};
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    long nsamples = 128, seqlen = 0, threads = 0;
+    unsigned long long seed = 0;
+    bool write_report = false;
+    int rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        long iv;
+        double dv;
+#define VALUE()                                                                \
+    do {                                                                       \
+        if (!(v = cli_value(cmd, argc, argv, &i))) goto out;                   \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            VALUE();
+            out = v;
+        } else if (!strcmp(a, "--method")) {
+            VALUE();
+            if (!strcmp(v, "rtn"))
+                p.method = LB_QUANT_RTN;
+            else if (!strcmp(v, "gptq"))
+                p.method = LB_QUANT_GPTQ;
+            else {
+                cli_usage_error(cmd, "--method: rtn or gptq, got '%s'", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--bits")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 2, 8, &iv)) goto out;
+            if (iv != 2 && iv != 3 && iv != 4 && iv != 8) {
+                cli_usage_error(cmd, "--bits: 2, 3, 4 or 8, got %ld", iv);
+                goto out;
+            }
+            p.bits = (int)iv;
+        } else if (!strcmp(a, "--group-size")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, -1, 1 << 24, &iv)) goto out;
+            if (iv == 0) {
+                cli_usage_error(cmd, "--group-size: -1 or >= 1");
+                goto out;
+            }
+            p.group_size = (int)iv;
+        } else if (!strcmp(a, "--sym")) {
+            p.sym = true;
+        } else if (!strcmp(a, "--asym")) {
+            p.sym = false;
+        } else if (!strcmp(a, "--desc-act")) {
+            p.desc_act = true;
+        } else if (!strcmp(a, "--static-groups")) {
+            p.static_groups = true;
+        } else if (!strcmp(a, "--damp-percent")) {
+            VALUE();
+            if (!cli_parse_float(cmd, a, v, 1e-9, 0.999999, &dv)) goto out;
+            p.damp_percent = dv;
+        } else if (!strcmp(a, "--mse")) {
+            p.mse = true;
+        } else if (!strcmp(a, "--no-true-sequential")) {
+            p.true_sequential = false;
+        } else if (!strcmp(a, "--lm-head")) {
+            p.lm_head = true;
+        } else if (!strcmp(a, "--modules")) {
+            VALUE();
+            lb_status st = v[0] == '@' ? read_rules_file(v + 1, &rules)
+                                       : (sl_push(&rules, v) ? LB_OK
+                                                             : LB_ERR_NOMEM);
+            if (st != LB_OK) {
+                rc = cli_fail(cmd, st);
+                goto out;
+            }
+        } else if (!strcmp(a, "--profile")) {
+            VALUE();
+            if (strcmp(v, "vllm-w4a8")) {
+                cli_usage_error(cmd, "--profile: only vllm-w4a8, got '%s'", v);
+                goto out;
+            }
+            p.profile = LB_QUANT_PROFILE_VLLM_W4A8;
+        } else if (!strcmp(a, "--calib")) {
+            VALUE();
+            if (!sl_push(&calib, v)) goto out;
+        } else if (!strcmp(a, "--calib-ids")) {
+            VALUE();
+            calib_ids = v;
+        } else if (!strcmp(a, "--nsamples")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 1, 1 << 24, &nsamples)) goto out;
+        } else if (!strcmp(a, "--seqlen")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 1, 1 << 24, &seqlen)) goto out;
+        } else if (!strcmp(a, "--seed")) {
+            VALUE();
+            char *end;
+            errno = 0;
+            seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end) {
+                cli_usage_error(cmd, "--seed: expected an unsigned integer");
+                goto out;
+            }
+        } else if (!strcmp(a, "--act-f16")) {
+            p.act_f16 = true;
+        } else if (!strcmp(a, "--hessian-f64")) {
+            p.hessian_f64 = true;
+        } else if (!strcmp(a, "--checkpoint-format")) {
+            VALUE();
+            if (!strcmp(v, "gptq"))
+                p.format = LB_GPTQ_FORMAT_V1;
+            else if (!strcmp(v, "gptq_v2"))
+                p.format = LB_GPTQ_FORMAT_V2;
+            else {
+                cli_usage_error(cmd, "--checkpoint-format: gptq or gptq_v2, "
+                                "got '%s'", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--max-shard-size")) {
+            VALUE();
+            if (!parse_size(v, &p.max_shard_bytes)) {
+                cli_usage_error(cmd, "--max-shard-size: a size like 4G or "
+                                "500M, got '%s'", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--force")) {
+            p.force = true;
+        } else if (!strcmp(a, "--resume")) {
+            p.resume = true;
+        } else if (!strcmp(a, "--report")) {
+            write_report = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 1, 1024, &threads)) goto out;
+        } else if (a[0] == '-' && a[1]) {
+            cli_usage_error(cmd, "unknown option '%s'", a);
+            goto out;
+        } else if (!model) {
+            model = a;
+        } else {
+            cli_usage_error(cmd, "unexpected argument '%s'", a);
+            goto out;
+        }
+#undef VALUE
+    }
+    if (!model || !out) {
+        cli_usage_error(cmd, "need MODEL_DIR and -o OUT_DIR");
+        goto out;
+    }
+    if (p.profile == LB_QUANT_PROFILE_VLLM_W4A8 && (p.bits != 4 || !p.sym)) {
+        cli_usage_error(cmd, "--profile vllm-w4a8 is symmetric 4-bit only");
+        goto out;
+    }
+    const bool gptq = p.method == LB_QUANT_GPTQ;
+    if (gptq && !calib.n && !calib_ids) {
+        cli_usage_error(cmd, "GPTQ needs calibration data: --calib FILE or "
+                        "--calib-ids FILE.i32 (or use --method rtn)");
+        goto out;
+    }
+    if (calib.n && calib_ids) {
+        cli_usage_error(cmd, "give --calib or --calib-ids, not both");
+        goto out;
+    }
+    if (calib_ids && !seqlen) {
+        cli_usage_error(cmd, "--calib-ids needs --seqlen (the file is raw "
+                        "int32 [nsamples, seqlen])");
+        goto out;
+    }
+    rc = 1;
+    lb_calib cal = {0};
+    lb_status st = LB_OK;
+    if (gptq && calib_ids) {
+        bool ns_given = false;
+        for (int i = 1; i < argc; i++)
+            if (argv[i] && !strcmp(argv[i], "--nsamples")) ns_given = true;
+        st = lb_calib_load_ids(calib_ids, seqlen, ns_given ? nsamples : 0,
+                               &cal);
+    } else if (gptq) {
+        if (!seqlen) {
+            lb_model_config cfg;
+            st = lb_model_config_load_dir(model, &cfg);
+            if (st == LB_OK) {
+                seqlen = cfg.max_position_embeddings > 0 &&
+                                 cfg.max_position_embeddings < 2048
+                             ? cfg.max_position_embeddings
+                             : 2048;
+                lb_model_config_clear(&cfg);
+            }
+        }
+        void *tok = NULL;
+        if (st == LB_OK) st = cli_tokenizer_open(model, &tok);
+        if (st == LB_OK)
+            st = lb_calib_sample_text((const char *const *)calib.v, calib.n,
+                                      cli_tokenize_cb, tok, nsamples, seqlen,
+                                      seed, &cal);
+        cli_tokenizer_close(tok);
+    }
+    if (st != LB_OK) {
+        rc = cli_fail(cmd, st);
+        goto out;
+    }
+    cli_progress prog;
+    p.progress = cli_progress_make(&prog);
+    p.rules = (const char *const *)rules.v;
+    p.n_rules = rules.n;
+    p.n_threads = (int)threads;
+    p.calib_seed = seed;
+    p.write_report = write_report || g_cli.json;
+    lb_quantize_report rep;
+    st = lb_quantize_model(model, out, &p, gptq ? &cal : NULL, &rep);
+    cli_progress_done(&prog);
+    lb_calib_free(&cal);
+    if (st != LB_OK) {
+        rc = cli_fail(cmd, st);
+        goto out;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss_mib = (double)ru.ru_maxrss / 1024.0;
+    int nq = 0;
+    for (int i = 0; i < rep.n_modules; i++) nq += rep.modules[i].quantized;
+    if (g_cli.json) {
+        printf("{\"out_dir\": ");
+        cli_json_string(stdout, out);
+        printf(", \"method\": \"%s\", \"bits\": %d, \"group_size\": %d, "
+               "\"sym\": %s, \"desc_act\": %s, \"checkpoint_format\": \"%s\", "
+               "\"modules\": %d, \"modules_quantized\": %d, "
+               "\"quantized_params\": %lld, \"bits_per_weight\": %.6f, ",
+               gptq ? "gptq" : "rtn", p.bits, p.group_size,
+               p.sym ? "true" : "false", p.desc_act ? "true" : "false",
+               p.format == LB_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq",
+               rep.n_modules, nq, (long long)rep.quantized_params,
+               rep.bits_per_weight);
+        if (isfinite(rep.snr_min_db))
+            printf("\"snr_db\": {\"min\": %.4f, \"max\": %.4f, \"mean\": "
+                   "%.4f}, ",
+                   rep.snr_min_db, rep.snr_max_db, rep.snr_mean_db);
+        printf("\"nsamples\": %lld, \"seqlen\": %lld, \"activation_bytes\": "
+               "%llu, \"layers_resumed\": %d, \"shards\": %d, "
+               "\"tensor_bytes\": %llu, \"seconds\": %.3f, \"peak_rss_mib\": "
+               "%.1f, \"report\": ",
+               (long long)rep.nsamples, (long long)rep.seqlen,
+               (unsigned long long)rep.activation_bytes, rep.layers_resumed,
+               rep.n_shards, (unsigned long long)rep.tensor_bytes,
+               rep.seconds, rss_mib);
+        char rp[4200];
+        snprintf(rp, sizeof rp, "%s/quantize_report.json", out);
+        cli_json_string(stdout, rp);
+        printf("}\n");
+    } else {
+        printf("quantized %d of %d modules (%lld weights, %.3f bits/weight",
+               nq, rep.n_modules, (long long)rep.quantized_params,
+               rep.bits_per_weight);
+        if (isfinite(rep.snr_mean_db))
+            printf(", SNR %.2f..%.2f dB", rep.snr_min_db, rep.snr_max_db);
+        printf(") in %.1f s, peak RSS %.0f MiB -> %s\n", rep.seconds, rss_mib,
+               out);
+        if (rep.layers_resumed)
+            printf("resumed %d finished layer(s) of an earlier run\n",
+                   rep.layers_resumed);
+        for (int i = 0; i < rep.n_modules; i++)
+            if (!rep.modules[i].quantized && !g_cli.quiet)
+                printf("  kept dense: %s (%s)\n", rep.modules[i].name,
+                       rep.modules[i].note);
+    }
+    lb_quantize_report_free(&rep);
+    rc = 0;
+out:
+    sl_free(&calib);
+    sl_free(&rules);
+    return rc;
+}
