@@ -218,6 +218,12 @@ typedef struct lb_context_params {
                           K/V rounded to f16, attention in f32)             */
     bool pin_threads;  /* the context's own pool pins its threads to
                           distinct CPUs (LB_POOL_PIN, core.h; default off) */
+    bool f16_activations; /* round the inputs of F16 weights to f16 before
+                          the product, as ggml does (its F16 weights meet
+                          F16 activations); default off: lowbit multiplies
+                          F16 weights by f32 activations (one rounding
+                          less). On for llama.cpp-identical numerics, e.g.
+                          perplexity comparisons                          */
 } lb_context_params;
 
 /* Defaults (all zero = automatic). */

@@ -123,6 +123,7 @@ typedef struct lb_mm_plan {
     lb_mm_fn mm;
     lb_qact_fn qact;   /* NULL: f32 activations, pass X as A            */
     lb_type act_type;  /* vec_dot_type                                   */
+    lb_type w_type;    /* the weight's type                              */
     const uint8_t *w;
     size_t w_stride;   /* bytes per weight row                           */
     size_t a_stride;   /* bytes per activation row                       */

@@ -187,6 +187,7 @@ lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_te
                             name, (long long)pl->out, (long long)pl->in,
                             lb_type_name((int)W->type));
     pl->w = W->data;
+    pl->w_type = W->type;
     pl->mm = wk->mm;
     pl->act_type = wk->act_type;
     if (wk->mm_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_batch;

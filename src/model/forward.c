@@ -88,6 +88,10 @@ struct lb_context {
     atomic_int_fast64_t *ctr; /* dynamic-work counters                */
     size_t n_ctr;
 
+    /* lb_context_params.f16_activations: inputs of F16 weights rounded
+     * to f16 first (ggml's F16 x F16 products) */
+    bool f16_act;
+
     lb_forward_hook hook;
 };
 
@@ -180,9 +184,13 @@ static void free_scratch(lb_context *ctx) {
     ctx->cap = 0;
 }
 
-/* Bytes of one quantized activation row for weight w (0: f32 input). */
-static size_t act_row_bytes(const lb_kernel_table *kt, const lb_tensor *w) {
+/* Bytes of one quantized activation row for weight w (0: f32 input used
+ * directly; f32 rows rounded to f16 for F16 weights with f16_act). */
+static size_t act_row_bytes(const lb_kernel_table *kt, const lb_tensor *w,
+                            bool f16_act) {
     if ((unsigned)w->type >= LB_TYPE_COUNT_ || !kt->w[w->type].mm) return 0;
+    if (f16_act && w->type == LB_TYPE_F16)
+        return (size_t)lb_tensor_cols(w) * sizeof(float);
     lb_type at = kt->w[w->type].act_type;
     size_t rb;
     return at != LB_TYPE_F32 && lb_row_size(at, lb_tensor_cols(w), &rb) ? rb : 0;
@@ -190,16 +198,16 @@ static size_t act_row_bytes(const lb_kernel_table *kt, const lb_tensor *w) {
 
 /* Largest quantized-activation row the layers' linears need: [0] over all
  * linears, [1] over k and up, [2] over v (the buffers quant_rows uses). */
-static void max_act_strides(const lb_model *m, size_t st[3]) {
+static void max_act_strides(const lb_model *m, bool f16, size_t st[3]) {
     const lb_kernel_table *kt = lb_kernels_current();
     st[0] = st[1] = st[2] = 0;
     for (int l = 0; l < m->config.n_layers; l++) {
         const lb_tensor *w = m->layers[l].w;
         for (int i = 0; i < LB_LINEAR_COUNT; i++)
-            st[0] = LB_MAX(st[0], act_row_bytes(kt, &w[i]));
-        st[1] = LB_MAX(st[1], LB_MAX(act_row_bytes(kt, &w[LB_LINEAR_K]),
-                                     act_row_bytes(kt, &w[LB_LINEAR_UP])));
-        st[2] = LB_MAX(st[2], act_row_bytes(kt, &w[LB_LINEAR_V]));
+            st[0] = LB_MAX(st[0], act_row_bytes(kt, &w[i], f16));
+        st[1] = LB_MAX(st[1], LB_MAX(act_row_bytes(kt, &w[LB_LINEAR_K], f16),
+                                     act_row_bytes(kt, &w[LB_LINEAR_UP], f16)));
+        st[2] = LB_MAX(st[2], act_row_bytes(kt, &w[LB_LINEAR_V], f16));
     }
 }
 
@@ -223,7 +231,7 @@ static lb_status ensure_scratch(lb_context *ctx, int32_t n) {
     bool ok = ctx->x && ctx->xn && ctx->q && ctx->k && ctx->v && ctx->att &&
               ctx->o && ctx->gate;
     /* the weights may have been swapped (lb_model_set_linear): recompute */
-    max_act_strides(ctx->m, ctx->act_stride);
+    max_act_strides(ctx->m, ctx->f16_act, ctx->act_stride);
     for (int i = 0; i < 3 && ok; i++) {
         ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride[i], 1));
         ok = ctx->act[i] != NULL;
@@ -261,6 +269,7 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     ctx->kv_type = p.kv_type;
     ctx->kv_esize = p.kv_type == LB_TYPE_F16 ? 2 : 4;
     ctx->n_batch = p.n_batch > 0 ? LB_MIN(p.n_batch, n_ctx) : LB_MIN(512, n_ctx);
+    ctx->f16_act = p.f16_activations;
     lb_status s = LB_OK;
     if (p.pool) {
         ctx->pool = p.pool;
@@ -452,23 +461,38 @@ static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
 /* Quantize token rows [t0, t1) of X for the plans `p[0..np)`, sharing one
  * buffer between plans with the same activation type; *bufs receives each
  * plan's activation pointer (X itself for f32 activations). */
+static bool f16_rounded(const lb_context *ctx, const lb_mm_plan *p) {
+    return ctx->f16_act && p->w_type == LB_TYPE_F16;
+}
+
 static void quant_rows(lb_context *ctx, const lb_mm_plan *const *p, int np,
                        const float *X, int64_t t0, int64_t t1,
                        const void **bufs) {
     for (int i = 0; i < np; i++) {
-        if (!p[i]->qact) {
+        const bool r16 = f16_rounded(ctx, p[i]);
+        if (!p[i]->qact && !r16) {
             bufs[i] = X;
             continue;
         }
         int same = -1;
         for (int k = 0; k < i; k++)
-            if (p[k]->qact && p[k]->act_type == p[i]->act_type) same = k;
+            if (f16_rounded(ctx, p[k]) == r16 && (r16 || (p[k]->qact &&
+                                                         p[k]->act_type == p[i]->act_type)))
+                same = k;
         if (same >= 0) {
             bufs[i] = bufs[same];
             continue;
         }
         bufs[i] = ctx->act[i];
-        lb_mm_plan_quantize(p[i], X, ctx->act[i], t0, t1);
+        if (r16) {
+            const int64_t in = p[i]->in;
+            float *dst = (float *)(void *)ctx->act[i];
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t j = 0; j < in; j++)
+                    dst[t * in + j] = lb_f16_to_f32_inline(lb_f32_to_f16(X[t * in + j]));
+        } else {
+            lb_mm_plan_quantize(p[i], X, ctx->act[i], t0, t1);
+        }
     }
 }
 
@@ -632,7 +656,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
         {
             const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
             quant_rows(ctx, po, 1, ctx->att, (int64_t)tb, (int64_t)te, ao);
-            if (po[0]->qact) lb_pool_barrier(pool);
+            if (po[0]->qact || f16_rounded(ctx, po[0])) lb_pool_barrier(pool);
             while (take(&ctr[2], po[0]->n_chunks, &ch))
                 lb_mm_plan_chunk(po[0], ao[0], ctx->o, (size_t)dim, ch);
         }
@@ -688,7 +712,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
         {
             const lb_mm_plan *pd[1] = {&P[LB_LINEAR_DOWN]};
             quant_rows(ctx, pd, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad);
-            if (pd[0]->qact) lb_pool_barrier(pool);
+            if (pd[0]->qact || f16_rounded(ctx, pd[0])) lb_pool_barrier(pool);
             while (take(&ctr[4], pd[0]->n_chunks, &ch))
                 lb_mm_plan_chunk(pd[0], ad[0], ctx->o, (size_t)dim, ch);
         }
@@ -718,15 +742,18 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
                           : i == LB_LINEAR_V                   ? 2
                                                                : 0;
             const int bs[2] = {0, b};
+            const size_t need = f16_rounded(ctx, pl) ? (size_t)pl->in * sizeof(float)
+                                : pl->qact              ? pl->a_stride
+                                                        : 0;
             for (int k = 0; k < 2; k++) {
-                if (!pl->qact || pl->a_stride <= ctx->act_stride[bs[k]]) continue;
-                void *np = lb_alloc((size_t)ctx->cap * pl->a_stride);
+                if (need <= ctx->act_stride[bs[k]]) continue;
+                void *np = lb_alloc((size_t)ctx->cap * need);
                 if (!np)
                     return lb_set_error(LB_ERR_NOMEM, "context: out of memory "
                                         "for activations");
                 lb_free(ctx->act[bs[k]]);
                 ctx->act[bs[k]] = np;
-                ctx->act_stride[bs[k]] = pl->a_stride;
+                ctx->act_stride[bs[k]] = need;
             }
         }
         if (P[LB_LINEAR_GATE].n_chunks == P[LB_LINEAR_UP].n_chunks &&
@@ -834,6 +861,9 @@ lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, m->output_norm.data,
                    dim, m->config.rms_norm_eps);
+    if (ctx->f16_act && m->output.type == LB_TYPE_F16)
+        for (int64_t i = 0; i < (int64_t)n * dim; i++)
+            ctx->xn[i] = lb_f16_to_f32_inline(lb_f32_to_f16(ctx->xn[i]));
     /* small products run on this thread: waking the pool costs more */
     const bool small = (double)n * (double)m->output.nbytes < 65536.0;
     return lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n);
