@@ -13,6 +13,16 @@
  * Tiles: a weight block is unpacked once and used against up to 4 token rows
  * (prefill); decode processes 4 weight rows per pass over the activation.
  * Each output's arithmetic is the same in every tile shape.
+ *
+ * Q4_0 and Q8_0 (the formats the engine benchmarks) have their own tiles:
+ * four dot products (4 rows x 1 token in decode, 1 row x 4 or 8 tokens in
+ * prefill) are reduced together with horizontal adds into one vector of 4
+ * exact block sums, so the int->float conversion and the scaling happen
+ * once per 4 products, and every output is accumulated block by block as
+ * acc = fma(dw * da, block_sum, acc) (bit-identical in every tile). Q4_0
+ * uses its nibbles unsigned and subtracts 8 * sum(a) per block (computed
+ * once per call for every row). Decode tiles prefetch the next rows (the
+ * weights stream from memory once per token).
  */
 #include "kernels_internal.h"
 #include "core/internal.h"

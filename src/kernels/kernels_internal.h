@@ -135,6 +135,12 @@ typedef struct lb_mm_plan {
  * nth threads. Errors as lb_matmul. */
 lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt,
                           const lb_tensor *W, int64_t n_tokens, int nth);
+/* The same with chunks of a multiple of row_align rows (>= 1; e.g. so that
+ * a chunk of outputs covers whole blocks of the next product's quantized
+ * input). */
+lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
+                                  const lb_tensor *W, int64_t n_tokens, int nth,
+                                  int64_t row_align);
 /* Bytes of the quantized activations (0 for f32 activations). */
 size_t lb_mm_plan_act_bytes(const lb_mm_plan *pl);
 /* Quantize activation rows [t0, t1) of X [n_tokens, in] into A. */

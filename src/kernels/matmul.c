@@ -161,6 +161,12 @@ void lb_kernels_release_scratch(void) {
 
 lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_tensor *W,
                           int64_t n_tokens, int nth) {
+    return lb_mm_plan_make_aligned(pl, kt, W, n_tokens, nth, 1);
+}
+
+lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
+                                  const lb_tensor *W, int64_t n_tokens, int nth,
+                                  int64_t row_align) {
     const char *name = W && W->name ? W->name : "weight";
     memset(pl, 0, sizeof *pl);
     if (!W || !kt)
@@ -222,6 +228,7 @@ lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_te
             chunk = LB_MAX(4, (chunk + 3) / 4 * 4);
         }
     }
+    if (row_align > 1) chunk = (chunk + row_align - 1) / row_align * row_align;
     pl->row_chunk = LB_MIN(chunk, pl->out);
     pl->n_chunks = (pl->out + pl->row_chunk - 1) / pl->row_chunk;
     pl->tok_tile = pl->mm == wk->mm_batch ? LB_MAX(n_tokens, 1) : LB_MIN(LB_MAX(n_tokens, 1), 64);
