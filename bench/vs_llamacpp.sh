@@ -4,6 +4,7 @@
 #
 #   bench/vs_llamacpp.sh [-d DIR] [-t THREADS] [-p 512] [-n 128] [-r REPS]
 #                        [-k ROUNDS] [-s "SHAPES"] [-y "TYPES"] [-b BUILD_DIR]
+#                        [-D DEPTH]
 #
 #   -d DIR     where the GGUF files are made / found (default /tmp/lowbit-bench)
 #   -t N       threads for both tools (default 2)
@@ -14,6 +15,8 @@
 #   -s SHAPES  default "qwen2.5-0.5b llama3.2-1b" (make_random_gguf shapes)
 #   -y TYPES   default "q4_0 q8_0"
 #   -b DIR     lowbit build directory (default $LB_BUILD_DIR or ./build)
+#   -D DEPTH   tokens already in the KV cache when each test starts
+#              (llama-bench -d; default 0)
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -24,7 +27,7 @@
 # ../shared and the current directory visible inside the chroot; DIR must be
 # under /tmp or the project for the same reason).
 set -eu
-DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3
+DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3 D=0
 SHAPES="qwen2.5-0.5b llama3.2-1b" TYPES="q4_0 q8_0"
 B=${LB_BUILD_DIR:-./build}
 while [ $# -gt 0 ]; do
@@ -32,7 +35,8 @@ while [ $# -gt 0 ]; do
     -d) DIR=$2; shift 2 ;; -t) T=$2; shift 2 ;; -p) P=$2; shift 2 ;;
     -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
     -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -D) D=$2; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,17 +59,17 @@ for shape in $SHAPES; do
         # alternate the order between rounds
         if [ $((k % 2)) -eq 0 ]; then [ "$who" = lowbit ] && who=llama || who=lowbit; fi
         if [ "$who" = lowbit ]; then
-          out=$("$LOWBIT" bench "$f" -p "$P" -n "$N" -t "$T" -r "$R" --json)
+          out=$("$LOWBIT" bench "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" --json)
           echo "{\"tool\": \"lowbit\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $out}" >> "$RES"
         else
-          out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -t "$T" -r "$R" -o json 2>/dev/null)
+          out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" -o json 2>/dev/null)
           echo "{\"tool\": \"llama\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $(echo "$out" | tr -d '\n')}" >> "$RES"
         fi
       done
       k=$((k + 1))
     done
     # peak RSS of one lowbit run (decode and prefill together)
-    /usr/bin/time -v "$LOWBIT" bench "$f" -p "$P" -n "$N" -t "$T" -r 1 --json \
+    /usr/bin/time -v "$LOWBIT" bench "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r 1 --json \
       > "$DIR/rss.json" 2> "$DIR/rss.txt"
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$DIR/rss.txt")
     echo "{\"tool\": \"rss\", \"shape\": \"$shape\", \"type\": \"$type\", \"rss_kb\": $rss, \"file_bytes\": $(stat -c %s "$f"), \"run\": $(cat "$DIR/rss.json")}" >> "$RES"
@@ -87,6 +91,8 @@ for r in rows:
     else:
         for t in r["run"]:
             name = ("pp%d" % t["n_prompt"]) if t["n_prompt"] else ("tg%d" % t["n_gen"])
+            if t.get("n_depth", 0):
+                name += " @ d%d" % t["n_depth"]
             res.setdefault(key + (name,), {}).setdefault("llama", []).append(t["avg_ts"])
 print("\n%d threads; tokens/s: mean over rounds (best run)\n" % int(T))
 print("| shape | type | test | lowbit | llama.cpp | ratio (mean) | ratio (best) |")

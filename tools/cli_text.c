@@ -11,10 +11,8 @@
 lb_status cli_tokenizer_open(const char *model, void **tok) {
     *tok = NULL;
     lb_tokenizer *t = NULL;
-    size_t n = strlen(model);
-    lb_status st = n >= 5 && !strcmp(model + n - 5, ".gguf")
-                       ? lb_tokenizer_load_gguf(model, &t)
-                       : lb_tokenizer_load_hf(model, &t);
+    /* HF directory, tokenizer.json or GGUF (recognised by content) */
+    lb_status st = lb_tokenizer_load(model, &t);
     if (st == LB_OK) *tok = t;
     return st;
 }

@@ -1,6 +1,6 @@
 /*
- * lowbit bench MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [-b N_BATCH]
- *                    [--kv-type f16|f32] [--json]
+ * lowbit bench MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]
+ *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--json]
  *
  * Prefill and decode speed as llama-bench (llama.cpp 0.7.0
  * tools/llama-bench/llama-bench.cpp) measures them:
@@ -8,12 +8,15 @@
  *          batches of N_BATCH, logits of the last token only;
  *   tgN  — N tokens decoded one at a time from an empty cache (BOS first,
  *          then random ids), logits every step.
+ * With -d DEPTH (llama-bench's --n-depth) both tests start from a cache
+ * already holding DEPTH random tokens (filled untimed before each
+ * repetition): the speed deep into a long context, "ppP @ dD".
  * One untimed warm-up of each test, then REPS timed repetitions, each on a
  * cleared KV cache; tokens/s reported as mean ± sample stddev over the
- * repetitions (llama-bench's avg_ts / stddev_ts). The context is P + N
- * tokens long (llama-bench's n_ctx = n_prompt + n_gen); the KV cache is f16
- * by default, as llama-bench's type_k/type_v. Threads are pinned to
- * distinct CPUs unless --no-pin (lb_context_params.pin_threads).
+ * repetitions (llama-bench's avg_ts / stddev_ts). The context is D + P + N
+ * tokens long (llama-bench's n_ctx = n_depth + n_prompt + n_gen); the KV
+ * cache is f16 by default, as llama-bench's type_k/type_v. Threads are
+ * pinned to distinct CPUs unless --no-pin (lb_context_params.pin_threads).
  */
 #include "cli.h"
 
@@ -36,6 +39,8 @@ static void usage(FILE *fp) {
             "                        512; 0 = skip)\n"
             "  -n, --n-gen N         tokens for the decode test (default 128;\n"
             "                        0 = skip)\n"
+            "  -d, --n-depth D       tokens already in the cache when each test\n"
+            "                        starts (default 0)\n"
             "  -t, --threads T       threads (default: all CPUs)\n"
             "  -r, --repetitions R   timed repetitions per test (default 5)\n"
             "  -b, --batch-size B    tokens per forward pass in prefill\n"
@@ -61,26 +66,40 @@ static int32_t rand_token(int32_t n_vocab) {
     return (int32_t)(g_rng % (uint64_t)n_vocab);
 }
 
-static lb_status run_pp(lb_context *ctx, int32_t *toks, int p, int n_batch,
-                        float *logits) {
-    lb_context_reset(ctx);
+/* Prompt of p tokens after `depth` cached positions. */
+static lb_status run_pp(lb_context *ctx, int32_t *toks, int p, int depth,
+                        int n_batch, float *logits) {
     for (int i = 0; i < p; i += n_batch) {
         int nb = p - i < n_batch ? p - i : n_batch;
-        lb_status s = lb_model_forward(ctx, toks + i, nb, i, logits,
+        lb_status s = lb_model_forward(ctx, toks + i, nb, depth + i, logits,
                                        LB_LOGITS_LAST);
         if (s != LB_OK) return s;
     }
     return LB_OK;
 }
 
-static lb_status run_tg(lb_context *ctx, int n, int32_t bos, int32_t V,
-                        float *logits) {
-    lb_context_reset(ctx);
-    int32_t tok = bos >= 0 ? bos : rand_token(V);
+static lb_status run_tg(lb_context *ctx, int n, int depth, int32_t bos,
+                        int32_t V, float *logits) {
+    int32_t tok = bos >= 0 && depth == 0 ? bos : rand_token(V);
     for (int i = 0; i < n; i++) {
-        lb_status s = lb_model_forward(ctx, &tok, 1, i, logits, LB_LOGITS_LAST);
+        lb_status s = lb_model_forward(ctx, &tok, 1, depth + i, logits,
+                                       LB_LOGITS_LAST);
         if (s != LB_OK) return s;
         tok = rand_token(V);
+    }
+    return LB_OK;
+}
+
+/* Reset the cache and fill `depth` random positions (untimed). */
+static lb_status fill_depth(lb_context *ctx, int depth, int n_batch,
+                            int32_t V, int32_t bos, int32_t *buf) {
+    lb_context_reset(ctx);
+    for (int i = 0; i < depth; i += n_batch) {
+        int nb = depth - i < n_batch ? depth - i : n_batch;
+        for (int k = 0; k < nb; k++) buf[k] = rand_token(V);
+        if (i == 0 && bos >= 0) buf[0] = bos;
+        lb_status s = lb_model_forward(ctx, buf, nb, i, NULL, LB_LOGITS_NONE);
+        if (s != LB_OK) return s;
     }
     return LB_OK;
 }
@@ -102,7 +121,7 @@ static const char *main_type(const lb_model *m) {
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     const char *path = NULL;
-    long p = 512, n = 128, threads = 0, reps = 5, n_batch = 512;
+    long p = 512, n = 128, depth = 0, threads = 0, reps = 5, n_batch = 512;
     lb_type kv_type = LB_TYPE_F16;
     bool pin = true;
     for (int i = 1; i < argc; i++) {
@@ -119,6 +138,9 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             VAL();
             if (!cli_parse_int(cmd, a, v, 0, 1 << 20, &n)) return 2;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            VAL();
+            if (!cli_parse_int(cmd, a, v, 0, 1 << 24, &depth)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_parse_int(cmd, a, v, 1, 1024, &threads)) return 2;
@@ -158,14 +180,18 @@ int cmd_bench(int argc, char **argv) {
     lb_status st = lb_model_load(path, NULL, &m);
     if (st != LB_OK) return cli_fail(cmd, st);
     const int32_t V = m->config.vocab_size;
-    if (p + n > m->config.max_position_embeddings) {
-        fprintf(stderr, "lowbit bench: -p %ld + -n %ld exceeds the model's "
-                "context length %d\n", p, n, (int)m->config.max_position_embeddings);
+    if (depth + p + n > m->config.max_position_embeddings) {
+        fprintf(stderr, "lowbit bench: -d %ld + -p %ld + -n %ld exceeds the "
+                "model's context length %d\n", depth, p, n,
+                (int)m->config.max_position_embeddings);
         goto out;
     }
     lb_context_params cp = lb_context_default_params();
-    cp.n_ctx = (int32_t)(p + n);
-    cp.n_batch = (int32_t)(n_batch < p ? n_batch : (p > 0 ? p : 1));
+    cp.n_ctx = (int32_t)(depth + p + n);
+    {
+        long most = p > depth ? p : depth;
+        cp.n_batch = (int32_t)(n_batch < most ? n_batch : (most > 0 ? most : 1));
+    }
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
     cp.pin_threads = pin;
@@ -174,7 +200,7 @@ int cmd_bench(int argc, char **argv) {
         goto out;
     }
     logits = malloc((size_t)V * sizeof(float));
-    toks = malloc((size_t)(p > 0 ? p : 1) * sizeof(int32_t));
+    toks = malloc((size_t)(p > cp.n_batch ? p : cp.n_batch) * sizeof(int32_t));
     if (!logits || !toks) {
         fprintf(stderr, "lowbit bench: out of memory\n");
         goto out;
@@ -182,12 +208,14 @@ int cmd_bench(int argc, char **argv) {
     const int32_t bos = m->config.bos_token_id;
     if (p > 0) {
         bench_test *t = &tests[n_tests++];
-        snprintf(t->name, sizeof t->name, "pp%ld", p);
+        if (depth) snprintf(t->name, sizeof t->name, "pp%ld @ d%ld", p, depth);
+        else snprintf(t->name, sizeof t->name, "pp%ld", p);
         t->n_prompt = (int)p;
     }
     if (n > 0) {
         bench_test *t = &tests[n_tests++];
-        snprintf(t->name, sizeof t->name, "tg%ld", n);
+        if (depth) snprintf(t->name, sizeof t->name, "tg%ld @ d%ld", n, depth);
+        else snprintf(t->name, sizeof t->name, "tg%ld", n);
         t->n_gen = (int)n;
     }
     for (int k = 0; k < n_tests; k++) {
@@ -195,21 +223,29 @@ int cmd_bench(int argc, char **argv) {
         t->samples = calloc((size_t)reps, sizeof(double));
         if (!t->samples) goto out;
         /* warm-up, untimed (llama-bench: a prompt pass / one decode) */
+        st = fill_depth(ctx, (int)depth, (int)cp.n_batch, V, bos, toks);
         for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
-        if (p > 0 && bos >= 0) toks[0] = bos;
-        st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)cp.n_batch, logits)
-                         : run_tg(ctx, 1, bos, V, logits);
+        if (p > 0 && bos >= 0 && depth == 0) toks[0] = bos;
+        if (st == LB_OK)
+            st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)depth,
+                                      (int)cp.n_batch, logits)
+                             : run_tg(ctx, 1, (int)depth, bos, V, logits);
         if (st != LB_OK) {
             rc = cli_fail(cmd, st);
             goto out;
         }
         for (int r = 0; r < reps; r++) {
+            st = fill_depth(ctx, (int)depth, (int)cp.n_batch, V, bos, toks);
+            if (st != LB_OK) {
+                rc = cli_fail(cmd, st);
+                goto out;
+            }
             for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
-            if (p > 0 && bos >= 0) toks[0] = bos;
+            if (p > 0 && bos >= 0 && depth == 0) toks[0] = bos;
             double t0 = lb_time_s();
-            st = t->n_prompt
-                     ? run_pp(ctx, toks, t->n_prompt, (int)cp.n_batch, logits)
-                     : run_tg(ctx, t->n_gen, bos, V, logits);
+            st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)depth,
+                                      (int)cp.n_batch, logits)
+                             : run_tg(ctx, t->n_gen, (int)depth, bos, V, logits);
             double dt = lb_time_s() - t0;
             if (st != LB_OK) {
                 rc = cli_fail(cmd, st);
@@ -250,8 +286,9 @@ int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < n_tests; k++) {
             const bench_test *t = &tests[k];
             printf("%s{\"name\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
-                   "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
-                   k ? ", " : "", t->name, t->n_prompt, t->n_gen, t->mean,
+                   "\"n_depth\": %ld, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
+                   "\"samples_ts\": [",
+                   k ? ", " : "", t->name, t->n_prompt, t->n_gen, depth, t->mean,
                    t->sd);
             for (int r = 0; r < t->n; r++)
                 printf("%s%.4f", r ? ", " : "", t->samples[r]);

@@ -1,5 +1,6 @@
 /*
  * lowbit inspect FILE [--no-metadata] [--json]
+ * (FILE: GGUF, safetensors file or index, or an HF checkpoint directory)
  *
  * Prints a model file's tensor table (name, type, shape, bytes, bits per
  * weight), totals (effective bits/weight over all tensors and over the 2-D
@@ -15,6 +16,9 @@
 
 #include "lowbit/file.h"
 #include "lowbit/gguf.h"
+#include "lowbit/safetensors.h"
+
+#include <sys/stat.h>
 
 #include <inttypes.h>
 #include <math.h>
@@ -298,6 +302,69 @@ static lb_status insp_read_gguf(const char *path, bool want_meta,
 }
 
 /* ------------------------------------------------------------------------ */
+/* safetensors reader (a file, a sharded index or an HF directory)           */
+/* ------------------------------------------------------------------------ */
+
+static void free_st(void *p) { lb_st_close(p); }
+
+static lb_status insp_read_safetensors(const char *path, bool want_meta,
+                                       insp_model *m) {
+    lb_safetensors *st = NULL;
+    lb_status s = lb_st_open(path, &st);
+    if (s != LB_OK) return s;
+    m->format = "safetensors";
+    m->path = path;
+    m->owner = st;
+    m->free_owner = free_st;
+    size_t nt = lb_st_count(st);
+    m->t = calloc(nt ? nt : 1, sizeof *m->t);
+    if (!m->t) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+    /* file size: the shards' sizes added up */
+    const char *seen_last = NULL;
+    for (size_t i = 0; i < nt; i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        insp_tensor *r = &m->t[m->n_t++];
+        r->name = t->name;
+        r->type = lb_type_name(t->type);
+        r->n_dims = t->n_dims;
+        memcpy(r->shape, t->shape, sizeof r->shape);
+        r->bytes = t->nbytes;
+        r->n_elements = lb_tensor_nelements(t);
+        const char *f = lb_st_tensor_file(st, t);
+        bool counted = f && seen_last && strcmp(f, seen_last) == 0;
+        for (size_t k = 0; f && !counted && k < i; k++)
+            counted = strcmp(lb_st_tensor_file(st, lb_st_tensor_at(st, k)), f) == 0;
+        struct stat sb;
+        if (f && !counted && stat(f, &sb) == 0) m->file_size += (uint64_t)sb.st_size;
+        seen_last = f;
+    }
+    if (!want_meta) return LB_OK;
+    size_t nm = lb_st_metadata_count(st);
+    m->meta = calloc(nm ? nm : 1, sizeof *m->meta);
+    if (!m->meta) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < nm; i++) {
+        const char *k = NULL, *v = NULL;
+        if (!lb_st_metadata_at(st, i, &k, &v)) continue;
+        insp_meta *e = &m->meta[m->n_meta++];
+        mstr tx, js;
+        if (!mstr_open(&tx) || !mstr_open(&js)) {
+            free(mstr_close(&tx));
+            free(mstr_close(&js));
+            return lb_set_error(LB_ERR_NOMEM, "out of memory");
+        }
+        put_quoted(tx.fp, v, strlen(v), TEXT_STR_MAX);
+        cli_json_string(js.fp, v);
+        e->text = mstr_close(&tx);
+        e->json = mstr_close(&js);
+        e->type = strdup("STRING");
+        e->key = strdup(k);
+        if (!e->type || !e->text || !e->json || !e->key)
+            return lb_set_error(LB_ERR_NOMEM, "out of memory");
+    }
+    return LB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Format detection                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -312,16 +379,33 @@ static bool probe_gguf(const uint8_t *head, size_t n) {
     return n >= 4 && memcmp(head, LB_GGUF_MAGIC, 4) == 0;
 }
 
+/* safetensors: u64 little-endian header length, then a JSON object */
+static bool probe_safetensors(const uint8_t *head, size_t n) {
+    if (n < 9) return false;
+    uint64_t len;
+    memcpy(&len, head, 8);
+    size_t i = 8;
+    while (i < n && (head[i] == ' ' || head[i] == '\n')) i++;
+    return len >= 2 && i < n && head[i] == '{';
+}
+/* a safetensors index (model.safetensors.index.json): JSON text */
+static bool probe_json(const uint8_t *head, size_t n) {
+    size_t i = 0;
+    while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
+        i++;
+    return i < n && head[i] == '{';
+}
+
 static const insp_format formats[] = {
     {"gguf", probe_gguf, insp_read_gguf},
+    {"safetensors", probe_safetensors, insp_read_safetensors},
+    {"safetensors index", probe_json, insp_read_safetensors},
 };
 
 static lb_status insp_open(const char *path, bool want_meta, insp_model *m) {
     memset(m, 0, sizeof *m);
-    if (lb_is_dir(path))
-        return lb_set_error(LB_ERR_UNSUPPORTED,
-                            "%s: is a directory; inspect reads GGUF files",
-                            path);
+    if (lb_is_dir(path)) /* a Hugging Face checkpoint directory */
+        return insp_read_safetensors(path, want_meta, m);
     FILE *fp = fopen(path, "rb");
     if (!fp) return lb_set_error(LB_ERR_IO, "%s: cannot open", path);
     uint8_t head[16];
@@ -330,7 +414,9 @@ static lb_status insp_open(const char *path, bool want_meta, insp_model *m) {
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (formats[i].probe(head, n)) return formats[i].read(path, want_meta, m);
     return lb_set_error(LB_ERR_UNSUPPORTED,
-                        "%s: unknown file format (inspect reads GGUF files)",
+                        "%s: unknown file format (inspect reads GGUF and "
+                        "safetensors files, safetensors indexes and HF "
+                        "directories)",
                         path);
 }
 
@@ -453,8 +539,10 @@ static void print_text(const insp_model *m, bool want_meta) {
 static void usage(FILE *fp) {
     fprintf(fp,
             "usage: lowbit inspect FILE [--no-metadata] [--json]\n\n"
-            "Show a GGUF file's tensors (name, type, shape, bytes, bits per\n"
-            "weight), totals and metadata.\n\n"
+            "Show a model file's tensors (name, type, shape, bytes, bits per\n"
+            "weight), totals and metadata. FILE: a GGUF file, a .safetensors\n"
+            "file, a model.safetensors.index.json or a Hugging Face directory\n"
+            "(its safetensors shards together; metadata = __metadata__).\n\n"
             "  --no-metadata  leave the metadata out\n"
             "  --json         one JSON object: format, path, version, alignment,\n"
             "                 file_size, metadata {key: value}, tensors [{name, type,\n"

@@ -69,8 +69,6 @@ int cmd_tokenize(int argc, char **argv) {
         }
     }
     if (!model || !text) return cli_usage_error("tokenize", "needs MODEL and TEXT (or -)");
-    size_t mlen = strlen(model);
-    bool gguf = mlen >= 5 && !strcmp(model + mlen - 5, ".gguf");
 
     char *owned = NULL;
     size_t len;
@@ -86,7 +84,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
 
     lb_tokenizer *tok = NULL;
-    lb_status st = gguf ? lb_tokenizer_load_gguf(model, &tok) : lb_tokenizer_load_hf(model, &tok);
+    lb_status st = lb_tokenizer_load(model, &tok);
     if (st != LB_OK) {
         free(owned);
         return cli_fail("tokenize", st);

@@ -2,7 +2,7 @@
 LB_CMD(version, "print version and detected CPU features")
 LB_CMD(run, "generate text from a model (HF dir, GPTQ checkpoint or GGUF)")
 LB_CMD(tokenize, "show the token ids and pieces of a text")
-LB_CMD(inspect, "show a GGUF file's tensors, bits/weight and metadata")
+LB_CMD(inspect, "show a model file's tensors, bits/weight and metadata")
 LB_CMD(quantize, "RTN / GPTQ quantization into a GPTQ checkpoint")
 LB_CMD(ppl, "perplexity of a model on a text (llama.cpp or full windows)")
 LB_CMD(serve, "OpenAI-compatible HTTP server (completions, chat, streaming)")

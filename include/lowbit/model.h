@@ -121,23 +121,6 @@ typedef struct lb_model_load_opts {
 lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
                            lb_model **out);
 
-/* Load a GPTQ checkpoint directory (AutoGPTQ / GPTQModel layout, see
- * lowbit/gptq_ckpt.h): config.json with a quantization_config (or a
- * quantize_config.json beside it), weights in model.safetensors, a sharded
- * index, or the directory's single *.safetensors file (AutoGPTQ's
- * gptq_model-4bit-128g.safetensors). Linears with NAME.qweight are
- * converted as opts->gptq_mode says; NAME.weight linears load as in
- * lb_model_load_hf (mixed checkpoints, e.g. "dynamic" exclusions); a
- * quantized lm_head (lm_head.qweight) is used as the output layer.
- * Each qweight's bit width is inferred from its shape and must agree with
- * the config (after "dynamic" overrides). Errors as lb_model_load_hf, plus
- * LB_ERR_FORMAT naming the tensor for a mis-shaped/mistyped qweight,
- * qzeros, scales or g_idx, a g_idx outside [0, groups), a non-finite scale;
- * LB_ERR_UNSUPPORTED for quant methods/formats other than GPTQ v1/v2, or a
- * non-zero bias on a linear that lowbit's model has no bias for. */
-lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
-                             lb_model **out);
-
 /* Load a GGUF model file (llama.cpp layout; GGUF spec v3, llama.cpp 0.7.0
  * src/llama-model.cpp). Architectures (general.architecture): "llama"
  * (also Mistral files), "qwen2", "qwen3". Hyper-parameters come from the
@@ -166,6 +149,23 @@ lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
  * MoE, partial RoPE, yarn scaling, non-uniform layers, a tensor type
  * without a kernel), LB_ERR_NOMEM. Free with lb_model_free. */
 lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
+                             lb_model **out);
+
+/* Load a GPTQ checkpoint directory (AutoGPTQ / GPTQModel layout, see
+ * lowbit/gptq_ckpt.h): config.json with a quantization_config (or a
+ * quantize_config.json beside it), weights in model.safetensors, a sharded
+ * index, or the directory's single *.safetensors file (AutoGPTQ's
+ * gptq_model-4bit-128g.safetensors). Linears with NAME.qweight are
+ * converted as opts->gptq_mode says; NAME.weight linears load as in
+ * lb_model_load_hf (mixed checkpoints, e.g. "dynamic" exclusions); a
+ * quantized lm_head (lm_head.qweight) is used as the output layer.
+ * Each qweight's bit width is inferred from its shape and must agree with
+ * the config (after "dynamic" overrides). Errors as lb_model_load_hf, plus
+ * LB_ERR_FORMAT naming the tensor for a mis-shaped/mistyped qweight,
+ * qzeros, scales or g_idx, a g_idx outside [0, groups), a non-finite scale;
+ * LB_ERR_UNSUPPORTED for quant methods/formats other than GPTQ v1/v2, or a
+ * non-zero bias on a linear that lowbit's model has no bias for. */
+lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
                              lb_model **out);
 
 /* Load whatever `path` is: a directory with config.json -> HF loader (GPTQ
@@ -218,6 +218,12 @@ typedef struct lb_context_params {
                           K/V rounded to f16, attention in f32)             */
     bool pin_threads;  /* the context's own pool pins its threads to
                           distinct CPUs (LB_POOL_PIN, core.h; default off) */
+    bool f16_activations; /* round the inputs of F16 weights to f16 before
+                          the product, as ggml does (its F16 weights meet
+                          F16 activations); default off: lowbit multiplies
+                          F16 weights by f32 activations (one rounding
+                          less). On for llama.cpp-identical numerics, e.g.
+                          perplexity comparisons                          */
 } lb_context_params;
 
 /* Defaults (all zero = automatic). */

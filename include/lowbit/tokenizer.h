@@ -170,6 +170,14 @@ lb_status lb_tokenizer_from_gguf(const lb_gguf *g, lb_tokenizer **out);
  * Errors: those of lb_gguf_open and lb_tokenizer_from_gguf. */
 lb_status lb_tokenizer_load_gguf(const char *path, lb_tokenizer **out);
 
+/* Load a tokenizer from whatever `path` is: a directory (Hugging Face
+ * checkpoint: lb_tokenizer_load_hf), a file starting with the GGUF magic
+ * (a model or a vocabulary-only GGUF: lb_tokenizer_load_gguf), any other
+ * file (a tokenizer.json: lb_tokenizer_load_hf). Recognised by content, not
+ * by the file name. Errors: LB_ERR_NOT_FOUND (no such path), those of the
+ * loader chosen. */
+lb_status lb_tokenizer_load(const char *path, lb_tokenizer **out);
+
 /* ---- encoding ------------------------------------------------------------ */
 
 /* Flags for lb_tokenizer_encode_ex. */

@@ -13,6 +13,16 @@
  * Tiles: a weight block is unpacked once and used against up to 4 token rows
  * (prefill); decode processes 4 weight rows per pass over the activation.
  * Each output's arithmetic is the same in every tile shape.
+ *
+ * Q4_0 and Q8_0 (the formats the engine benchmarks) have their own tiles:
+ * four dot products (4 rows x 1 token in decode, 1 row x 4 or 8 tokens in
+ * prefill) are reduced together with horizontal adds into one vector of 4
+ * exact block sums, so the int->float conversion and the scaling happen
+ * once per 4 products, and every output is accumulated block by block as
+ * acc = fma(dw * da, block_sum, acc) (bit-identical in every tile). Q4_0
+ * uses its nibbles unsigned and subtracts 8 * sum(a) per block (computed
+ * once per call for every row). Decode tiles prefetch the next rows (the
+ * weights stream from memory once per token).
  */
 #include "kernels_internal.h"
 #include "core/internal.h"
@@ -186,110 +196,193 @@ LB_AI void mm32(qkind k, int64_t n, const void *vw, size_t ws, int64_t nr, const
     }
 }
 
-/* Q4_0 x Q8_0 with 128-bit lanes: the nibbles are used unsigned (q in
- * 0..15, so _mm_maddubs_epi16 takes them directly, without the sign trick)
- * and the offset is removed in integers afterwards:
+/* Q4_0 x Q8_0, 128-bit lanes. The nibbles are used unsigned (q in 0..15,
+ * so _mm_maddubs_epi16 takes them directly, without the sign trick) and the
+ * offset is removed in integers afterwards:
  *   sum_j (q_j - 8) a_j = sum_j q_j a_j - 8 sum_j a_j  (exact).
  * Low nibbles are elements 0..15 and pair with the activation's first 16
- * bytes, high nibbles with the last 16, so no shuffling is needed. The
- * corrections 8 sum a of each (token, block) are computed once per call
- * (per Q4_KB blocks of the row) and shared by every row. Int16 bounds: each
- * maddubs lane <= 2*15*127 = 3810, the sum of the two halves <= 7620. */
+ * bytes, high nibbles with the last 16, so no shuffling is needed.
+ * Four dot products (4 rows x 1 token in decode, 1 row x 4 tokens in
+ * prefill) are reduced together: their 8-lane int16 partial sums go
+ * through two levels of _mm_hadd_epi16 and one _mm_madd_epi16 into one
+ * vector of 4 int32 block sums, so the offset correction, the int->float
+ * conversion and the scaling are done once per 4 products. Int16 bounds:
+ * a maddubs lane <= 2*15*127 = 3810, the two halves <= 7620, after the
+ * hadds <= 30480 < 32767. The activation block sums 8 sum a (and, for
+ * token groups, the scales as floats) are computed once per call for
+ * Q4_KB blocks and shared by every row. */
 #define Q4_KB 256
 
-/* c[t * Q4_KB + i] = 8 * sum of activation block kb0 + i of token t */
-LB_AI void q4_0_corr(int RN, int64_t kb0, int64_t kbn, const uint8_t *a, size_t as,
-                     int32_t *c) {
+/* 8 * sum of the 32 int8 of an activation block */
+LB_AI int32_t q8_sum8(const uint8_t *ap) {
     const __m128i ones = _mm_set1_epi16(1), eight = _mm_set1_epi8(8);
-    for (int t = 0; t < RN; t++)
-        for (int64_t i = 0; i < kbn; i++) {
-            const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
-            const __m128i a0 = _mm_loadu_si128((const __m128i *)(ap + 2));
-            const __m128i a1 = _mm_loadu_si128((const __m128i *)(ap + 18));
-            __m128i v = _mm_madd_epi16(
-                _mm_add_epi16(_mm_maddubs_epi16(eight, a0), _mm_maddubs_epi16(eight, a1)), ones);
-            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
-            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
-            c[t * Q4_KB + i] = _mm_cvtsi128_si32(v);
-        }
+    const __m128i a0 = _mm_loadu_si128((const __m128i *)(ap + 2));
+    const __m128i a1 = _mm_loadu_si128((const __m128i *)(ap + 18));
+    __m128i v = _mm_madd_epi16(
+        _mm_add_epi16(_mm_maddubs_epi16(eight, a0), _mm_maddubs_epi16(eight, a1)), ones);
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(v);
 }
 
-/* RM rows x RN tokens over blocks [kb0, kb0 + kbn); adds to y unless
- * kb0 == 0. */
-LB_AI void tile_q4_0(const int RM, const int RN, int64_t kb0, int64_t kbn, const uint8_t *w,
-                     size_t ws, const uint8_t *a, size_t as, const int32_t *cs, float *y,
-                     size_t ldy, const uint8_t *pf) {
-    const __m128i m4 = _mm_set1_epi8(0x0F), ones = _mm_set1_epi16(1);
-    __m128 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < RM; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm_setzero_ps();
+/* [s0, s1, s2, s3] as int32 from four 8-lane int16 partial sums */
+LB_AI __m128i hsum4_epi16(__m128i q0, __m128i q1, __m128i q2, __m128i q3) {
+    return _mm_madd_epi16(_mm_hadd_epi16(_mm_hadd_epi16(q0, q1), _mm_hadd_epi16(q2, q3)),
+                          _mm_set1_epi16(1));
+}
+
+/* q_j a_j over one block as 8 int16 partial sums */
+LB_AI __m128i q4_dot16(const uint8_t *wq, const uint8_t *ap) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i x = _mm_loadu_si128((const __m128i *)wq);
+    const __m128i lo = _mm_and_si128(x, m4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+    return _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(ap + 2))),
+                         _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(ap + 18))));
+}
+
+/* Decode: 4 rows x 1 token over blocks [kb0, kb0+kbn) (c: corrections of
+ * those blocks); adds to y[0..3] unless kb0 == 0. pf: the next rows, to
+ * prefetch (weights stream from memory once). */
+LB_AI void q4_rows4(int64_t kb0, int64_t kbn, const uint8_t *w, size_t ws, const uint8_t *a,
+                    const int32_t *c, float *y, const uint8_t *pf) {
+    __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < kbn; i++) {
         const int64_t b = kb0 + i;
-        __m128i lo[4], hi[4];
-        float wd[4];
-        /* decode streams the weights from memory once: prefetch the next
-         * tile's rows (every 3 blocks = 54 bytes, so no line is skipped) */
-        if (pf && i % 3 == 0)
-#pragma GCC unroll 4
-            for (int r = 0; r < RM; r++)
+        const uint8_t *w0 = w + (size_t)b * 18, *ap = a + (size_t)b * 34;
+        if (pf && i % 3 == 0) /* every 54 bytes: no line skipped */
+            for (int r = 0; r < 4; r++)
                 _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)b * 18), _MM_HINT_T0);
-#pragma GCC unroll 4
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *wb = w + (size_t)r * ws + (size_t)b * 18;
-            const __m128i x = _mm_loadu_si128((const __m128i *)(wb + 2));
-            lo[r] = _mm_and_si128(x, m4);
-            hi[r] = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
-            wd[r] = h2f(wb);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < RN; t++) {
-            const uint8_t *ap = a + (size_t)t * as + (size_t)b * 34;
-            const float ad = h2f(ap);
-            const __m128i a0 = _mm_loadu_si128((const __m128i *)(ap + 2));
-            const __m128i a1 = _mm_loadu_si128((const __m128i *)(ap + 18));
-            const __m128i c = _mm_cvtsi32_si128(cs[t * Q4_KB + i]);
-#pragma GCC unroll 4
-            for (int r = 0; r < RM; r++) {
-                const __m128i p = _mm_sub_epi32(
-                    _mm_madd_epi16(_mm_add_epi16(_mm_maddubs_epi16(lo[r], a0),
-                                                 _mm_maddubs_epi16(hi[r], a1)),
-                                   ones),
-                    c);
-                acc[r][t] = _mm_fmadd_ps(_mm_set1_ps(wd[r] * ad), _mm_cvtepi32_ps(p), acc[r][t]);
-            }
-        }
+        const __m128i p = _mm_sub_epi32(
+            hsum4_epi16(q4_dot16(w0 + 2, ap), q4_dot16(w0 + ws + 2, ap),
+                        q4_dot16(w0 + 2 * ws + 2, ap), q4_dot16(w0 + 3 * ws + 2, ap)),
+            _mm_set1_epi32(c[i]));
+        __m128i dh = _mm_cvtsi32_si128(lb_rd_u16(w0));
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + ws), 1);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 2 * ws), 2);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 3 * ws), 3);
+        const __m128 sv = _mm_mul_ps(_mm_cvtph_ps(dh), _mm_set1_ps(h2f(ap)));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(p), acc);
     }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int k = 0; k < 4; k++) y[k] = kb0 ? y[k] + r[k] : r[k];
+}
+
+/* One row x one token (remainders): the same arithmetic as one lane of
+ * the 4-wide tiles (exact block sum, then acc = fma(dw * da, sum, acc) in
+ * block order), so every output is bit-identical whatever tile computes
+ * it. */
+LB_AI float q4_row1(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a,
+                    const int32_t *c) {
+    const __m128i ones = _mm_set1_epi16(1);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        const uint8_t *w0 = w + (size_t)b * 18, *ap = a + (size_t)b * 34;
+        __m128i v = _mm_madd_epi16(q4_dot16(w0 + 2, ap), ones);
+        v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+        v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+        const int32_t p = _mm_cvtsi128_si32(v) - c[i];
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(h2f(w0) * h2f(ap)),
+                                         _mm_set_ss((float)p), _mm_set_ss(acc)));
+    }
+    return acc;
+}
+
+/* Prefill: 1 row x 4 tokens (activation rows a + t*as); cv/adv: per block
+ * the 4 tokens' corrections and scales. Writes y[t * ldy]. */
+LB_AI void q4_tok4(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a, size_t as,
+                   const int32_t *cv, const float *adv, float *y, size_t ldy) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        const uint8_t *w0 = w + (size_t)b * 18, *ap = a + (size_t)b * 34;
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        const __m128i x = _mm_loadu_si128((const __m128i *)(w0 + 2));
+        const __m128i lo = _mm_and_si128(x, m4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+        __m128i q[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < RM; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < RN; t++) {
-            __m128 v = acc[r][t];
-            v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-            v = _mm_add_ss(v, _mm_movehdup_ps(v));
-            float *yp = y + (size_t)t * ldy + (size_t)r;
-            *yp = kb0 ? *yp + _mm_cvtss_f32(v) : _mm_cvtss_f32(v);
+        for (int t = 0; t < 4; t++) {
+            const uint8_t *at = ap + (size_t)t * as;
+            q[t] = _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(at + 2))),
+                                 _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(at + 18))));
         }
+        const __m128i p = _mm_sub_epi32(hsum4_epi16(q[0], q[1], q[2], q[3]),
+                                        _mm_loadu_si128((const __m128i *)(cv + 4 * i)));
+        const __m128 sv = _mm_mul_ps(_mm_set1_ps(h2f(w0)), _mm_loadu_ps(adv + 4 * i));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(p), acc);
+    }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int t = 0; t < 4; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
+}
+
+/* Prefill: 1 row x 8 tokens (two groups of 4 sharing the unpacked row). */
+LB_AI void q4_tok8(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a, size_t as,
+                   const int32_t *cv, const float *adv, float *y, size_t ldy) {
+    __m128 acc0 = _mm_setzero_ps(), acc1 = _mm_setzero_ps();
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        const uint8_t *w0 = w + (size_t)b * 18, *ap = a + (size_t)b * 34;
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        const __m128i x = _mm_loadu_si128((const __m128i *)(w0 + 2));
+        const __m128i lo = _mm_and_si128(x, m4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+        const __m128 wd = _mm_set1_ps(h2f(w0));
+        __m128i q[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const uint8_t *at = ap + (size_t)t * as;
+            q[t] = _mm_add_epi16(_mm_maddubs_epi16(lo, _mm_loadu_si128((const __m128i *)(at + 2))),
+                                 _mm_maddubs_epi16(hi, _mm_loadu_si128((const __m128i *)(at + 18))));
+        }
+        const __m128i p0 = _mm_sub_epi32(hsum4_epi16(q[0], q[1], q[2], q[3]),
+                                         _mm_loadu_si128((const __m128i *)(cv + 8 * i)));
+        const __m128i p1 = _mm_sub_epi32(hsum4_epi16(q[4], q[5], q[6], q[7]),
+                                         _mm_loadu_si128((const __m128i *)(cv + 8 * i + 4)));
+        acc0 = _mm_fmadd_ps(_mm_mul_ps(wd, _mm_loadu_ps(adv + 8 * i)), _mm_cvtepi32_ps(p0), acc0);
+        acc1 = _mm_fmadd_ps(_mm_mul_ps(wd, _mm_loadu_ps(adv + 8 * i + 4)), _mm_cvtepi32_ps(p1), acc1);
+    }
+    float r[8];
+    _mm_storeu_ps(r, acc0);
+    _mm_storeu_ps(r + 4, acc1);
+    for (int t = 0; t < 8; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
 }
 
 static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                          size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
-    int32_t cs[4 * Q4_KB];
+    int32_t cv[8 * Q4_KB];
+    float adv[8 * Q4_KB];
     int64_t t = 0;
+    for (; t + 8 <= nt; t += 8) {
+        const uint8_t *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ldy;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
+            const int64_t kbn = LB_MIN(Q4_KB, nb - kb0);
+            for (int64_t i = 0; i < kbn; i++)
+                for (int k = 0; k < 8; k++) {
+                    const uint8_t *ap = at + (size_t)k * as + (size_t)(kb0 + i) * 34;
+                    cv[8 * i + k] = q8_sum8(ap);
+                    adv[8 * i + k] = h2f(ap);
+                }
+            for (int64_t r = 0; r < nr; r++)
+                q4_tok8(kb0, kbn, w + (size_t)r * ws, at, as, cv, adv, yt + r, ldy);
+        }
+    }
     for (; t + 4 <= nt; t += 4) {
         const uint8_t *at = a + (size_t)t * as;
         float *yt = y + (size_t)t * ldy;
         for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
             const int64_t kbn = LB_MIN(Q4_KB, nb - kb0);
-            q4_0_corr(4, kb0, kbn, at, as, cs);
-            int64_t r = 0;
-            for (; r + 2 <= nr; r += 2)
-                tile_q4_0(2, 4, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
-            for (; r < nr; r++)
-                tile_q4_0(1, 4, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
+            for (int64_t i = 0; i < kbn; i++)
+                for (int k = 0; k < 4; k++) {
+                    const uint8_t *ap = at + (size_t)k * as + (size_t)(kb0 + i) * 34;
+                    cv[4 * i + k] = q8_sum8(ap);
+                    adv[4 * i + k] = h2f(ap);
+                }
+            for (int64_t r = 0; r < nr; r++)
+                q4_tok4(kb0, kbn, w + (size_t)r * ws, at, as, cv, adv, yt + r, ldy);
         }
     }
     for (; t < nt; t++) {
@@ -297,13 +390,142 @@ static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
         float *yt = y + (size_t)t * ldy;
         for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
             const int64_t kbn = LB_MIN(Q4_KB, nb - kb0);
-            q4_0_corr(1, kb0, kbn, at, as, cs);
+            for (int64_t i = 0; i < kbn; i++) cv[i] = q8_sum8(at + (size_t)(kb0 + i) * 34);
             int64_t r = 0;
             for (; r + 4 <= nr; r += 4)
-                tile_q4_0(4, 1, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy,
-                          w + (size_t)(r + 4) * ws);
-            for (; r < nr; r++)
-                tile_q4_0(1, 1, kb0, kbn, w + (size_t)r * ws, ws, at, as, cs, yt + r, ldy, NULL);
+                q4_rows4(kb0, kbn, w + (size_t)r * ws, ws, at, cv, yt + r,
+                         w + (size_t)(r + 4) * ws);
+            for (; r < nr; r++) {
+                const float v = q4_row1(kb0, kbn, w + (size_t)r * ws, at, cv);
+                yt[r] = kb0 ? yt[r] + v : v;
+            }
+        }
+    }
+}
+
+/* Q8_0 x Q8_0, same organisation as Q4_0 above: signed x signed int8 via
+ * _mm256_maddubs_epi16(|x|, sign(y, x)) (exact: pair sums <= 2*127*127),
+ * 8 int32 partial sums per dot product; four dot products are reduced
+ * together with _mm256_hadd_epi32 into 4 exact block sums, then converted
+ * and scaled once: acc_k = fma(dw_k * da_k, sum_k, acc_k), block by block.
+ * The remainder tile uses the same per-block formula, so every output is
+ * bit-identical whatever tile computes it. */
+
+/* 4 exact int32 totals from four 8-lane int32 partial sums */
+LB_AI __m128i hsum4_epi32x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+LB_AI __m256i q8_dot8(__m256i ax, __m256i xs, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, xs)), _mm256_set1_epi16(1));
+}
+
+/* Blocks per K-chunk (the activation scales of a token group are gathered
+ * per chunk); every tile accumulates chunk by chunk the same way. */
+#define Q8_KB 256
+
+/* Decode: 4 rows x 1 token over blocks [kb0, kb0+kbn); y[0..3] = (kb0 ? y :
+ * 0) + partial. */
+LB_AI void q8_rows4(int64_t kb0, int64_t kbn, const uint8_t *w, size_t ws, const uint8_t *a,
+                    float *y, const uint8_t *pf) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t b = kb0; b < kb0 + kbn; b++) {
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        if (pf)
+            for (int r = 0; r < 4; r++)
+                _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)b * 34), _MM_HINT_T0);
+        /* |w| as the unsigned operand (weights may hold -128; activations
+         * stay within +-127) */
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(ap + 2));
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + (size_t)r * ws + 2));
+            p[r] = q8_dot8(_mm256_sign_epi8(wv, wv), wv, av);
+        }
+        const __m128i tot = hsum4_epi32x8(p[0], p[1], p[2], p[3]);
+        __m128i dh = _mm_cvtsi32_si128(lb_rd_u16(w0));
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + ws), 1);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 2 * ws), 2);
+        dh = _mm_insert_epi16(dh, lb_rd_u16(w0 + 3 * ws), 3);
+        const __m128 sv = _mm_mul_ps(_mm_cvtph_ps(dh), _mm_set1_ps(h2f(ap)));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(tot), acc);
+    }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int k = 0; k < 4; k++) y[k] = kb0 ? y[k] + r[k] : r[k];
+}
+
+/* One row x one token (remainders), one lane of the tiles. */
+LB_AI float q8_row1(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f;
+    for (int64_t b = kb0; b < kb0 + kbn; b++) {
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + 2));
+        const __m256i p = q8_dot8(_mm256_sign_epi8(wv, wv), wv,
+                                  _mm256_loadu_si256((const __m256i *)(ap + 2)));
+        const int32_t tot = hsum8_epi32(p);
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(h2f(w0) * h2f(ap)), _mm_set_ss((float)tot),
+                                         _mm_set_ss(acc)));
+    }
+    return acc;
+}
+
+/* Prefill: 1 row x 4 tokens (activation rows a + t * as) over blocks
+ * [kb0, kb0+kbn); adv: the 4 tokens' scales per block of the chunk;
+ * y[t * ldy] = (kb0 ? y : 0) + partial. */
+LB_AI void q8_tok4(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a, size_t as,
+                   const float *adv, float *y, size_t ldy) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < kbn; i++) {
+        const int64_t b = kb0 + i;
+        const uint8_t *w0 = w + (size_t)b * 34, *ap = a + (size_t)b * 34;
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + 2));
+        const __m256i wa = _mm256_sign_epi8(wv, wv);
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            p[t] = q8_dot8(wa, wv, _mm256_loadu_si256((const __m256i *)(ap + (size_t)t * as + 2)));
+        const __m128i tot = hsum4_epi32x8(p[0], p[1], p[2], p[3]);
+        const __m128 sv = _mm_mul_ps(_mm_set1_ps(h2f(w0)), _mm_loadu_ps(adv + 4 * i));
+        acc = _mm_fmadd_ps(sv, _mm_cvtepi32_ps(tot), acc);
+    }
+    float r[4];
+    _mm_storeu_ps(r, acc);
+    for (int t = 0; t < 4; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
+}
+
+static void mm_q8_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                         size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32;
+    float adv[4 * Q8_KB];
+    int64_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const uint8_t *at = a + (size_t)t * as;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q8_KB) {
+            const int64_t kbn = LB_MIN(Q8_KB, nb - kb0);
+            for (int64_t i = 0; i < kbn; i++)
+                for (int k = 0; k < 4; k++)
+                    adv[4 * i + k] = h2f(at + (size_t)k * as + (size_t)(kb0 + i) * 34);
+            for (int64_t r = 0; r < nr; r++)
+                q8_tok4(kb0, kbn, w + (size_t)r * ws, at, as, adv,
+                        y + (size_t)t * ldy + (size_t)r, ldy);
+        }
+    }
+    for (; t < nt; t++) {
+        const uint8_t *at = a + (size_t)t * as;
+        float *yt = y + (size_t)t * ldy;
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += Q8_KB) {
+            const int64_t kbn = LB_MIN(Q8_KB, nb - kb0);
+            int64_t r = 0;
+            for (; r + 4 <= nr; r += 4)
+                q8_rows4(kb0, kbn, w + (size_t)r * ws, ws, at, yt + r, w + (size_t)(r + 4) * ws);
+            for (; r < nr; r++) {
+                const float v = q8_row1(kb0, kbn, w + (size_t)r * ws, at);
+                yt[r] = kb0 ? yt[r] + v : v;
+            }
         }
     }
 }
@@ -317,7 +539,6 @@ static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
 MM32(mm_q4_1_avx2, K_Q4_1)
 MM32(mm_q5_0_avx2, K_Q5_0)
 MM32(mm_q5_1_avx2, K_Q5_1)
-MM32(mm_q8_0_avx2, K_Q8_0)
 
 /* ---------------------------------------------------------------------- */
 /* K-quants against Q8_K (one row x one token per call)                    */

@@ -123,6 +123,7 @@ typedef struct lb_mm_plan {
     lb_mm_fn mm;
     lb_qact_fn qact;   /* NULL: f32 activations, pass X as A            */
     lb_type act_type;  /* vec_dot_type                                   */
+    lb_type w_type;    /* the weight's type                              */
     const uint8_t *w;
     size_t w_stride;   /* bytes per weight row                           */
     size_t a_stride;   /* bytes per activation row                       */
@@ -134,6 +135,12 @@ typedef struct lb_mm_plan {
  * nth threads. Errors as lb_matmul. */
 lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt,
                           const lb_tensor *W, int64_t n_tokens, int nth);
+/* The same with chunks of a multiple of row_align rows (>= 1; e.g. so that
+ * a chunk of outputs covers whole blocks of the next product's quantized
+ * input). */
+lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
+                                  const lb_tensor *W, int64_t n_tokens, int nth,
+                                  int64_t row_align);
 /* Bytes of the quantized activations (0 for f32 activations). */
 size_t lb_mm_plan_act_bytes(const lb_mm_plan *pl);
 /* Quantize activation rows [t0, t1) of X [n_tokens, in] into A. */
@@ -142,6 +149,10 @@ void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A,
 /* Chunk c: Y[t * ldy + r] for every token t and rows r of chunk c. */
 void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y,
                       size_t ldy, int64_t c);
+/* The same into a buffer holding only the chunk's rows: Yc[t * ldy + (r -
+ * c * row_chunk)]. */
+void lb_mm_plan_chunk_at(const lb_mm_plan *pl, const void *A, float *Yc,
+                         size_t ldy, int64_t c);
 
 /* ---- scalar reference kernels (kernels_ref.c) --------------------------- */
 /* Single dot products over n elements: weight row vx, activation row vy.

@@ -161,6 +161,12 @@ void lb_kernels_release_scratch(void) {
 
 lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_tensor *W,
                           int64_t n_tokens, int nth) {
+    return lb_mm_plan_make_aligned(pl, kt, W, n_tokens, nth, 1);
+}
+
+lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
+                                  const lb_tensor *W, int64_t n_tokens, int nth,
+                                  int64_t row_align) {
     const char *name = W && W->name ? W->name : "weight";
     memset(pl, 0, sizeof *pl);
     if (!W || !kt)
@@ -187,6 +193,7 @@ lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_te
                             name, (long long)pl->out, (long long)pl->in,
                             lb_type_name((int)W->type));
     pl->w = W->data;
+    pl->w_type = W->type;
     pl->mm = wk->mm;
     pl->act_type = wk->act_type;
     if (wk->mm_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_batch;
@@ -221,6 +228,7 @@ lb_status lb_mm_plan_make(lb_mm_plan *pl, const lb_kernel_table *kt, const lb_te
             chunk = LB_MAX(4, (chunk + 3) / 4 * 4);
         }
     }
+    if (row_align > 1) chunk = (chunk + row_align - 1) / row_align * row_align;
     pl->row_chunk = LB_MIN(chunk, pl->out);
     pl->n_chunks = (pl->out + pl->row_chunk - 1) / pl->row_chunk;
     pl->tok_tile = pl->mm == wk->mm_batch ? LB_MAX(n_tokens, 1) : LB_MIN(LB_MAX(n_tokens, 1), 64);
@@ -237,16 +245,19 @@ void lb_mm_plan_quantize(const lb_mm_plan *pl, const float *X, void *A, int64_t 
         pl->qact(X + (size_t)t * (size_t)pl->in, (uint8_t *)A + (size_t)t * pl->a_stride, pl->in);
 }
 
-void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y, size_t ldy, int64_t c) {
+void lb_mm_plan_chunk_at(const lb_mm_plan *pl, const void *A, float *Yc, size_t ldy, int64_t c) {
     const int64_t r0 = c * pl->row_chunk;
     const int64_t nr = LB_MIN(pl->row_chunk, pl->out - r0);
     const uint8_t *a = A;
     for (int64_t t0 = 0; t0 < pl->n_tokens; t0 += pl->tok_tile) {
         const int64_t nt = LB_MIN(pl->tok_tile, pl->n_tokens - t0);
         pl->mm(pl->in, pl->w + (size_t)r0 * pl->w_stride, pl->w_stride, nr,
-               a + (size_t)t0 * pl->a_stride, pl->a_stride, nt,
-               Y + (size_t)t0 * ldy + (size_t)r0, ldy);
+               a + (size_t)t0 * pl->a_stride, pl->a_stride, nt, Yc + (size_t)t0 * ldy, ldy);
     }
+}
+
+void lb_mm_plan_chunk(const lb_mm_plan *pl, const void *A, float *Y, size_t ldy, int64_t c) {
+    lb_mm_plan_chunk_at(pl, A, Y + (size_t)(c * pl->row_chunk), ldy, c);
 }
 
 /* ---------------------------------------------------------------------- */

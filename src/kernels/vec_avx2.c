@@ -10,7 +10,8 @@
  *  exp: Cephes-style expf (range reduction by ln2 in two parts, degree-5
  *       polynomial, 2^n by exponent arithmetic): within 2 ulp of expf for
  *       results above FLT_MIN; inputs below -87.336 give 0 (expf gives
- *       subnormals there).
+ *       subnormals there), inputs above 88 give exp(88) (only reached by
+ *       SwiGLU's exp(-x) for x < -88, where the result is -0 either way).
  * Row lengths that are not multiples of 8 fall back to scalar code for the
  * tail (head sizes such as 8 or 72 work).
  */

@@ -57,18 +57,33 @@ struct lb_context {
     int32_t rope_done;
 
     int32_t n_batch; /* tokens per pass of lb_model_forward */
-    /* Scratch for up to `cap` tokens. */
+    /* Scratch for up to `cap` tokens (wide = max(dim, nh*hd)). Buffers are
+     * reused across phases of a layer where their lifetimes do not
+     * overlap. */
     int32_t cap;
     float *x;      /* [cap, dim]   residual stream (lb_model_forward)   */
-    float *xn;     /* [cap, dim]   normed input of a block               */
-    float *q;      /* [cap, nh*hd]                                       */
+    float *xn;     /* [cap, wide]  normed input of a block; then the
+                      attention output (o_proj input, rows of nh*hd)     */
+    float *q;      /* [cap, wide]  queries (rows of nh*hd); then the
+                      o_proj / down_proj outputs (rows of dim)           */
     float *k, *v;  /* [cap, nkv*hd]                                      */
-    float *att;    /* [cap, nh*hd] attention output (o_proj input)       */
-    float *o;      /* [cap, dim]   o_proj / down_proj output             */
-    float *gate;   /* [cap, ff]                                          */
-    float *up;     /* [cap, ff]                                          */
-    uint8_t *act[3]; /* quantized activations [cap, act_stride] each     */
-    size_t act_stride;
+    /* The MLP runs by weight-row chunks of gate/up: per thread, a chunk's
+     * gate and up outputs [n, row_chunk] each (mlpc); SwiGLU is applied
+     * and, when down_proj takes quantized activations, the chunk is
+     * quantized straight into down_proj's input (act[3]) — no [n, ff]
+     * f32 buffer. `gate` [cap, ff] only when a layer cannot stream (a
+     * hook is set, f32 inputs for down_proj) and `up` [cap, ff] only when
+     * gate and up are cut differently (both allocated on demand). */
+    float *mlpc;
+    size_t mlpc_per_thread; /* floats */
+    float *gate, *up;
+    int32_t gate_cap, up_cap;
+    bool *stream;  /* [n_layers]: the layer streams its MLP (this pass)  */
+    /* quantized activations [cap, stride]: act[0] for q, o, gate; act[1] /
+     * act[2] for k, up / v when their activation type differs from the
+     * first of their group; act[3] for down */
+    uint8_t *act[4];
+    size_t act_stride[4];
     /* Per-thread attention scratch: scores [G, ATT_BLOCK], K and V blocks
      * [ATT_BLOCK, hd] f32, running max and sum [G] each. */
     float *att_scratch;
@@ -77,6 +92,10 @@ struct lb_context {
     lb_mm_plan *plans; /* [n_layers][LB_LINEAR_COUNT], per forward    */
     atomic_int_fast64_t *ctr; /* dynamic-work counters                */
     size_t n_ctr;
+
+    /* lb_context_params.f16_activations: inputs of F16 weights rounded
+     * to f16 first (ggml's F16 x F16 products) */
+    bool f16_act;
 
     lb_forward_hook hook;
 };
@@ -156,36 +175,51 @@ lb_context_params lb_context_default_params(void) {
 }
 
 static void free_scratch(lb_context *ctx) {
-    float **f[] = {&ctx->x, &ctx->xn, &ctx->q, &ctx->k, &ctx->v,
-                   &ctx->att, &ctx->o, &ctx->gate, &ctx->up};
+    float **f[] = {&ctx->x, &ctx->xn, &ctx->q, &ctx->k, &ctx->v, &ctx->gate, &ctx->up};
+    ctx->gate_cap = ctx->up_cap = 0;
     for (size_t i = 0; i < LB_ARRAY_LEN(f); i++) {
         lb_free(*f[i]);
         *f[i] = NULL;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         lb_free(ctx->act[i]);
         ctx->act[i] = NULL;
     }
     ctx->cap = 0;
 }
 
-/* Largest quantized-activation row any linear (or lm_head) needs. */
-static size_t max_act_stride(const lb_model *m) {
+/* Bytes of one quantized activation row for weight w (0: f32 input used
+ * directly; f32 rows rounded to f16 for F16 weights with f16_act). */
+static size_t act_row_bytes(const lb_kernel_table *kt, const lb_tensor *w,
+                            bool f16_act) {
+    if ((unsigned)w->type >= LB_TYPE_COUNT_ || !kt->w[w->type].mm) return 0;
+    if (f16_act && w->type == LB_TYPE_F16)
+        return (size_t)lb_tensor_cols(w) * sizeof(float);
+    lb_type at = kt->w[w->type].act_type;
+    size_t rb;
+    return at != LB_TYPE_F32 && lb_row_size(at, lb_tensor_cols(w), &rb) ? rb : 0;
+}
+
+/* Which activation buffer (act[]) linear i's input goes to. */
+static int act_buf_of(int i) {
+    switch (i) {
+    case LB_LINEAR_K:
+    case LB_LINEAR_UP: return 1;
+    case LB_LINEAR_V: return 2;
+    case LB_LINEAR_DOWN: return 3;
+    default: return 0; /* q, o, gate */
+    }
+}
+
+/* Largest quantized-activation row each act[] buffer needs. */
+static void max_act_strides(const lb_model *m, bool f16, size_t st[4]) {
     const lb_kernel_table *kt = lb_kernels_current();
-    size_t best = 0;
-    for (int l = 0; l <= m->config.n_layers; l++)
+    st[0] = st[1] = st[2] = st[3] = 0;
+    for (int l = 0; l < m->config.n_layers; l++)
         for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            const lb_tensor *w = l < m->config.n_layers ? &m->layers[l].w[i]
-                                                        : &m->output;
-            if (l == m->config.n_layers && i > 0) break;
-            if ((unsigned)w->type >= LB_TYPE_COUNT_) continue;
-            lb_type at = kt->w[w->type].act_type;
-            size_t rb;
-            if (kt->w[w->type].mm && at != LB_TYPE_F32 &&
-                lb_row_size(at, lb_tensor_cols(w), &rb) && rb > best)
-                best = rb;
+            const int b = act_buf_of(i);
+            st[b] = LB_MAX(st[b], act_row_bytes(kt, &m->layers[l].w[i], f16));
         }
-    return best;
 }
 
 /* Make room for n tokens of scratch. */
@@ -196,22 +230,17 @@ static lb_status ensure_scratch(lb_context *ctx, int32_t n) {
     size_t t = (size_t)n, dim = (size_t)c->hidden_size,
            qd = (size_t)c->n_heads * (size_t)c->head_dim,
            kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim,
-           ff = (size_t)c->intermediate_size;
+           wide = LB_MAX(dim, qd);
     ctx->x = lb_calloc(t * dim, sizeof(float));
-    ctx->xn = lb_calloc(t * dim, sizeof(float));
-    ctx->q = lb_calloc(t * qd, sizeof(float));
+    ctx->xn = lb_calloc(t * wide, sizeof(float));
+    ctx->q = lb_calloc(t * wide, sizeof(float));
     ctx->k = lb_calloc(t * kvd, sizeof(float));
     ctx->v = lb_calloc(t * kvd, sizeof(float));
-    ctx->att = lb_calloc(t * qd, sizeof(float));
-    ctx->o = lb_calloc(t * dim, sizeof(float));
-    ctx->gate = lb_calloc(t * ff, sizeof(float));
-    ctx->up = lb_calloc(t * ff, sizeof(float));
-    bool ok = ctx->x && ctx->xn && ctx->q && ctx->k && ctx->v && ctx->att &&
-              ctx->o && ctx->gate && ctx->up;
+    bool ok = ctx->x && ctx->xn && ctx->q && ctx->k && ctx->v;
     /* the weights may have been swapped (lb_model_set_linear): recompute */
-    ctx->act_stride = max_act_stride(ctx->m);
-    for (int i = 0; i < 3 && ok; i++) {
-        ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride, 1));
+    max_act_strides(ctx->m, ctx->f16_act, ctx->act_stride);
+    for (int i = 0; i < 4 && ok; i++) {
+        ctx->act[i] = lb_alloc(LB_MAX(t * ctx->act_stride[i], 1));
         ok = ctx->act[i] != NULL;
     }
     if (!ok) {
@@ -247,6 +276,7 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     ctx->kv_type = p.kv_type;
     ctx->kv_esize = p.kv_type == LB_TYPE_F16 ? 2 : 4;
     ctx->n_batch = p.n_batch > 0 ? LB_MIN(p.n_batch, n_ctx) : LB_MIN(512, n_ctx);
+    ctx->f16_act = p.f16_activations;
     lb_status s = LB_OK;
     if (p.pool) {
         ctx->pool = p.pool;
@@ -293,10 +323,11 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
                                 ctx->att_scratch_per_thread * sizeof(float));
     ctx->plans = calloc((size_t)c->n_layers * LB_LINEAR_COUNT,
                         sizeof *ctx->plans);
+    ctx->stream = calloc((size_t)c->n_layers, sizeof *ctx->stream);
     ctx->n_ctr = (size_t)c->n_layers * PHASES_PER_LAYER + PHASES_EXTRA;
     ctx->ctr = calloc(ctx->n_ctr, sizeof *ctx->ctr);
     if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->inv_freq ||
-        !ctx->att_scratch || !ctx->plans || !ctx->ctr) {
+        !ctx->att_scratch || !ctx->plans || !ctx->stream || !ctx->ctr) {
         s = lb_set_error(LB_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
@@ -325,6 +356,8 @@ void lb_context_free(lb_context *ctx) {
     lb_free(ctx->rope_sin);
     lb_free(ctx->inv_freq);
     lb_free(ctx->att_scratch);
+    lb_free(ctx->mlpc);
+    free(ctx->stream);
     free(ctx->plans);
     free(ctx->ctr);
     if (ctx->own_pool) lb_pool_free(ctx->pool);
@@ -437,23 +470,39 @@ static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
 /* Quantize token rows [t0, t1) of X for the plans `p[0..np)`, sharing one
  * buffer between plans with the same activation type; *bufs receives each
  * plan's activation pointer (X itself for f32 activations). */
+static bool f16_rounded(const lb_context *ctx, const lb_mm_plan *p) {
+    return ctx->f16_act && p->w_type == LB_TYPE_F16;
+}
+
 static void quant_rows(lb_context *ctx, const lb_mm_plan *const *p, int np,
                        const float *X, int64_t t0, int64_t t1,
-                       const void **bufs) {
+                       const void **bufs, int buf0) {
     for (int i = 0; i < np; i++) {
-        if (!p[i]->qact) {
+        const bool r16 = f16_rounded(ctx, p[i]);
+        if (!p[i]->qact && !r16) {
             bufs[i] = X;
             continue;
         }
         int same = -1;
         for (int k = 0; k < i; k++)
-            if (p[k]->qact && p[k]->act_type == p[i]->act_type) same = k;
+            if (f16_rounded(ctx, p[k]) == r16 && (r16 || (p[k]->qact &&
+                                                         p[k]->act_type == p[i]->act_type)))
+                same = k;
         if (same >= 0) {
             bufs[i] = bufs[same];
             continue;
         }
-        bufs[i] = ctx->act[i];
-        lb_mm_plan_quantize(p[i], X, ctx->act[i], t0, t1);
+        uint8_t *act = ctx->act[buf0 + i];
+        bufs[i] = act;
+        if (r16) {
+            const int64_t in = p[i]->in;
+            float *dst = (float *)(void *)act;
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t j = 0; j < in; j++)
+                    dst[t * in + j] = lb_f16_to_f32_inline(lb_f32_to_f16(X[t * in + j]));
+        } else {
+            lb_mm_plan_quantize(p[i], X, act, t0, t1);
+        }
     }
 }
 
@@ -472,7 +521,7 @@ static void attn_unit(lb_context *ctx, const lb_kernel_table *kt, int l,
         p - c->sliding_window + 1 > 0)
         j0 = p - c->sliding_window + 1;
     const float *qv = ctx->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
-    float *acc = ctx->att + ((size_t)t * nh + (size_t)kvh * G) * hd;
+    float *acc = ctx->xn + ((size_t)t * nh + (size_t)kvh * G) * hd; /* att */
     float *s = scr, *kf = s + (size_t)G * ATT_BLOCK,
           *vf = kf + (size_t)ATT_BLOCK * hd, *mx = vf + (size_t)ATT_BLOCK * hd,
           *sum = mx + G;
@@ -553,7 +602,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
         for (size_t t = tb; t < te; t++)
             lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->attn_norm.data,
                        dim, eps);
-        quant_rows(ctx, pqkv, 3, ctx->xn, (int64_t)tb, (int64_t)te, aq);
+        quant_rows(ctx, pqkv, 3, ctx->xn, (int64_t)tb, (int64_t)te, aq, 0);
         lb_pool_barrier(pool);
         if (!hook_phase(j, ith, l, LB_LINEAR_Q, 3, ctx->xn, dim)) return;
 
@@ -576,10 +625,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
         /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
          *    cache at positions pos + t */
         for (size_t t = tb; t < te; t++) {
-            float *qt = ctx->q + t * qd, *kt_ = ctx->k + t * kvd,
+            float *qt = ctx->q + t * qd, *kr = ctx->k + t * kvd,
                   *vt = ctx->v + t * kvd;
             if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
-            if (L->bk.data) kt->vec.add(kt_, L->bk.data, kvd);
+            if (L->bk.data) kt->vec.add(kr, L->bk.data, kvd);
             if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
             const float *cs = ctx->rope_cos + (size_t)(pos + t) * half;
             const float *sn = ctx->rope_sin + (size_t)(pos + t) * half;
@@ -589,7 +638,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
             }
             for (int64_t h = 0; h < nkv; h++) {
-                float *kh = kt_ + h * hd;
+                float *kh = kr + h * hd;
                 if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
                 rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
                 size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
@@ -606,49 +655,71 @@ static void fwd_worker(void *arg, int ith, int nth) {
         }
         lb_pool_barrier(pool);
 
-        /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd] */
+        /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd]
+         *    (att is written into xn's buffer: xn is not needed again
+         *    before step 6) */
+        float *att = ctx->xn, *o = ctx->q; /* o: q is free after step 4 */
         while (take(&ctr[1], (int64_t)n * nkv, &ch))
             attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
                       scr);
         lb_pool_barrier(pool);
-        if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, ctx->att, qd)) return;
+        if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, att, qd)) return;
 
         /* 5. o = att Wo^T                                     [n, dim] */
         {
             const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
-            quant_rows(ctx, po, 1, ctx->att, (int64_t)tb, (int64_t)te, ao);
-            if (po[0]->qact) lb_pool_barrier(pool);
+            quant_rows(ctx, po, 1, att, (int64_t)tb, (int64_t)te, ao, 0);
+            if (po[0]->qact || f16_rounded(ctx, po[0])) lb_pool_barrier(pool);
             while (take(&ctr[2], po[0]->n_chunks, &ch))
-                lb_mm_plan_chunk(po[0], ao[0], ctx->o, (size_t)dim, ch);
+                lb_mm_plan_chunk(po[0], ao[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
 
         /* 6. hidden += o; xn = RMSNorm(hidden) * post_attention_layernorm */
         const lb_mm_plan *pgu[2] = {&P[LB_LINEAR_GATE], &P[LB_LINEAR_UP]};
         for (size_t t = tb; t < te; t++) {
-            kt->vec.add(hidden + t * dim, ctx->o + t * dim, dim);
+            kt->vec.add(hidden + t * dim, o + t * dim, dim);
             lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data,
                        dim, eps);
         }
-        quant_rows(ctx, pgu, 2, ctx->xn, (int64_t)tb, (int64_t)te, agu);
+        quant_rows(ctx, pgu, 2, ctx->xn, (int64_t)tb, (int64_t)te, agu, 0);
         lb_pool_barrier(pool);
         if (!hook_phase(j, ith, l, LB_LINEAR_GATE, 2, ctx->xn, dim)) return;
 
-        /* 7. gate, up = xn Wg^T, xn Wu^T [n, ff]; gate = silu(gate) * up,
-         *    fused per chunk when both products are cut the same way */
+        /* 7. gate, up = xn Wg^T, xn Wu^T [n, ff]; h = silu(gate) * up,
+         *    fused per chunk when both products are cut the same way; when
+         *    streaming, h's chunk is quantized at once into down_proj's
+         *    input (the quantizers work block by block, so the bytes equal
+         *    a whole-row quantization) */
+        const lb_mm_plan *pd = &P[LB_LINEAR_DOWN];
+        const bool stream = ctx->stream[l];
         {
             const lb_mm_plan *pg = pgu[0], *pu = pgu[1];
             const bool fused = pg->n_chunks == pu->n_chunks &&
                                pg->row_chunk == pu->row_chunk;
             if (fused) {
+                const size_t gsz = (size_t)n * (size_t)pg->row_chunk;
+                float *g = ctx->mlpc + (size_t)ith * ctx->mlpc_per_thread;
+                float *u = stream ? g + gsz : g;
+                const lb_type_traits *at = lb_type_get_traits(pd->act_type);
                 while (take(&ctr[3], pg->n_chunks, &ch)) {
-                    lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
-                    lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff, ch);
                     const int64_t r0 = ch * pg->row_chunk;
                     const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
-                    for (int32_t t = 0; t < n; t++)
-                        kt->vec.silu_mul(ctx->gate + (size_t)t * ff + r0,
-                                         ctx->up + (size_t)t * ff + r0, nr);
+                    if (stream)
+                        lb_mm_plan_chunk_at(pg, agu[0], g, (size_t)nr, ch);
+                    else
+                        lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                    lb_mm_plan_chunk_at(pu, agu[1], u, (size_t)nr, ch);
+                    for (int32_t t = 0; t < n; t++) {
+                        float *h = stream ? g + (size_t)t * nr
+                                          : ctx->gate + (size_t)t * ff + r0;
+                        kt->vec.silu_mul(h, u + (size_t)t * nr, nr);
+                        if (stream)
+                            pd->qact(h, ctx->act[3] + (size_t)t * pd->a_stride +
+                                            (size_t)(r0 / at->blck_size) *
+                                                (size_t)at->type_size,
+                                     nr);
+                    }
                 }
                 lb_pool_barrier(pool);
             } else {
@@ -665,47 +736,109 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 lb_pool_barrier(pool);
             }
         }
-        if (!hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, ctx->gate, ff)) return;
+        /* (a hook means no streaming: it sees the f32 gate buffer) */
+        if (!stream && !hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, ctx->gate, ff))
+            return;
 
-        /* 8. o = gate Wd^T [n, dim]; hidden += o (next layer's step 1 or
-         *    the end of the job) */
+        /* 8. o = h Wd^T [n, dim]; hidden += o (next layer's step 1 or the
+         *    end of the job) */
         {
-            const lb_mm_plan *pd[1] = {&P[LB_LINEAR_DOWN]};
-            quant_rows(ctx, pd, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad);
-            if (pd[0]->qact) lb_pool_barrier(pool);
-            while (take(&ctr[4], pd[0]->n_chunks, &ch))
-                lb_mm_plan_chunk(pd[0], ad[0], ctx->o, (size_t)dim, ch);
+            const lb_mm_plan *pdl[1] = {pd};
+            if (stream) {
+                ad[0] = ctx->act[3];
+            } else {
+                quant_rows(ctx, pdl, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad, 3);
+                if (pd->qact || f16_rounded(ctx, pd)) lb_pool_barrier(pool);
+            }
+            while (take(&ctr[4], pd->n_chunks, &ch))
+                lb_mm_plan_chunk(pd, ad[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
         for (size_t t = tb; t < te; t++)
-            kt->vec.add(hidden + t * dim, ctx->o + t * dim, dim);
+            kt->vec.add(hidden + t * dim, o + t * dim, dim);
         /* the rows each thread adds are the rows it normalizes next */
     }
 }
 
+/* Grow one of the on-demand buffers to `floats` floats. */
+static lb_status grow(float **buf, size_t *have, size_t floats) {
+    if (floats <= *have) return LB_OK;
+    float *np = lb_alloc(floats * sizeof(float));
+    if (!np) return lb_set_error(LB_ERR_NOMEM, "context: out of memory");
+    lb_free(*buf);
+    *buf = np;
+    *have = floats;
+    return LB_OK;
+}
+
 /* Plan every product of layers [l0, l1) for n tokens (checks the weights,
- * which may have been swapped since the last call). */
+ * which may have been swapped since the last call), decide which layers
+ * stream their MLP, and size the MLP buffers. */
 static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
                              int l0, int l1, int32_t n) {
     const lb_model *m = ctx->m;
-    for (int l = l0; l < l1; l++)
-        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            lb_mm_plan *pl = ctx->plans + (size_t)l * LB_LINEAR_COUNT + i;
-            LB_TRY(lb_mm_plan_make(pl, kt, &m->layers[l].w[i], n,
-                                   ctx->n_threads));
-            if (pl->qact && pl->a_stride > ctx->act_stride) {
-                /* a swapped weight needs larger activation rows */
-                for (int b = 0; b < 3; b++) {
-                    void *np = lb_alloc((size_t)ctx->cap * pl->a_stride);
-                    if (!np)
-                        return lb_set_error(LB_ERR_NOMEM, "context: out of "
-                                            "memory for activations");
-                    lb_free(ctx->act[b]);
-                    ctx->act[b] = np;
-                }
-                ctx->act_stride = pl->a_stride;
+    const size_t ff = (size_t)m->config.intermediate_size;
+    size_t mlpc = 0; /* floats per thread */
+    bool full_gate = false, full_up = false;
+    for (int l = l0; l < l1; l++) {
+        lb_mm_plan *P = ctx->plans + (size_t)l * LB_LINEAR_COUNT;
+        const lb_tensor *w = m->layers[l].w;
+        /* down first: gate/up chunks are aligned to its activation blocks */
+        static const int order[LB_LINEAR_COUNT] = {
+            LB_LINEAR_Q, LB_LINEAR_K, LB_LINEAR_V, LB_LINEAR_O,
+            LB_LINEAR_DOWN, LB_LINEAR_GATE, LB_LINEAR_UP};
+        int64_t align = 1;
+        for (int k = 0; k < LB_LINEAR_COUNT; k++) {
+            const int i = order[k];
+            lb_mm_plan *pl = &P[i];
+            LB_TRY(lb_mm_plan_make_aligned(pl, kt, &w[i], n, ctx->n_threads,
+                                           i == LB_LINEAR_GATE || i == LB_LINEAR_UP
+                                               ? align : 1));
+            if (i == LB_LINEAR_DOWN && pl->qact && !f16_rounded(ctx, pl))
+                align = lb_type_get_traits(pl->act_type)->blck_size;
+            /* a swapped weight (lb_model_set_linear) may need larger
+             * activation rows than the buffer was made for */
+            const int b = act_buf_of(i);
+            const size_t need = f16_rounded(ctx, pl) ? (size_t)pl->in * sizeof(float)
+                                : pl->qact              ? pl->a_stride
+                                                        : 0;
+            if (need > ctx->act_stride[b]) {
+                void *np = lb_alloc((size_t)ctx->cap * need);
+                if (!np)
+                    return lb_set_error(LB_ERR_NOMEM, "context: out of memory "
+                                        "for activations");
+                lb_free(ctx->act[b]);
+                ctx->act[b] = np;
+                ctx->act_stride[b] = need;
             }
         }
+        const lb_mm_plan *pg = &P[LB_LINEAR_GATE], *pu = &P[LB_LINEAR_UP],
+                         *pd = &P[LB_LINEAR_DOWN];
+        const bool fused = pg->n_chunks == pu->n_chunks && pg->row_chunk == pu->row_chunk;
+        ctx->stream[l] = fused && !ctx->hook.linear_input && pd->qact &&
+                         !f16_rounded(ctx, pd) && pg->row_chunk % align == 0;
+        if (fused)
+            mlpc = LB_MAX(mlpc, (ctx->stream[l] ? 2 : 1) * (size_t)n * (size_t)pu->row_chunk);
+        else
+            full_up = true;
+        full_gate |= !ctx->stream[l];
+    }
+    size_t have = ctx->mlpc_per_thread * (size_t)ctx->n_threads;
+    if (mlpc * (size_t)ctx->n_threads > have) {
+        LB_TRY(grow(&ctx->mlpc, &have, mlpc * (size_t)ctx->n_threads));
+        ctx->mlpc_per_thread = mlpc;
+    }
+    const size_t cap = (size_t)ctx->cap;
+    if (full_gate && (size_t)ctx->gate_cap < cap) {
+        size_t h = (size_t)ctx->gate_cap * ff;
+        LB_TRY(grow(&ctx->gate, &h, cap * ff));
+        ctx->gate_cap = ctx->cap;
+    }
+    if (full_up && (size_t)ctx->up_cap < cap) {
+        size_t h = (size_t)ctx->up_cap * ff;
+        LB_TRY(grow(&ctx->up, &h, cap * ff));
+        ctx->up_cap = ctx->cap;
+    }
     return LB_OK;
 }
 
@@ -788,6 +921,9 @@ lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, m->output_norm.data,
                    dim, m->config.rms_norm_eps);
+    if (ctx->f16_act && m->output.type == LB_TYPE_F16)
+        for (int64_t i = 0; i < (int64_t)n * dim; i++)
+            ctx->xn[i] = lb_f16_to_f32_inline(lb_f32_to_f16(ctx->xn[i]));
     /* small products run on this thread: waking the pool costs more */
     const bool small = (double)n * (double)m->output.nbytes < 65536.0;
     return lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n);

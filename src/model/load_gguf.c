@@ -403,27 +403,36 @@ lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
     *out = NULL;
     lb_gguf *g = NULL;
     LB_TRY(lb_gguf_open(path, &g));
+    return lb_model_load_gguf_reader(g, true, opts, out);
+}
+
+lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take, const lb_model_load_opts *opts,
+                                    lb_model **out) {
+    *out = NULL;
+    const char *path = lb_gguf_path(g);
     if (lb_gguf_n_tensors(g) == 0) {
-        lb_gguf_close(g);
-        return lb_set_error(LB_ERR_NOT_FOUND,
-                            "%s: the file has no tensors (a vocabulary-only "
-                            "GGUF can be used as a tokenizer, not as a model)",
-                            path);
+        lb_status e = lb_set_error(LB_ERR_NOT_FOUND,
+                                   "%s: the file has no tensors (a vocabulary-only "
+                                   "GGUF can be used as a tokenizer, not as a model)",
+                                   path);
+        if (take) lb_gguf_close(g);
+        return e;
     }
     lb_model_config cfg;
     lb_status s = lb_model_config_from_gguf(g, &cfg);
     if (s != LB_OK) {
-        lb_gguf_close(g);
+        if (take) lb_gguf_close(g);
         return s;
     }
     lb_model *m = NULL;
     s = lb_model_builder_new(&cfg, &m);
     lb_model_config_clear(&cfg);
     if (s != LB_OK) {
-        lb_gguf_close(g);
-        return lb_error_context(s, "%s", path);
+        s = lb_error_context(s, "%s", path);
+        if (take) lb_gguf_close(g);
+        return s;
     }
-    if ((s = lb_model_builder_on_free(m, gguf_close_cb, g)) != LB_OK) goto fail;
+    if (take && (s = lb_model_builder_on_free(m, gguf_close_cb, g)) != LB_OK) goto fail;
     lb_model_builder_set_dequant_row(m, dequant_row_cb);
     const lb_model_config *c = &m->config;
 

@@ -93,6 +93,20 @@ lb_status lb_model_builder_finish(lb_model *m);
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
                                int64_t row, float *dst);
 
+/* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
+ * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
+ * ranges, per-layer arrays (must be uniform), key_length == value_length,
+ * rope.dimension_count == head dim, vocabulary size consistency, special
+ * ids; then lb_model_config_validate. Errors name the file and key. */
+lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *cfg);
+
+/* lb_model_load_gguf on an open reader (e.g. lb_gguf_open_memory). take:
+ * the model owns the reader (closed with it, and at once on failure);
+ * otherwise the caller keeps the reader open until lb_model_free. */
+lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take,
+                                    const lb_model_load_opts *opts,
+                                    lb_model **out);
+
 /* The GPTQ loader's tensor part (load_gptq.c), separated from the files so
  * that it can be fuzzed from memory: build a model for cfg from the tensors
  * of st under the quantization config qc. own_st: the model closes st when
@@ -104,12 +118,5 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
                               struct lb_safetensors *st, bool own_st,
                               const char *label,
                               const lb_model_load_opts *opts, lb_model **out);
-
-/* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
- * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
- * ranges, per-layer arrays (must be uniform), key_length == value_length,
- * rope.dimension_count == head dim, vocabulary size consistency, special
- * ids; then lb_model_config_validate. Errors name the file and key. */
-lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *cfg);
 
 #endif

@@ -1,0 +1,70 @@
+#!/bin/sh
+# cli_bench — `lowbit bench` on a small random-weight GGUF made by
+# bench/make_random_gguf (tiny llama shape, Q4_0): JSON fields and values
+# that follow from the file (type, size, parameter count, KV cache size for
+# n_ctx = p + n, test names, one sample per repetition, positive rates), the
+# text table, the f32 KV option, and usage / load errors (exit 2 / 1).
+set -eu
+: "${LOWBIT:?set LOWBIT to the lowbit binary}"
+: "${LB_BUILD_DIR:?set LB_BUILD_DIR to the build directory}"
+MK="$LB_BUILD_DIR/make_random_gguf"
+[ -x "$MK" ] || { echo "SKIPPED: $MK not built"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "SKIPPED: python3 needed to read the JSON"; exit 77; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/lb-bench.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+"$MK" --shape tiny --type q4_0 -o "$T/tiny.gguf" 2>/dev/null
+"$LOWBIT" bench "$T/tiny.gguf" -p 24 -n 5 -r 3 -t 2 --json > "$T/out.json"
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 0 -r 1 -t 1 --kv-type f32 --json > "$T/f32.json"
+"$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 2 --no-pin > "$T/table.txt" 2>/dev/null
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -d 20 -r 1 --json > "$T/depth.json"
+fail=0
+for args in "" "$T/tiny.gguf -p -1" "$T/tiny.gguf --kv-type q4_0" "$T/tiny.gguf -p 0 -n 0" \
+            "$T/tiny.gguf --bogus" "$T/tiny.gguf extra"; do
+    # shellcheck disable=SC2086
+    if "$LOWBIT" bench $args >/dev/null 2>&1; then rc=0; else rc=$?; fi
+    [ "$rc" -eq 2 ] || { echo "FAIL: 'bench $args' exit $rc, want 2"; fail=1; }
+done
+for args in "$T/missing.gguf" "$T/tiny.gguf -p 4000" "$T/tiny.gguf -p 8 -n 8 -d 2040"; do
+    # shellcheck disable=SC2086
+    if "$LOWBIT" bench $args >/dev/null 2>"$T/err"; then rc=0; else rc=$?; fi
+    [ "$rc" -eq 1 ] && [ -s "$T/err" ] || { echo "FAIL: 'bench $args' exit $rc, want 1 + message"; fail=1; }
+done
+python3 - "$T" <<'PY' || fail=1
+import json, sys
+T = sys.argv[1]
+j = json.load(open(f"{T}/out.json"))
+bad = []
+def want(c, what):
+    if not c: bad.append(what)
+# tiny: 2 layers, dim 64, 4/2 heads (hd 16), ffn 128, vocab 512, tied
+params = 512 * 64 + 64 + 2 * (64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 + 3 * 128 * 64)
+want(j["model_n_params"] == params, f"params {j['model_n_params']} != {params}")
+want(j["model_type"] == "Q4_0", "model_type")
+norms = 64 + 2 * (64 + 64)  # F32; every matrix Q4_0 (18 bytes per 32)
+want(j["model_size"] == (params - norms) // 32 * 18 + norms * 4, f"model_size {j['model_size']}")
+want(j["arch"] == "llama" and j["kv_type"] == "F16" and j["n_threads"] == 2, "arch/kv/threads")
+want(j["n_ctx"] == 29 and j["kv_cache_bytes"] == 2 * 2 * 2 * 29 * 16 * 2, f"kv {j['kv_cache_bytes']}")
+want(j["peak_rss_bytes"] > 0 and j["kernels"] in ("ref", "avx2", "avx512", "avx512_vnni", "amx"), "rss/kernels")
+names = [t["name"] for t in j["tests"]]
+want(names == ["pp24", "tg5"], f"tests {names}")
+for t in j["tests"]:
+    want(len(t["samples_ts"]) == 3 and all(s > 0 for s in t["samples_ts"]), f"samples {t}")
+    m = sum(t["samples_ts"]) / 3
+    want(abs(t["avg_ts"] - m) <= 1e-3 * m + 1e-3, f"mean {t}")
+    want(t["stddev_ts"] >= 0, "stddev")
+want(j["tests"][0]["n_prompt"] == 24 and j["tests"][0]["n_gen"] == 0, "pp fields")
+want(j["tests"][1]["n_prompt"] == 0 and j["tests"][1]["n_gen"] == 5, "tg fields")
+k = json.load(open(f"{T}/f32.json"))
+want(k["kv_type"] == "F32" and k["n_threads"] == 1 and [t["name"] for t in k["tests"]] == ["pp8"], "f32 run")
+want(k["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 16 * 4, "f32 kv bytes")
+dj = json.load(open(f"{T}/depth.json"))
+want([t["name"] for t in dj["tests"]] == ["pp8 @ d20", "tg3 @ d20"], f"depth names {dj['tests']}")
+want(all(t["n_depth"] == 20 for t in dj["tests"]) and dj["n_ctx"] == 31, "depth context")
+table = open(f"{T}/table.txt").read()
+want("| tg3 |" in table and "Q4_0" in table and "pp" not in table.split("|---")[-1], "table")
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+[ "$fail" -eq 0 ] && echo "cli_bench: ok"
+exit "$fail"
