@@ -8,6 +8,7 @@
 #include "th.h"
 
 #include "lowbit/batch.h"
+#include "lowbit/export.h"
 #include "lowbit/generate.h"
 #include "lowbit/model.h"
 
@@ -50,10 +51,15 @@ static double max_diff(const float *a, const float *b, size_t n) {
 
 static void test_batched_equals_alone(void) {
     const int V = g_model->config.vocab_size;
-    static const int32_t p0[] = {1, 365, 1401, 261, 881, 11, 264, 1094};
-    static const int32_t p1[] = {1, 520, 287, 30, 1125};
-    static const int32_t p2[] = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
-                                 50, 51, 52, 53, 54, 55, 56, 57, 58};
+    static const int32_t p0_[] = {1, 365, 1401, 261, 881, 11, 264, 1094};
+    static const int32_t p1_[] = {1, 520, 287, 30, 1125};
+    static const int32_t p2_[] = {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
+                                  50, 51, 52, 53, 54, 55, 56, 57, 58};
+    /* the same ids modulo the vocabulary (the random model has 512) */
+    int32_t p0[8], p1[5], p2[20];
+    for (int i = 0; i < 8; i++) p0[i] = p0_[i] % V;
+    for (int i = 0; i < 5; i++) p1[i] = p1_[i] % V;
+    for (int i = 0; i < 20; i++) p2[i] = p2_[i] % V;
     const int32_t *prompts[NSEQ] = {p0, p1, p2};
     const int np[NSEQ] = {8, 5, 20};
     float *ref[NSEQ];
@@ -249,11 +255,34 @@ static void test_gen_steps_equal_generate(void) {
     lb_context_free(ctx);
 }
 
+/* The same on a GGUF that carries Llama-3 RoPE scaling as rope_freqs
+ * (exported from the random llama3-rope model): the multi-sequence path
+ * must apply the freq factors as lb_model_forward does. */
+static void test_batched_rope_freqs(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/llama3rope.gguf", th_tmpdir());
+    lb_export_opts eo;
+    lb_export_opts_default(&eo);
+    eo.qtype = "F32";
+    TH_CHECK_OK(lb_export_gguf(th_shared("models/random/llama-gqa-llama3rope-bf16-random"),
+                               path, &eo, NULL, NULL));
+    lb_model *saved = g_model, *m = NULL;
+    TH_CHECK_OK(lb_model_load(path, NULL, &m));
+    if (!m) return;
+    TH_CHECK(m->rope_freqs.data != NULL);
+    g_model = m;
+    test_batched_equals_alone();
+    g_model = saved;
+    lb_model_free(m);
+    remove(path);
+}
+
 int main(void) {
     TH_CHECK_OK(lb_model_load(th_shared("models/tinystories-656k"), NULL,
                               &g_model));
     if (!g_model) return th_report();
     TH_RUN(test_batched_equals_alone);
+    TH_RUN(test_batched_rope_freqs);
     TH_RUN(test_errors_change_nothing);
     TH_RUN(test_gen_steps_equal_generate);
     lb_model_free(g_model);

@@ -17,7 +17,7 @@
  *
  * Arithmetic is the same per token as lb_model_forward (model.h):
  * transformers 5.12 eager attention in float32, RMSNorm as LlamaRMSNorm,
- * RoPE from lb_rope_inv_freq, SwiGLU; lb_matmul computes every output row
+ * RoPE from lb_model_rope_inv_freq, SwiGLU; lb_matmul computes every output row
  * with the same arithmetic whatever the number of rows, so a token's logits
  * do not depend on what else is in the batch (tests/test_batch.c checks
  * batched against one-sequence-at-a-time results).

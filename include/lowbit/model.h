@@ -346,6 +346,13 @@ void lb_rmsnorm(float *y, const float *x, const float *w, int64_t n,
  * transformers computes them. */
 void lb_rope_inv_freq(const lb_model_config *cfg, float *inv_freq);
 
+/* The RoPE inverse frequencies a loaded model uses, inv_freq[head_dim/2]:
+ * lb_rope_inv_freq of its config, each divided by the GGUF file's
+ * rope_freqs.weight factor when the file has one (llama.cpp 0.7.0 ggml
+ * rope freq_factors: how converted Llama-3 files carry llama3 scaling).
+ * Every forward path (lb_model_forward, lb_model_forward_multi) uses it. */
+void lb_model_rope_inv_freq(const lb_model *m, float *inv_freq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,7 +150,7 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
         goto fail;
     }
     /* cos/sin of (inv_freq * position) in float32, as forward.c */
-    lb_rope_inv_freq(c, inv);
+    lb_model_rope_inv_freq(m, inv);
     for (int32_t pos = 0; pos < n_ctx; pos++)
         for (int i = 0; i < half; i++) {
             float f = inv[i] * (float)pos;

@@ -142,6 +142,13 @@ void lb_rope_inv_freq(const lb_model_config *c, float *inv_freq) {
     }
 }
 
+void lb_model_rope_inv_freq(const lb_model *m, float *inv_freq) {
+    lb_rope_inv_freq(&m->config, inv_freq);
+    if (m->rope_freqs.data) /* GGUF freq factors (ggml rope freq_factors) */
+        for (int i = 0; i < m->config.head_dim / 2; i++)
+            inv_freq[i] /= ((const float *)m->rope_freqs.data)[i];
+}
+
 /* Rotate one head vector x[hd] at the position whose tables are c, s. */
 static void rope_apply(float *x, const float *c, const float *s, int hd,
                        lb_rope_mode mode) {
@@ -334,10 +341,7 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     /* cos/sin of (inv_freq * position) in float32, as LlamaRotaryEmbedding
      * (attention_scaling is 1 for default/linear/llama3); rows are filled
      * when positions are first used. */
-    lb_rope_inv_freq(c, ctx->inv_freq);
-    if (m->rope_freqs.data) /* GGUF freq factors (ggml rope freq_factors) */
-        for (int i = 0; i < half; i++)
-            ctx->inv_freq[i] /= ((const float *)m->rope_freqs.data)[i];
+    lb_model_rope_inv_freq(m, ctx->inv_freq);
     if ((s = ensure_scratch(ctx, ctx->n_batch)) != LB_OK) goto fail;
     *out = ctx;
     return LB_OK;
