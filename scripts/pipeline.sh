@@ -50,10 +50,7 @@ echo "== 2. export -> $GGUF"
 
 echo "== 3. generate from the GGUF"
 printf '%s' "$PROMPT"
-if ! "$LB" run "$GGUF" -p "$PROMPT" -n 48 --quiet; then
-  echo "!!! lowbit run cannot run the GGUF in this build; generating from the checkpoint instead"
-  "$LB" run "$CKPT" -p "$PROMPT" -n 48 --quiet
-fi
+"$LB" run "$GGUF" -p "$PROMPT" -n 48 --quiet
 echo
 
 echo "== 4. perplexity (full protocol, 256-token windows, the same ids for all)"
