@@ -141,10 +141,18 @@ typedef struct lb_export_opts {
                               is NULL                                      */
     lb_pool *pool;         /* optional shared pool (not owned)             */
     lb_progress progress;  /* stage "export", done/total = bytes written   */
+    /* Extra string metadata written after every key of the converter (the
+     * GGUF cache's lowbit.source.* keys, see lb_export_cached_gguf):
+     * n_meta_kv pairs, meta_kv[2i] = key, meta_kv[2i+1] = value (UTF-8).
+     * Keys must start with "lowbit." (an application namespace the
+     * converter never writes, so no key of the export is replaced) and be
+     * at most LB_GGUF_MAX_KEY_LEN bytes; LB_ERR_INVALID_ARG otherwise. */
+    const char *const *meta_kv;
+    int n_meta_kv;
 } lb_export_opts;
 
 /* Defaults: AUTO, no qtype, output/embedding -1, no rules, no name,
- * all threads, no progress. */
+ * all threads, no progress, no extra metadata. */
 void lb_export_opts_default(lb_export_opts *o);
 
 /* One output tensor of the plan. */
