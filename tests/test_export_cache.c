@@ -8,11 +8,15 @@
  *  - a changed config.json field, a safetensors file with a new mtime, an
  *    added JSON file, a truncated cache, a cache without the manifest key,
  *    a cache from another exporter version: rebuilt, with the reason named;
- *  - lowbit-cache/ unusable (a file in its place; a read-only directory when
- *    not root): the fallback directory (explicit and $XDG_CACHE_HOME),
- *    re-used on the next call; neither writable: LB_ERR_IO, nothing left;
+ *  - lowbit-cache/ unusable (a file in its place): the fallback directory
+ *    (explicit, $XDG_CACHE_HOME, $HOME), re-used on the next call; neither
+ *    writable: LB_ERR_IO, nothing left;
+ *  - read-only checkpoint directories (chmod a-w; as root, in a child that
+ *    runs as nobody): an existing valid cache is used, a missing or stale
+ *    one is built in the fallback directory, nothing is written beside;
  *  - a cancelled export leaves the old cache (or nothing, no lowbit-cache/)
- *    and no temp file; concurrent first calls (fork) all succeed;
+ *    and no temp file; concurrent first calls (fork) all succeed and every
+ *    model.gguf seen meanwhile is the complete final file;
  *  - requantized modules of a 3-bit rule are listed, also on re-use;
  *  - the manifest format (sorted, escaped names, dangling links skipped);
  *  - lb_server_load_model_ex: the cached GGUF (NORM RoPE) with the
@@ -29,17 +33,21 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <grp.h>
 #include <sys/wait.h>
-
-#define LB_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* An RTN checkpoint of tinystories-656k at tmp/name (sym 4-bit g32: every
- * module direct Q4_0), with optional module rules. The path is kept in a
- * table freed at the end (tmp_path's buffers rotate). */
+/* A copy of path p freed at the end (tmp_path's buffers rotate). */
 static char *g_paths[16];
 static int g_n_paths;
+static const char *keep_path(const char *p) {
+    if (g_n_paths == (int)(sizeof g_paths / sizeof g_paths[0])) abort();
+    return g_paths[g_n_paths++] = strdup(p);
+}
+
+/* An RTN checkpoint of tinystories-656k at tmp/name (sym 4-bit g32: every
+ * module direct Q4_0), with optional module rules. */
 static const char *make_ckpt(const char *name, const char *const *rules, int n_rules) {
     const char *out = tmp_path(name);
     lb_quantize_params p;
@@ -50,8 +58,7 @@ static const char *make_ckpt(const char *name, const char *const *rules, int n_r
     p.n_rules = n_rules;
     p.n_threads = 2;
     TH_CHECK_OK(lb_quantize_model(th_shared(TS_DIR), out, &p, NULL, NULL));
-    if (g_n_paths == (int)LB_ARRAY_LEN_T(g_paths)) abort();
-    return g_paths[g_n_paths++] = strdup(out);
+    return keep_path(out);
 }
 
 static char *cat(const char *a, const char *b) {
@@ -114,6 +121,21 @@ static void write_text(const char *path, const char *s) {
         fputs(s, f);
         fclose(f);
     }
+}
+
+/* Set config.json's number `key` in checkpoint ck. */
+static void set_config_num(const char *ck, const char *key, double v) {
+    char *cfg = cat(ck, "config.json");
+    cJSON *j = read_json(cfg);
+    TH_CHECK(j != NULL);
+    if (j) {
+        cJSON_ReplaceItemInObject(j, key, cJSON_CreateNumber(v));
+        char *s = cJSON_Print(j);
+        write_text(cfg, s);
+        free(s);
+        cJSON_Delete(j);
+    }
+    free(cfg);
 }
 
 /* Captured log lines (the library's lb_log). */
@@ -230,15 +252,7 @@ static void test_invalidation(void) {
     TH_CHECK_INT(gguf_u32(gg, "llama.context_length"), 512);
 
     /* a changed config field reaches the GGUF */
-    cJSON *j = read_json(cfg);
-    TH_CHECK(j != NULL);
-    if (j) {
-        cJSON_ReplaceItemInObject(j, "max_position_embeddings", cJSON_CreateNumber(256));
-        char *s = cJSON_Print(j);
-        write_text(cfg, s);
-        free(s);
-        cJSON_Delete(j);
-    }
+    set_config_num(g_ck, "max_position_embeddings", 256);
     expect_rebuild(g_ck, "config.json changed", gg);
     TH_CHECK_INT(gguf_u32(gg, "llama.context_length"), 256);
 
@@ -373,38 +387,102 @@ static void test_fallback(void) {
     TH_CHECK(strstr(lb_last_error(), "lowbit-cache not writable") != NULL);
     TH_CHECK(r.path == NULL);
 
-    /* a read-only checkpoint directory (root writes anyway: skipped) */
-    if (geteuid() != 0) {
-        const char *ro = make_ckpt("ck-ro2", NULL, 0);
-        /* a cache made while writable is still used once read-only */
-        TH_CHECK_OK(cache(ro, fb, &r));
-        TH_CHECK(r.rebuilt && !r.fallback);
-        lb_export_cache_result_free(&r);
-        char *rc = cat(ro, LB_EXPORT_CACHE_SUBDIR);
-        TH_CHECK(chmod(rc, 0555) == 0);
-        TH_CHECK_OK(cache(ro, fb, &r));
-        TH_CHECK(!r.rebuilt && !r.fallback);
-        lb_export_cache_result_free(&r);
-        /* stale and read-only: rebuilt in the fallback directory */
-        char *cfg = cat(ro, "config.json");
-        cJSON *j = read_json(cfg);
-        cJSON_ReplaceItemInObject(j, "max_position_embeddings", cJSON_CreateNumber(128));
-        char *s = cJSON_Print(j);
-        write_text(cfg, s);
-        free(s);
-        cJSON_Delete(j);
-        TH_CHECK_OK(cache(ro, fb, &r));
-        TH_CHECK(r.rebuilt && r.fallback);
-        TH_CHECK(strstr(r.reason, "config.json changed") != NULL);
-        lb_export_cache_result_free(&r);
-        chmod(rc, 0755);
-        free(rc);
-        free(cfg);
-    } else {
-        fprintf(stderr, "  note: running as root: the read-only directory case is "
-                        "simulated by a file in place of lowbit-cache only\n");
-    }
     free(cdir);
+}
+
+/* Run fn without write access to the checkpoint directories `dirs`: after
+ * chmod 0555 when we are not root; as root (who writes anyway) in a child
+ * process that drops to user nobody. False when neither can be arranged. */
+static bool without_write_access(void (*fn)(void), const char *const *dirs, int n) {
+    if (geteuid() != 0) {
+        for (int i = 0; i < n; i++) TH_CHECK(chmod(dirs[i], 0555) == 0);
+        fn();
+        for (int i = 0; i < n; i++) chmod(dirs[i], 0755);
+        return true;
+    }
+    fflush(stderr);
+    int failed_before = th_n_failed;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ||
+            access(dirs[0], R_OK | X_OK) != 0)
+            _exit(77);
+        fn();
+        fflush(stderr);
+        _exit(th_n_failed > failed_before ? 1 : 0);
+    }
+    int status = -1;
+    TH_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return false;
+    TH_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+    return true;
+}
+
+static const char *g_ro, *g_ro_new, *g_ro_fb; /* see test_readonly */
+
+static void readonly_first(void) {
+    lb_export_cache_result r;
+    /* a cache made while the checkpoint was writable is still used */
+    TH_CHECK_OK(cache(g_ro, g_ro_fb, &r));
+    TH_CHECK(!r.rebuilt && !r.fallback);
+    lb_export_cache_result_free(&r);
+    /* none yet: built in the fallback directory, nothing beside the checkpoint */
+    TH_CHECK_OK(cache(g_ro_new, g_ro_fb, &r));
+    TH_CHECK(r.rebuilt && r.fallback);
+    TH_CHECK_STR(r.reason, "no cache yet");
+    TH_CHECK_MSG(r.path && !strncmp(r.path, g_ro_fb, strlen(g_ro_fb)) && lb_is_file(r.path),
+                 "path %s", r.path ? r.path : "(null)");
+    lb_export_cache_result_free(&r);
+    char *cdir = cat(g_ro_new, LB_EXPORT_CACHE_SUBDIR);
+    TH_CHECK(access(cdir, F_OK) != 0);
+    free(cdir);
+    /* and re-used there */
+    TH_CHECK_OK(cache(g_ro_new, g_ro_fb, &r));
+    TH_CHECK(!r.rebuilt && r.fallback);
+    lb_export_cache_result_free(&r);
+}
+
+static void readonly_stale(void) {
+    lb_export_cache_result r;
+    TH_CHECK_OK(cache(g_ro, g_ro_fb, &r));
+    TH_CHECK(r.rebuilt && r.fallback);
+    TH_CHECK_MSG(strstr(r.reason, "config.json changed") != NULL, "reason %s", r.reason);
+    lb_export_cache_result_free(&r);
+}
+
+/* Read-only checkpoint directories: the user cache directory takes over. */
+static void test_readonly(void) {
+    g_ro = make_ckpt("ck-ro2", NULL, 0);
+    g_ro_new = make_ckpt("ck-ro3", NULL, 0);
+    g_ro_fb = keep_path(tmp_path("fb-ro"));
+    char *rc = cat(g_ro, LB_EXPORT_CACHE_SUBDIR), *primary = cat(rc, LB_EXPORT_CACHE_FILE);
+    lb_export_cache_result r;
+    TH_CHECK_OK(cache(g_ro, g_ro_fb, &r));
+    TH_CHECK(r.rebuilt && !r.fallback);
+    lb_export_cache_result_free(&r);
+    struct stat s0 = stat_of(primary);
+    /* as root the child running as nobody needs to reach the checkpoints
+     * (lowbit quantize makes them 0700, as mkdtemp) and to own the fallback
+     * directory */
+    TH_CHECK(mkdir(g_ro_fb, 0700) == 0);
+    if (geteuid() == 0) {
+        TH_CHECK(chmod(th_tmpdir(), 0755) == 0);
+        TH_CHECK(chmod(g_ro, 0755) == 0 && chmod(g_ro_new, 0755) == 0);
+        TH_CHECK(chown(g_ro_fb, 65534, 65534) == 0);
+    }
+    const char *dirs[] = {g_ro, rc, g_ro_new};
+    if (!without_write_access(readonly_first, dirs, 3)) {
+        fprintf(stderr, "  note: read-only case skipped (cannot drop to user nobody or "
+                        "it cannot reach %s)\n", th_tmpdir());
+    } else {
+        set_config_num(g_ro, "max_position_embeddings", 128);
+        TH_CHECK(without_write_access(readonly_stale, dirs, 3));
+        struct stat s1 = stat_of(primary); /* the stale cache is left alone */
+        TH_CHECK(same_file_version(&s0, &s1));
+    }
+    if (geteuid() == 0) chmod(th_tmpdir(), 0700);
+    free(rc);
+    free(primary);
 }
 
 static bool cancel_cb(void *user, const char *stage, uint64_t done, uint64_t total) {
@@ -456,11 +534,47 @@ static void test_concurrent(void) {
             _exit(ok ? 0 : 1);
         }
     }
+    /* while they export, model.gguf is absent or complete: every version
+     * seen has the same bytes as the final file (the exporter is
+     * deterministic) */
+    void *seen = NULL;
+    size_t n_seen = 0;
+    int n_reads = 0, n_diff = 0;
+    int left = 0;
     for (int i = 0; i < N; i++) {
-        int status = -1;
-        TH_CHECK(pid[i] > 0 && waitpid(pid[i], &status, 0) == pid[i]);
-        TH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        TH_CHECK(pid[i] > 0);
+        left += pid[i] > 0;
     }
+    while (left > 0) {
+        for (int i = 0; i < N; i++) {
+            int status = -1;
+            pid_t w = pid[i] > 0 ? waitpid(pid[i], &status, WNOHANG) : 0;
+            if (w == 0) continue;
+            TH_CHECK(w == pid[i]);
+            TH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            pid[i] = -1;
+            left--;
+        }
+        usleep(2000);
+        size_t n = 0;
+        void *b = th_read_bin(gg, &n);
+        if (!b) continue;
+        n_reads++;
+        if (!seen) {
+            seen = b;
+            n_seen = n;
+            continue;
+        }
+        if (n != n_seen || memcmp(b, seen, n) != 0) n_diff++;
+        free(b);
+    }
+    TH_CHECK_INT(n_diff, 0);
+    size_t n_final = 0;
+    void *final = th_read_bin(gg, &n_final);
+    TH_CHECK(seen && final && n_final == n_seen && !memcmp(seen, final, n_final));
+    fprintf(stderr, "  note: model.gguf read %d time(s) during the exports\n", n_reads);
+    free(seen);
+    free(final);
     lb_export_cache_result r;
     TH_CHECK_OK(cache(ck, NULL, &r));
     TH_CHECK(!r.rebuilt); /* whichever rename won, the file is a valid cache */
@@ -752,6 +866,7 @@ int main(void) {
     TH_RUN(test_build_and_reuse);
     TH_RUN(test_invalidation);
     TH_RUN(test_fallback);
+    TH_RUN(test_readonly);
     TH_RUN(test_cancel);
     TH_RUN(test_concurrent);
     TH_RUN(test_requantized);

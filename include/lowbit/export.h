@@ -294,8 +294,10 @@ typedef struct lb_export_cache_result {
     bool fallback;       /* it is in the fallback directory, not beside
                             the checkpoint                                  */
     char reason[320];    /* why it was (re)built: "no cache yet",
-                            "config.json changed", "unreadable: ...";
-                            "" when an existing cache was used             */
+                            "config.json changed", "unreadable (...)" (for
+                            a first fallback build: why the cache beside
+                            the checkpoint was not used); "" when an
+                            existing cache was used                        */
     lb_export_stats stats; /* the export's (zero when not rebuilt)          */
     int n_requantized;   /* GPTQ modules the auto plan could not copy
                             exactly (route mixed: 2/3-bit, act-order with a

@@ -14,7 +14,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 static const char *const KEY_MANIFEST = "lowbit.source.manifest";
 static const char *const KEY_PATH = "lowbit.source.path";
 static const char *const KEY_REQUANT = "lowbit.source.requantized";
+static const char NO_CACHE_YET[] = "no cache yet";
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -335,7 +335,7 @@ static lb_status cache_check(const char *path, const char *manifest, bool *valid
     *n_q4_1 = 0;
     struct stat st;
     if (stat(path, &st) != 0) {
-        snprintf(why, why_size, errno == ENOENT || errno == ENOTDIR ? "no cache yet"
+        snprintf(why, why_size, errno == ENOENT || errno == ENOTDIR ? NO_CACHE_YET
                                                                    : "cannot stat: %s",
                  strerror(errno));
         return LB_OK;
@@ -435,7 +435,8 @@ static lb_status fallback_path(const char *fb_dir_opt, const char *real, char **
                   c == '.' || c == '_' || c == '-';
         name[k++] = ok ? (char)c : '_';
     }
-    if (k == 0 || name[0] == '.') name[k == 0 ? k++ : 0] = '_';
+    if (k == 0) name[k++] = '_';
+    if (name[0] == '.') name[0] = '_'; /* not hidden, not "." or ".." */
     snprintf(name + k, sizeof name - k, "-%016llx.gguf",
              (unsigned long long)fnv1a(real, strlen(real), FNV_OFFSET));
     char *path = lb_path_join(dir, name);
@@ -563,6 +564,8 @@ lb_status lb_export_cached_gguf(const char *ckpt_dir, const lb_export_cache_opts
         if (s == LB_OK) s = cache_check(fb, manifest, &valid, why, sizeof why, &r.requantized,
                                          &r.n_q4_1);
         if (s == LB_OK && !valid) {
+            /* a first fallback build is due to the checkpoint's own cache */
+            if (!strcmp(why, NO_CACHE_YET)) snprintf(why, sizeof why, "%s", why1);
             s = mkdir_p(fb_dir, 0700);
             if (s == LB_OK) {
                 snprintf(r.reason, sizeof r.reason, "%s", why);
