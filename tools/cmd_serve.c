@@ -36,7 +36,33 @@ static void usage(FILE *fp) {
             "                        base name)\n"
             "      --drain S         on shutdown, let requests finish for up\n"
             "                        to S seconds (default 5)\n"
-            "  -t, --threads N       compute threads (default: all CPUs)\n");
+            "  -t, --threads N       compute threads (default: all CPUs)\n"
+            "      --no-cache        serve a GPTQ checkpoint directory as it\n"
+            "                        is, without its GGUF cache\n"
+            "\n"
+            "A GPTQ checkpoint directory is exported once to a GGUF cache,\n"
+            "MODEL/lowbit-cache/model.gguf (or $XDG_CACHE_HOME/lowbit/ when\n"
+            "MODEL is not writable), re-used while the checkpoint is unchanged\n"
+            "and rebuilt when it changes; tokenizer, chat template and EOS\n"
+            "ids still come from MODEL (docs/server.md).\n");
+}
+
+/* Progress that also stops the load (a first export can take minutes) on
+ * SIGINT/SIGTERM: they are blocked, so a pending one is looked for. */
+typedef struct serve_progress {
+    lb_progress inner;
+    const sigset_t *stop;
+} serve_progress;
+
+static bool serve_progress_cb(void *user, const char *stage, uint64_t done,
+                              uint64_t total) {
+    serve_progress *sp = user;
+    sigset_t pend;
+    if (sigpending(&pend) == 0)
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sigismember(sp->stop, sig) == 1 && sigismember(&pend, sig) == 1)
+                return false;
+    return lb_progress_report(&sp->inner, stage, done, total);
 }
 
 static const char *base_name(const char *path, char *buf, size_t size) {
@@ -52,6 +78,7 @@ int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
     const char *model_path = NULL, *name = NULL;
     lb_server_config cfg = lb_server_default_config();
+    bool no_cache = false;
     cfg.api_key = getenv("LOWBIT_API_KEY");
     long v, drain = 5;
     for (int i = 1; i < argc; i++) {
@@ -97,6 +124,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             INT(1, 1024);
             cfg.n_threads = (int)v;
+        } else if (!strcmp(a, "--no-cache")) {
+            no_cache = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!model_path) {
@@ -123,8 +152,13 @@ int cmd_serve(int argc, char **argv) {
     lb_model *model = NULL;
     lb_tokenizer *tok = NULL;
     cli_progress prog;
-    lb_model_load_opts lo = {.progress = cli_progress_make(&prog)};
-    lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
+    serve_progress sp = {.inner = cli_progress_make(&prog), .stop = &set};
+    lb_server_load_opts lo;
+    lb_server_load_opts_default(&lo);
+    lo.model.progress = (lb_progress){serve_progress_cb, &sp};
+    lo.gguf_cache = !no_cache;
+    lo.n_threads = cfg.n_threads;
+    lb_status st = lb_server_load_model_ex(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);
     lb_server *srv = NULL;

@@ -141,10 +141,18 @@ typedef struct lb_export_opts {
                               is NULL                                      */
     lb_pool *pool;         /* optional shared pool (not owned)             */
     lb_progress progress;  /* stage "export", done/total = bytes written   */
+    /* Extra string metadata written after every key of the converter (the
+     * GGUF cache's lowbit.source.* keys, see lb_export_cached_gguf):
+     * n_meta_kv pairs, meta_kv[2i] = key, meta_kv[2i+1] = value (UTF-8).
+     * Keys must start with "lowbit." (an application namespace the
+     * converter never writes, so no key of the export is replaced) and be
+     * at most LB_GGUF_MAX_KEY_LEN bytes; LB_ERR_INVALID_ARG otherwise. */
+    const char *const *meta_kv;
+    int n_meta_kv;
 } lb_export_opts;
 
 /* Defaults: AUTO, no qtype, output/embedding -1, no rules, no name,
- * all threads, no progress. */
+ * all threads, no progress, no extra metadata. */
 void lb_export_opts_default(lb_export_opts *o);
 
 /* One output tensor of the plan. */
@@ -222,6 +230,126 @@ typedef struct lb_export_stats {
 lb_status lb_export_gguf(const char *in_path, const char *out_path,
                          const lb_export_opts *opts, lb_export_plan **plan_out,
                          lb_export_stats *stats);
+
+/* ------------------------------------------------------------------------ */
+/* GGUF cache of a GPTQ checkpoint (what `lowbit serve CKPT_DIR` runs)        */
+/* ------------------------------------------------------------------------ */
+
+/* Bumped whenever the exporter's output for the same checkpoint changes, so
+ * that older caches are rebuilt. Part of the manifest (below). */
+#define LB_EXPORT_CACHE_VERSION 1
+/* The cache beside a checkpoint: CKPT_DIR/lowbit-cache/model.gguf. */
+#define LB_EXPORT_CACHE_SUBDIR "lowbit-cache"
+#define LB_EXPORT_CACHE_FILE "model.gguf"
+
+/* Is `dir` a GPTQ checkpoint, as lb_model_load decides: config.json with a
+ * quantization_config whose quant_method is "gptq" (or absent), or no
+ * quantization_config and a quantize_config.json beside it. *out false for
+ * a dense checkpoint or another quantization method. Errors: those of
+ * lb_model_config_load_dir (LB_ERR_NOT_FOUND without config.json,
+ * LB_ERR_FORMAT, LB_ERR_UNSUPPORTED). */
+lb_status lb_export_is_gptq_checkpoint(const char *dir, bool *out);
+
+/* The invalidation key of a checkpoint (a text "manifest", one line per
+ * item; malloc'd, free with free()):
+ *   "lowbit-export-cache v<LB_EXPORT_CACHE_VERSION> lowbit <version> mode auto"
+ *   then, sorted by name, every regular file (symlinks followed) directly in
+ *   `dir` whose name ends in .json or .jinja (config.json,
+ *   quantize_config.json, generation_config.json, the safetensors index,
+ *   tokenizer.json, tokenizer_config.json, special_tokens_map.json,
+ *   chat_template.jinja ...: the files the exporter reads), as
+ *     "file NAME size N fnv1a64 H" (H: 64-bit FNV-1a of the contents),
+ *   and every *.safetensors file, as
+ *     "file NAME size N mtime S.NNNNNNNNN header-fnv1a64 H"
+ *   (H over the safetensors header: dtypes, shapes, offsets; the tensor
+ *   bytes are not read, so a rewrite that keeps size, mtime and header is
+ *   not noticed — cp -p of a same-shaped file; touch the file to force a
+ *   rebuild). Bytes < 0x20, '%' and 0x7f in names are written as %XX.
+ * Errors: LB_ERR_INVALID_ARG (NULL), LB_ERR_IO (cannot list the directory
+ * or read a listed file), LB_ERR_RANGE (more than 100000 listed files),
+ * LB_ERR_NOMEM. */
+lb_status lb_export_cache_manifest(const char *dir, char **manifest_out);
+
+typedef struct lb_export_cache_opts {
+    /* Where the cache goes when the checkpoint directory cannot hold
+     * lowbit-cache/ (read-only or not ours): FALLBACK_DIR/NAME-H.gguf,
+     * NAME the checkpoint directory's base name (bytes outside
+     * [A-Za-z0-9._-] as '_', at most 64), H the FNV-1a 64 of its real path
+     * (16 hex digits). NULL: $XDG_CACHE_HOME/lowbit, else
+     * $HOME/.cache/lowbit (XDG Base Directory spec 0.8); created (0700) if
+     * needed. */
+    const char *fallback_dir;
+    int n_threads;         /* export threads when pool is NULL (<= 0: all) */
+    lb_pool *pool;         /* optional (not owned)                          */
+    lb_progress progress;  /* the export's (stage "export"); returning false
+                              cancels it: LB_ERR_CANCELLED, nothing left   */
+} lb_export_cache_opts;
+
+/* NULL fallback_dir, all threads, no pool, no progress. */
+void lb_export_cache_opts_default(lb_export_cache_opts *o);
+
+typedef struct lb_export_cache_result {
+    char *path;          /* the GGUF to load (malloc'd)                    */
+    bool rebuilt;        /* this call exported it                          */
+    bool fallback;       /* it is in the fallback directory, not beside
+                            the checkpoint                                  */
+    char reason[320];    /* why it was (re)built: "no cache yet",
+                            "config.json changed", "unreadable (...)" (for
+                            a first fallback build: why the cache beside
+                            the checkpoint was not used); "" when an
+                            existing cache was used                        */
+    lb_export_stats stats; /* the export's (zero when not rebuilt)          */
+    int n_requantized;   /* GPTQ modules the auto plan could not copy
+                            exactly (route mixed: 2/3-bit, act-order with a
+                            shuffled g_idx, 8-bit asymmetric): their
+                            weights in the GGUF differ from the checkpoint's */
+    char *requantized;   /* their HF module names, ", "-separated (malloc'd;
+                            "" when none); read back from the cache's
+                            lowbit.source.requantized key on reuse          */
+    int n_q4_1;          /* modules copied direct to Q4_1 (4-bit
+                            asymmetric): m = fp16(-scale*zero) is rounded,
+                            within half an fp16 ulp (the checkpoint loaded
+                            as it is computes it exactly)                  */
+} lb_export_cache_result;
+
+/* Export GPTQ checkpoint `ckpt_dir` to a GGUF once and re-use it while the
+ * checkpoint is unchanged. The export is lb_export_gguf in mode AUTO with
+ * default options (every module direct where its codes map onto
+ * Q4_0/Q4_1/Q8_0 exactly — Q4_1's m = fp16(-scale*zero) being within half
+ * an fp16 ulp —, mixed otherwise; unquantized tensors as stored), plus the
+ * string keys
+ *   lowbit.source.manifest     lb_export_cache_manifest(ckpt_dir) at export
+ *   lowbit.source.path         the checkpoint's real path (informational)
+ *   lowbit.source.requantized  the modules not copied exactly ("" if none)
+ * Steps:
+ *  1. CKPT_DIR/lowbit-cache/model.gguf is used when lb_gguf_open accepts it
+ *     (a truncated or corrupt file fails its checks) and its manifest key
+ *     equals the checkpoint's manifest now;
+ *  2. otherwise, when CKPT_DIR/lowbit-cache exists or can be created and
+ *     is writable, the GGUF is exported there;
+ *  3. otherwise the fallback file (see lb_export_cache_opts) is used if
+ *     valid, else exported there.
+ * Every export is written atomically (temp file + rename in the same
+ * directory): a failed or cancelled export leaves the previous file (or
+ * none) and no temp file; a process that has the old file mapped keeps
+ * reading the old inode. Concurrent first starts on one checkpoint each
+ * export to their own temp file and the last rename wins (the exporter is
+ * deterministic, so both files are the same bytes); only SIGKILL or a crash
+ * mid-export leaves a model.gguf.tmp.PID.N file behind.
+ * The manifest is taken before the export: a checkpoint changed while it
+ * runs gives a cache that the next call rebuilds.
+ * Logs (lb_log INFO): "using cached GGUF X", "exported GPTQ checkpoint D to
+ * cache X (N MB, S s)", the rebuild reason, the fallback directory.
+ * *out is filled on success (free with lb_export_cache_result_free) and
+ * zeroed on failure. Errors: LB_ERR_INVALID_ARG (NULL arguments, not a
+ * GPTQ checkpoint), lb_export_cache_manifest's, lb_export_gguf's
+ * (LB_ERR_UNSUPPORTED for a checkpoint the exporter cannot convert, e.g.
+ * an unrecognised BPE pre-tokenizer), LB_ERR_IO (neither location
+ * writable), LB_ERR_CANCELLED. */
+lb_status lb_export_cached_gguf(const char *ckpt_dir,
+                                const lb_export_cache_opts *opts,
+                                lb_export_cache_result *out);
+void lb_export_cache_result_free(lb_export_cache_result *r);
 
 /* Row permutation of convert_hf_to_gguf.py's LlamaModel.permute for a
  * [rows, ...] q or k tensor with n_head heads (n_head_kv for k): fills

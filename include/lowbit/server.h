@@ -86,12 +86,56 @@ extern "C" {
 /* Load a model and its tokenizer from `path`: a GGUF file (tokenizer from
  * its tokenizer.ggml.* metadata), or a directory (HF checkpoint or GPTQ
  * checkpoint, as lb_model_load; tokenizer.json + tokenizer_config.json).
+ * Writes nothing (`lowbit run` uses it; see lb_server_load_model_ex for the
+ * GGUF cache of GPTQ checkpoints).
  * Errors: those of lb_model_load and the tokenizer loaders. On success the
  * caller owns both (lb_model_free, lb_tokenizer_free); on failure both are
  * NULL. */
 lb_status lb_server_load_model(const char *path,
                                const lb_model_load_opts *opts,
                                lb_model **model_out, lb_tokenizer **tok_out);
+
+typedef struct lb_server_load_opts {
+    lb_model_load_opts model; /* progress (also the export's), gptq_mode
+                                 (used when a checkpoint is loaded as it is) */
+    /* A GPTQ checkpoint directory is served from its GGUF cache
+     * (lb_export_cached_gguf: exported once, re-used while the checkpoint is
+     * unchanged). false: loaded as lb_server_load_model does. */
+    bool gguf_cache;
+    const char *cache_fallback_dir; /* lb_export_cache_opts.fallback_dir   */
+    int n_threads;                  /* export threads (<= 0: all CPUs)     */
+} lb_server_load_opts;
+
+/* gguf_cache true, everything else zero. */
+void lb_server_load_opts_default(lb_server_load_opts *o);
+
+/* lb_server_load_model with options: what `lowbit serve` uses. With
+ * gguf_cache and a GPTQ checkpoint directory (lb_export_is_gptq_checkpoint),
+ * the model is the cache GGUF (lb_export_cached_gguf, lowbit/export.h)
+ * loaded with lb_model_load, and everything else comes from the checkpoint
+ * directory, so that requests see the same tokens, template and stops as
+ * with the checkpoint itself (or its dense original):
+ *  - the tokenizer is the directory's tokenizer.json + tokenizer_config.json
+ *    (lb_tokenizer_load_hf), not the GGUF's tokenizer.ggml.* vocabulary:
+ *    the HF tokenizer is the reference (transformers), and a Llama
+ *    vocabulary written the converter's way (LlamaHfVocab, scores -1000)
+ *    can split text differently; the chat template and BOS/EOS texts are
+ *    tokenizer_config.json's as for any directory;
+ *  - bos_token_id, the EOS ids (config.json + generation_config.json) and
+ *    the sliding window (which llama.cpp's llama architecture, hence the
+ *    GGUF, does not carry) are set from the directory's config.
+ * The modules the export could not copy exactly (route mixed) are named in
+ * an lb_log WARN on every start; direct Q4_1 modules (m rounded to fp16)
+ * are counted in an INFO line. If the cache cannot be built or loaded
+ * (e.g. a tokenizer the exporter refuses, no writable location), an lb_log
+ * WARN says why and the checkpoint is loaded as it is; only
+ * LB_ERR_CANCELLED (the progress callback) and LB_ERR_NOMEM stop the load.
+ * opts NULL: lb_server_load_opts_default. Errors and ownership as
+ * lb_server_load_model. */
+lb_status lb_server_load_model_ex(const char *path,
+                                  const lb_server_load_opts *opts,
+                                  lb_model **model_out,
+                                  lb_tokenizer **tok_out);
 
 /* ------------------------------------------------------------------------ */
 /* Chat prompts                                                              */

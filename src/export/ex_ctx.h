@@ -31,6 +31,9 @@ typedef struct ex_ctx {
     void *gptq_state;     /* ex_gptq.c's parsed quantization config    */
     lb_type default_float; /* dense default type (F16 / BF16)          */
     char tied_note[160];
+    const char *const *meta_kv; /* opts->meta_kv (borrowed: the caller's
+                                   options outlive the context)        */
+    int n_meta_kv;
     lb_export_plan *plan; /* owned until handed out                   */
 } ex_ctx;
 

@@ -827,6 +827,17 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
     if (o->embedding_type >= 0 && !lb_type_can_quantize((lb_type)o->embedding_type))
         return lb_set_error(LB_ERR_INVALID_ARG, "export: bad --embedding-type %d",
                             o->embedding_type);
+    if (o->n_meta_kv < 0 || (o->n_meta_kv > 0 && !o->meta_kv))
+        return lb_set_error(LB_ERR_INVALID_ARG, "export: bad extra metadata (%d pairs)",
+                            o->n_meta_kv);
+    for (int i = 0; i < o->n_meta_kv; i++) {
+        const char *k = o->meta_kv[2 * i], *v = o->meta_kv[2 * i + 1];
+        if (!k || !v || strncmp(k, "lowbit.", 7) != 0 || strlen(k) > LB_GGUF_MAX_KEY_LEN)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "export: extra metadata key '%.100s' (keys must start "
+                                "with 'lowbit.', values must not be NULL)",
+                                k ? k : "(null)");
+    }
     if (!lb_is_dir(in_path))
         return lb_set_error(LB_ERR_NOT_FOUND, "export: %s is not a checkpoint directory "
                             "(config.json + safetensors)", in_path);
@@ -835,6 +846,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
     c->plan = calloc(1, sizeof *c->plan);
     c->dir = lb_strdup(in_path);
     c->name = o->name ? lb_strdup(o->name) : default_name(in_path);
+    c->meta_kv = o->meta_kv;
+    c->n_meta_kv = o->n_meta_kv;
     lb_status s = LB_OK;
     if (!c->plan || !c->dir || !c->name) s = lb_set_error(LB_ERR_NOMEM, "export: out of memory");
     if (s == LB_OK) s = lb_model_config_load_dir(in_path, &c->cfg);

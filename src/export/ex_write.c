@@ -89,6 +89,8 @@ static lb_status write_kv(ex_ctx *c, lb_gguf_writer *w, bool vocab_only) {
     }
     LB_TRY(lb_gguf_writer_set_quantization_version(w, LB_GGUF_QNT_VERSION));
     LB_TRY(ex_vocab_write(&c->vocab, w));
+    for (int i = 0; i < c->n_meta_kv; i++)
+        LB_TRY(lb_gguf_writer_set_str(w, c->meta_kv[2 * i], c->meta_kv[2 * i + 1]));
     return LB_OK;
 }
 

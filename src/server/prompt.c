@@ -3,6 +3,9 @@
  * chat-prompt step (template render + tokenize) they share.
  */
 #include "lowbit/chat.h"
+#include "lowbit/config.h"
+#include "lowbit/export.h"
+#include "lowbit/file.h"
 #include "lowbit/server.h"
 #include "core/internal.h"
 
@@ -33,6 +36,109 @@ lb_status lb_server_load_model(const char *path,
     LB_TRY(lb_model_load(path, opts, &m));
     lb_status s = is_gguf_file(path) ? lb_tokenizer_load_gguf(path, &t)
                                      : lb_tokenizer_load_hf(path, &t);
+    if (s != LB_OK) {
+        lb_model_free(m);
+        return s;
+    }
+    *model_out = m;
+    *tok_out = t;
+    return LB_OK;
+}
+
+void lb_server_load_opts_default(lb_server_load_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->gguf_cache = true;
+}
+
+/* Log the requantized modules (at most 6 named). */
+static void warn_requantized(const lb_export_cache_result *r) {
+    if (r->n_requantized <= 0) return;
+    const char *list = r->requantized ? r->requantized : "";
+    /* cut at the 6th ", " (after the 6th name), if any */
+    const char *cut = NULL, *p = list;
+    for (int k = 0; k < 6 && (p = strstr(p, ", ")); k++) {
+        if (k == 5) cut = p;
+        p += 2;
+    }
+    int shown = cut ? (int)(cut - list) : (int)strlen(list);
+    lb_log(LB_LOG_WARN,
+           "%d GPTQ module(s) could not be copied exactly into the GGUF cache and "
+           "were requantized (%.*s%s): served outputs can differ slightly from "
+           "the checkpoint's; turn the cache off (lowbit serve --no-cache) to "
+           "serve the checkpoint's own weights",
+           r->n_requantized, shown, list, cut ? ", ..." : "");
+}
+
+/* The model of GPTQ checkpoint `dir` from its GGUF cache, with the
+ * directory's token ids and sliding window. LB_ERR_* of the cache or the
+ * GGUF load: the caller falls back to the checkpoint. */
+static lb_status load_cached(const char *dir, const lb_server_load_opts *o,
+                             lb_model **out) {
+    *out = NULL;
+    lb_export_cache_opts co;
+    lb_export_cache_opts_default(&co);
+    co.fallback_dir = o->cache_fallback_dir;
+    co.n_threads = o->n_threads;
+    co.progress = o->model.progress;
+    lb_export_cache_result r;
+    LB_TRY(lb_export_cached_gguf(dir, &co, &r));
+    warn_requantized(&r);
+    if (r.n_q4_1 > 0)
+        lb_log(LB_LOG_INFO,
+               "%d 4-bit asymmetric module(s) are Q4_1 in the GGUF cache: their "
+               "zero offsets m = -scale*zero are rounded to fp16 (within half "
+               "an ulp), the checkpoint as it is computes them exactly",
+               r.n_q4_1);
+    lb_model_config cfg;
+    lb_model *m = NULL;
+    lb_status s = lb_model_config_load_dir(dir, &cfg);
+    if (s == LB_OK) {
+        s = lb_model_load(r.path, &o->model, &m);
+        if (s != LB_OK) s = lb_error_context(s, "cached GGUF %s", r.path);
+        if (s == LB_OK) {
+            lb_model_config *c = &m->config;
+            c->bos_token_id = cfg.bos_token_id;
+            memcpy(c->eos_token_ids, cfg.eos_token_ids, sizeof c->eos_token_ids);
+            c->n_eos = cfg.n_eos;
+            c->sliding_window = cfg.sliding_window;
+            c->sliding_window_first_layer = cfg.sliding_window_first_layer;
+        }
+        lb_model_config_clear(&cfg);
+    }
+    lb_export_cache_result_free(&r);
+    if (s != LB_OK) return s;
+    *out = m;
+    return LB_OK;
+}
+
+lb_status lb_server_load_model_ex(const char *path,
+                                  const lb_server_load_opts *opts,
+                                  lb_model **model_out,
+                                  lb_tokenizer **tok_out) {
+    *model_out = NULL;
+    *tok_out = NULL;
+    if (!path) return lb_set_error(LB_ERR_INVALID_ARG, "load: NULL path");
+    lb_server_load_opts def;
+    lb_server_load_opts_default(&def);
+    const lb_server_load_opts *o = opts ? opts : &def;
+    bool gptq = false;
+    if (o->gguf_cache && lb_is_dir(path) &&
+        lb_export_is_gptq_checkpoint(path, &gptq) != LB_OK) {
+        gptq = false; /* lb_model_load reports the config's error */
+        lb_clear_error();
+    }
+    if (!gptq) return lb_server_load_model(path, &o->model, model_out, tok_out);
+    lb_model *m = NULL;
+    lb_tokenizer *t = NULL;
+    lb_status s = load_cached(path, o, &m);
+    if (s == LB_ERR_CANCELLED || s == LB_ERR_NOMEM) return s;
+    if (s != LB_OK) {
+        lb_log(LB_LOG_WARN, "no GGUF cache for %s (%s): loading the checkpoint as it is",
+               path, lb_last_error());
+        lb_clear_error();
+        LB_TRY(lb_model_load(path, &o->model, &m));
+    }
+    s = lb_tokenizer_load_hf(path, &t);
     if (s != LB_OK) {
         lb_model_free(m);
         return s;

@@ -4,10 +4,11 @@ import http from 'node:http';
 
 const LOWBIT = process.env.LOWBIT;
 
-// Start `lowbit serve MODEL --port 0 ARGS`; resolves {proc, port, url}.
-export function startServer(model, args = []) {
+// Start `lowbit serve MODEL --port 0 ARGS` (with -q unless quiet is false);
+// resolves {proc, port, url, stderr()}.
+export function startServer(model, args = [], { quiet = true } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(LOWBIT, ['serve', model, '--port', '0', '-q', ...args], {
+    const proc = spawn(LOWBIT, ['serve', model, '--port', '0', ...(quiet ? ['-q'] : []), ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '', err = '';

@@ -4,6 +4,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import http from 'node:http';
 import net from 'node:net';
 import OpenAI from 'openai';
@@ -248,6 +251,99 @@ test('GGUF model (stories260K): completion equals lowbit run', { skip: !process.
     assert.equal(r.json.usage.prompt_tokens, nTokens(GGUF, 'Once upon a time', true));
   } finally {
     assert.equal(await stopServer(G), 0);
+  }
+});
+
+// A GPTQ checkpoint directory is served from a GGUF cache beside it
+// (lowbit-cache/model.gguf, exported on the first start, re-used after);
+// tokenizer, template and EOS ids come from the directory, so completions
+// and chats equal `lowbit run CKPT` (the checkpoint as it is), the GGUF's
+// own `lowbit run`, and `lowbit serve --no-cache`.
+test('GPTQ checkpoint: cached GGUF, greedy equals lowbit run CKPT and the cache', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lbserve-'));
+  const ck = path.join(dir, 'ts-gptq');
+  const cacheFile = path.join(ck, 'lowbit-cache', 'model.gguf');
+  try {
+    const q = spawnSync(LOWBIT, ['quantize', MODEL, '-o', ck, '--method', 'rtn', '--group-size', '32', '-q'],
+      { encoding: 'utf8' });
+    assert.equal(q.status, 0, q.stderr);
+    const PROMPT2 = 'Once upon a time';
+    const complete = async (port) => {
+      const r = await post(port, '/v1/completions', { prompt: PROMPT2, max_tokens: 32, temperature: 0 });
+      assert.equal(r.status, 200, r.body);
+      return r.json;
+    };
+    const chat = async (port) => {
+      const r = await post(port, '/v1/chat/completions', { messages: MSGS, max_tokens: 24, temperature: 0 });
+      assert.equal(r.status, 200, r.body);
+      return r.json;
+    };
+    // first start: exported
+    let S = await startServer(ck, ['-c', '256', '-t', '1'], { quiet: false });
+    let first, firstChat;
+    try {
+      assert.match(S.stderr(), /info: exported GPTQ checkpoint .* to cache .*lowbit-cache\/model\.gguf \([0-9.]+ MB, [0-9.]+ s\)/);
+      assert.ok(fs.statSync(cacheFile).size > 0);
+      first = await complete(S.port);
+      firstChat = await chat(S.port);
+    } finally {
+      assert.equal(await stopServer(S), 0);
+    }
+    const st0 = fs.statSync(cacheFile);
+    const refCk = lowbitJSON(['run', ck, '-p', PROMPT2, '-n', '32', '--json', '-q']);
+    const refGguf = lowbitJSON(['run', cacheFile, '-p', PROMPT2, '-n', '32', '--json', '-q']);
+    assert.ok(refCk.text.length > 0);
+    assert.equal(first.choices[0].text, refCk.text);
+    assert.equal(first.choices[0].text, refGguf.text);
+    assert.equal(first.usage.prompt_tokens, refCk.n_prompt);
+    assert.equal(first.usage.prompt_tokens, nTokens(MODEL, PROMPT2, true)); // the dense dir's tokenizer
+    // chat: same template, BOS handling and stops as the checkpoint itself
+    const p = spawnSync(LOWBIT, ['run', ck, '--chat', '--system', MSGS[0].content, '-n', '24',
+      '--json', '-q'], { input: `${MSGS[1].content}\n`, encoding: 'utf8' });
+    assert.equal(p.status, 0, p.stderr);
+    const refChat = JSON.parse(p.stdout.trim().split('\n')[0]);
+    assert.equal(firstChat.choices[0].message.content, refChat.reply);
+    assert.equal(firstChat.usage.prompt_tokens, refChat.n_prompt);
+    assert.equal(firstChat.usage.prompt_tokens, nTokens(MODEL, chatml(MSGS), false));
+    // second start: the cache is re-used, not rewritten
+    S = await startServer(ck, ['-c', '256', '-t', '1'], { quiet: false });
+    try {
+      assert.match(S.stderr(), /info: using cached GGUF .*lowbit-cache\/model\.gguf/);
+      assert.doesNotMatch(S.stderr(), /exported GPTQ/);
+      const again = await complete(S.port);
+      assert.equal(again.choices[0].text, first.choices[0].text);
+    } finally {
+      assert.equal(await stopServer(S), 0);
+    }
+    const st1 = fs.statSync(cacheFile);
+    assert.equal(st1.ino, st0.ino);
+    assert.equal(st1.mtimeMs, st0.mtimeMs);
+    // --no-cache: the checkpoint as it is, same outputs
+    S = await startServer(ck, ['-c', '256', '-t', '1', '--no-cache'], { quiet: false });
+    try {
+      assert.doesNotMatch(S.stderr(), /cached GGUF|exported GPTQ/);
+      assert.equal((await complete(S.port)).choices[0].text, first.choices[0].text);
+      assert.equal((await chat(S.port)).choices[0].message.content, firstChat.choices[0].message.content);
+    } finally {
+      assert.equal(await stopServer(S), 0);
+    }
+    // a changed checkpoint rebuilds the cache
+    const cfgPath = path.join(ck, 'config.json');
+    const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8'));
+    cfg.max_position_embeddings = 384;
+    fs.writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
+    S = await startServer(ck, ['-t', '1'], { quiet: false });
+    try {
+      assert.match(S.stderr(), /building the GGUF cache .* \(config\.json changed\)/);
+      assert.match(S.stderr(), /exported GPTQ checkpoint/);
+      assert.equal((await complete(S.port)).choices[0].text, first.choices[0].text);
+    } finally {
+      assert.equal(await stopServer(S), 0);
+    }
+    assert.notEqual(fs.statSync(cacheFile).ino, st0.ino);
+    assert.deepEqual(fs.readdirSync(path.join(ck, 'lowbit-cache')), ['model.gguf']);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
