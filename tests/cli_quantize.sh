@@ -28,6 +28,9 @@ assert s["quantized_params"] == 393216 and abs(s["bits_per_weight"] - 4.34375) <
 assert s["peak_rss_mib"] > 0 and s["shards"] == 1, s
 assert len(r["modules"]) == 14 and r["modules"][6]["name"] == "model.layers.0.mlp.down_proj", r
 PY
+# the checkpoint directory has the mode mkdir gives (not mkdtemp's 0700)
+want=$(printf '%o' $((0777 & ~$(umask))))
+[ "$(stat -c %a "$T/rtn")" = "$want" ] || fail "checkpoint dir mode $(stat -c %a "$T/rtn"), want $want"
 P_RTN=$(ppl "$T/rtn")
 python3 -c "p=$P_RTN; assert 43.0 < p < 43.1, p"   # RTN 43.0408 with f32 scales
 

@@ -520,6 +520,27 @@ static bool find_resumable(const char *out_dir, const char *settings,
     return best >= 0;
 }
 
+/* mkdtemp, but the directory gets the mode a plain mkdir would give it
+ * (0777 less the umask), not 0700: the checkpoint is renamed from it and
+ * should be as readable as any other output. The name mkdtemp picked is
+ * released and taken again with mkdir; a race for it is retried. */
+static char *mkdtemp_umask(char *tmpl) {
+    const size_t n = strlen(tmpl) + 1;
+    char *orig = malloc(n);
+    if (!orig) return NULL;
+    memcpy(orig, tmpl, n);
+    char *r = NULL;
+    for (int tries = 0; tries < 16 && !r; tries++) {
+        memcpy(tmpl, orig, n);
+        if (!mkdtemp(tmpl)) break;
+        if (rmdir(tmpl) != 0) break;
+        if (mkdir(tmpl, 0777) == 0) r = tmpl;
+        else if (errno != EEXIST) break;
+    }
+    free(orig);
+    return r;
+}
+
 static lb_status make_tmp(const char *out_dir, const char *settings,
                           char *tmp, size_t n) {
     char dir[PATH_MAX], base[PATH_MAX];
@@ -529,7 +550,7 @@ static lb_status make_tmp(const char *out_dir, const char *settings,
                             "%s: the parent directory %s does not exist",
                             out_dir, dir);
     snprintf(tmp, n, "%s/%s.tmp-XXXXXX", dir, base);
-    if (!mkdtemp(tmp))
+    if (!mkdtemp_umask(tmp))
         return lb_set_error(LB_ERR_IO, "%s: cannot create a temp directory: "
                             "%s", tmp, strerror(errno));
     cJSON *j = cJSON_CreateObject();
