@@ -248,6 +248,11 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
  * layer's calibration inputs — the output is byte-identical to an
  * uninterrupted run. A failed or cancelled run keeps its temp directory
  * when at least one layer finished (and says so in the error message).
+ * A killed run (SIGKILL, power loss) is resumable the same way: layer
+ * files are committed by rename after fsync, and a resumed directory is
+ * first cleared of everything but the state file and layers/ (files a
+ * killed final assembly may have left); OUT_DIR itself only appears,
+ * complete, by the final rename.
  *
  * calib: required for GPTQ (ignored for RTN). rep (optional) is filled on
  * success. Memory: the model is mmap'ed; one linear at a time is

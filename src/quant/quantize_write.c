@@ -520,6 +520,29 @@ static bool find_resumable(const char *out_dir, const char *settings,
     return best >= 0;
 }
 
+/* A resumed temp directory: remove what a killed assembly may have left
+ * (shards of another --max-shard-size, an index, configs, "*.tmp.*" files
+ * of interrupted atomic writes), keeping the state file and layers/, so
+ * nothing stale ends up in OUT_DIR. */
+static lb_status clean_partial_outputs(const char *tmp) {
+    DIR *d = opendir(tmp);
+    if (!d)
+        return lb_set_error(LB_ERR_IO, "%s: %s", tmp, strerror(errno));
+    struct dirent *e;
+    lb_status s = LB_OK;
+    while ((e = readdir(d)) && s == LB_OK) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !strcmp(e->d_name, STATE_FILE) || !strcmp(e->d_name, LAYERS_DIR))
+            continue;
+        char *c = lb_path_join(tmp, e->d_name);
+        if (!c) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+        else rm_rf(c);
+        free(c);
+    }
+    closedir(d);
+    return s;
+}
+
 static lb_status make_tmp(const char *out_dir, const char *settings,
                           char *tmp, size_t n) {
     char dir[PATH_MAX], base[PATH_MAX];
@@ -1047,10 +1070,12 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         if (!settings) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
     }
     if (s == LB_OK) {
-        if (p.resume && find_resumable(out_dir, settings, w.tmp, sizeof w.tmp))
+        if (p.resume &&
+            find_resumable(out_dir, settings, w.tmp, sizeof w.tmp)) {
             lb_log(LB_LOG_INFO, "resuming from %s (%d finished layer files)",
                    w.tmp, count_layer_files(w.tmp));
-        else {
+            s = clean_partial_outputs(w.tmp);
+        } else {
             if (p.resume)
                 lb_log(LB_LOG_INFO, "no interrupted run with these settings "
                        "beside %s: starting afresh", out_dir);
