@@ -55,6 +55,15 @@ static void test_resume(void) {
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), ref, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 0);
     TH_CHECK_INT(rep.n_modules, 15);
+    /* where the time went: every part measured, parts within the total,
+     * solve = the modules' own seconds */
+    double solve = 0.0;
+    for (int i = 0; i < rep.n_modules; i++) solve += rep.modules[i].seconds;
+    TH_CHECK(rep.hessian_seconds > 0 && rep.forward_seconds > 0 &&
+             rep.solve_seconds > 0 && rep.replay_seconds > 0);
+    TH_CHECK_NEAR(rep.solve_seconds, solve, 1e-9);
+    TH_CHECK(rep.hessian_seconds + rep.forward_seconds + rep.solve_seconds +
+                 rep.replay_seconds <= rep.seconds);
     lb_quantize_report_free(&rep);
     /* cancelled when layer 2 starts: layer 0 is on disk */
     cancel_at c = {"layer 2/2", false, 0, 0, true};
@@ -116,6 +125,10 @@ static void test_resume(void) {
     p.progress.user = &pr;
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 2);
+    /* resumed layers cost replays only; lm_head's Hessian and solve ran */
+    TH_CHECK(rep.forward_seconds == 0.0 && rep.replay_seconds > 0 &&
+             rep.hessian_seconds > 0 && rep.solve_seconds > 0);
+    TH_CHECK_NEAR(rep.solve_seconds, rep.modules[14].seconds, 1e-9);
     TH_CHECK(pr.monotonic && pr.total > 0 && pr.done == pr.total);
     p.progress.fn = NULL;
     TH_CHECK(rep.n_modules == 15 && rep.modules[0].resumed &&

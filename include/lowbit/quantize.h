@@ -191,6 +191,12 @@ typedef struct lb_quantize_report {
     int64_t nsamples, seqlen;
     uint64_t activation_bytes;  /* calibration activations held           */
     double seconds;             /* wall time of the whole run             */
+    /* where this run's time went (s; resumed layers add only replays):
+     * Hessian accumulation (lb_gptq_hessian_add_batch: the X^T X sgemm),
+     * the calibration forwards feeding it (excluding the accumulation),
+     * the per-module solves (GPTQ or RTN, as modules[].seconds), the
+     * replays that make the next layer's inputs                          */
+    double hessian_seconds, forward_seconds, solve_seconds, replay_seconds;
     int64_t quantized_params;   /* weights in quantized modules           */
     double bits_per_weight;     /* (qweight + qzeros + scales + g_idx bits)
                                    / quantized_params                      */
@@ -203,7 +209,8 @@ void lb_quantize_report_free(lb_quantize_report *r);
 
 /* The report as JSON (malloc'd, NUL-terminated, pretty-printed):
  * {"method", "bits", "group_size", "sym", "desc_act", ..., "nsamples",
- *  "seqlen", "seconds", "bits_per_weight", "snr_db": {min, max, mean},
+ *  "seqlen", "seconds", "timing": {"hessian_s", "forward_s", "solve_s",
+ *  "replay_s"}, "bits_per_weight", "snr_db": {min, max, mean},
  *  "modules": [{"name", "quantized", "note", "bits", "group_size", "sym",
  *  "desc_act", "shape", "loss", "avg_loss", "damp_percent",
  *  "damp_retries", "dead_columns", "nsamples", "seconds", "snr_db",

@@ -149,6 +149,7 @@ typedef struct capture {
     int last;     /* input group after which the forward stops           */
     bool stopped; /* the hook stopped it                                 */
     int64_t seq;  /* calibration sequence being run (messages)           */
+    double t_hessian; /* seconds in lb_gptq_hessian_add_batch            */
 } capture;
 
 static lb_status capture_hook(void *user, int layer, lb_linear_id which,
@@ -168,7 +169,12 @@ static lb_status capture_hook(void *user, int layer, lb_linear_id which,
             "overflowing float32)",
             layer, (long long)c->seq, layer, group_modules(g), (long long)r,
             (long long)col, (double)X[r * in + col]);
-    if (c->H[g]) LB_TRY(lb_gptq_hessian_add_batch(c->H[g], X, n, 1));
+    if (c->H[g]) {
+        const double t0 = lb_time_s();
+        lb_status s = lb_gptq_hessian_add_batch(c->H[g], X, n, 1);
+        c->t_hessian += lb_time_s() - t0;
+        LB_TRY(s);
+    }
     if (g == c->last) {
         c->stopped = true;
         return LB_ERR_CANCELLED;
@@ -385,6 +391,7 @@ static lb_status quantize_module(engine *e, const qz_module *q,
         return lb_error_context(s, "%s", q->name);
     }
     r->seconds = lb_time_s() - t0;
+    e->rep->solve_seconds += r->seconds;
     r->loss = res.loss;
     r->nsamples = nsamples;
     r->avg_loss = nsamples > 0 ? res.loss / (double)nsamples : 0.0;
@@ -477,6 +484,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
              e->m->config.n_layers, names);
     lb_forward_hook hook = {capture_hook, &c};
     lb_context_set_hook(e->ctx, &hook);
+    const double t_loop = lb_time_s();
     for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
         act_load(e, i, e->x);
         c.stopped = false;
@@ -489,6 +497,8 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
         if (s == LB_OK) s = progress(e, 1);
     }
     lb_context_set_hook(e->ctx, NULL);
+    e->rep->hessian_seconds += c.t_hessian;
+    e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
     float *H = NULL;
     double loss_sum = 0.0;
     for (int k = 0; k < nm && s == LB_OK; k++) {
@@ -605,6 +615,7 @@ static lb_status run_layers(engine *e) {
              * lm_head's Hessian after the last layer) */
             snprintf(e->stage, sizeof e->stage, "layer %d/%d: replay", l + 1,
                      L);
+            const double t_replay = lb_time_s();
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
                 act_load(e, i, e->x);
                 s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
@@ -634,6 +645,7 @@ static lb_status run_layers(engine *e) {
                     s = progress(e, 1);
                 }
             }
+            e->rep->replay_seconds += lb_time_s() - t_replay;
         }
         if (s == LB_OK && cached) s = progress(e, layer_units(e, l));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
@@ -672,7 +684,9 @@ static lb_status run_layers(engine *e) {
                     lb_rmsnorm(xn + t * e->dim, e->x + t * e->dim,
                                e->m->output_norm.data, e->dim,
                                e->m->config.rms_norm_eps);
+                const double th = lb_time_s();
                 s = lb_gptq_hessian_add_batch(h, xn, e->T, 1);
+                e->rep->hessian_seconds += lb_time_s() - th;
                 if (s == LB_OK) s = progress(e, 1);
             }
             lb_free(xn);
@@ -910,6 +924,11 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON_AddNumberToObject(j, "seqlen", (double)r->seqlen);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
     add_num(j, "seconds", r->seconds);
+    cJSON *tm = cJSON_AddObjectToObject(j, "timing");
+    add_num(tm, "hessian_s", r->hessian_seconds);
+    add_num(tm, "forward_s", r->forward_seconds);
+    add_num(tm, "solve_s", r->solve_seconds);
+    add_num(tm, "replay_s", r->replay_seconds);
     cJSON_AddNumberToObject(j, "layers", r->n_layers);
     cJSON_AddNumberToObject(j, "layers_resumed", r->layers_resumed);
     cJSON_AddNumberToObject(j, "quantized_params", (double)r->quantized_params);
