@@ -26,7 +26,7 @@ L=8
 python3 - "$T/ids.i32" <<'PY'
 import random, struct, sys
 r = random.Random(5)
-open(sys.argv[1], "wb").write(struct.pack("<%di" % (12 * 64), *[r.randrange(512) for _ in range(12 * 64)]))
+open(sys.argv[1], "wb").write(struct.pack("<%di" % (8 * 64), *[r.randrange(512) for _ in range(8 * 64)]))
 PY
 # the same settings for every run (threads may differ on resume); the
 # killed run is started without a function or subshell so that $! is
