@@ -1,7 +1,7 @@
 /*
  * lb_quantize_model / lb_quantize_model_inplace on bad numbers, on variants
- * of models/random/qwen2-random (2 layers, hidden 64, ffn 192, F32) written
- * here with one tensor changed:
+ * of models/random/qwen2-random (2 layers, hidden 64, ffn 192, F32; also the
+ * BF16 and F16 random llamas) written here with one tensor changed:
  *  - NaN/Inf in any floating tensor of the dense checkpoint: RTN and GPTQ
  *    fail before any work with LB_ERR_FORMAT naming the tensor and the
  *    element, and leave nothing beside OUT_DIR; in place (a loaded model)
@@ -20,21 +20,24 @@
  */
 #include "test_quantize_util.h"
 
-/* How a variant differs from qwen2-random. */
+/* How a variant differs from its model (qwen2-random unless `model`). */
 typedef struct edit {
-    const char *tensor; /* F32 tensor to change                         */
+    const char *tensor; /* F32/F16/BF16 tensor to change                 */
     int64_t index;      /* element set to `value`; -1: every element     */
     float value;
+    const char *model;  /* shared model directory, NULL: QW_DIR          */
 } edit;
 
-/* Write qwen2-random with `e` applied into dir (config and generation
- * config copied). */
+/* Write the model with `e` applied into dir (config and generation
+ * config copied). (Callers keep dir in their own buffer: tmp_path's
+ * buffers are reused after 8 calls.) */
 static void make_variant(const char *dir, edit e) {
+    const char *base = e.model ? e.model : QW_DIR;
     mkdir(dir, 0755);
     static const char *copied[] = {"config.json", "generation_config.json"};
     for (int i = 0; i < 2; i++) {
         char a[800], b[800];
-        snprintf(a, sizeof a, "%s/%s", QW_DIR, copied[i]);
+        snprintf(a, sizeof a, "%s/%s", base, copied[i]);
         snprintf(b, sizeof b, "%s/%s", dir, copied[i]);
         size_t n = 0;
         void *d = th_read_bin(th_shared(a), &n);
@@ -45,22 +48,32 @@ static void make_variant(const char *dir, edit e) {
         free(d);
     }
     lb_safetensors *st = NULL;
-    TH_CHECK_OK(lb_st_open(th_shared(QW_DIR "/model.safetensors"), &st));
+    char src[800];
+    snprintf(src, sizeof src, "%s/model.safetensors", base);
+    TH_CHECK_OK(lb_st_open(th_shared(src), &st));
     if (!st) return;
     lb_st_writer *w = NULL;
     TH_CHECK_OK(lb_st_writer_create(&w));
-    float *changed = NULL;
+    void *changed = NULL;
     bool found = false;
     for (size_t i = 0; i < lb_st_count(st); i++) {
         const lb_tensor *t = lb_st_tensor_at(st, i);
         const void *data = t->data;
         if (!strcmp(t->name, e.tensor)) {
-            TH_CHECK(t->type == LB_TYPE_F32);
             const int64_t n = lb_tensor_nelements(t);
-            changed = malloc((size_t)n * sizeof(float));
-            memcpy(changed, t->data, (size_t)n * sizeof(float));
-            for (int64_t k = 0; k < n; k++)
-                if (e.index < 0 || k == e.index) changed[k] = e.value;
+            changed = malloc(t->nbytes);
+            memcpy(changed, t->data, t->nbytes);
+            const uint16_t h = t->type == LB_TYPE_F16 ? lb_f32_to_f16(e.value)
+                                                      : lb_f32_to_bf16(e.value);
+            TH_CHECK(t->type == LB_TYPE_F32 || t->type == LB_TYPE_F16 ||
+                     t->type == LB_TYPE_BF16);
+            for (int64_t k = 0; k < n; k++) {
+                if (e.index >= 0 && k != e.index) continue;
+                if (t->type == LB_TYPE_F32)
+                    ((float *)changed)[k] = e.value;
+                else
+                    ((uint16_t *)changed)[k] = h;
+            }
             data = changed;
             found = true;
         }
@@ -93,10 +106,11 @@ static void params(lb_quantize_params *p, lb_quant_method m) {
 /* NaN / Inf in the dense checkpoint: refused up front, naming the tensor. */
 static void test_nonfinite_weights(void) {
     lb_calib cal = random_calib(4, 16, 512, 3);
-    const char *src = tmp_path("nan-up");
+    char src[700];
+    snprintf(src, sizeof src, "%s", tmp_path("nan-up"));
     /* up_proj [192, 64]: element 5 * 64 + 7 = row 5, column 7 */
     make_variant(src, (edit){"model.layers.1.mlp.up_proj.weight", 5 * 64 + 7,
-                             NAN});
+                             NAN, NULL});
     lb_quantize_params p;
     for (int m = 0; m < 2; m++) {
         params(&p, m ? LB_QUANT_GPTQ : LB_QUANT_RTN);
@@ -111,13 +125,36 @@ static void test_nonfinite_weights(void) {
             fprintf(stderr, "%s\n", lb_last_error());
     }
     /* a tensor that is copied as it is (a norm), Inf */
-    const char *src2 = tmp_path("inf-norm");
-    make_variant(src2, (edit){"model.norm.weight", 3, INFINITY});
+    char src2[700];
+    snprintf(src2, sizeof src2, "%s", tmp_path("inf-norm"));
+    make_variant(src2, (edit){"model.norm.weight", 3, INFINITY, NULL});
     params(&p, LB_QUANT_RTN);
     TH_CHECK_FAILS(lb_quantize_model(src2, tmp_path("nan-out"), &p, NULL,
                                      NULL),
                    LB_ERR_FORMAT);
     TH_CHECK(has("model.norm.weight[3] = inf"));
+    /* BF16 and F16 checkpoints (exponent-bit tests of each format) */
+    char src3[700];
+    snprintf(src3, sizeof src3, "%s", tmp_path("bf16-inf"));
+    make_variant(src3, (edit){"model.layers.1.self_attn.k_proj.weight", 130,
+                              -INFINITY,
+                              "models/random/llama-gqa-llama3rope-bf16-random"});
+    TH_CHECK_FAILS(lb_quantize_model(src3, tmp_path("nan-out"), &p, NULL,
+                                     NULL),
+                   LB_ERR_FORMAT);
+    TH_CHECK(has("model.layers.1.self_attn.k_proj.weight[1, 2] = -inf"));
+    char src4[700];
+    snprintf(src4, sizeof src4, "%s", tmp_path("f16-nan"));
+    make_variant(src4, (edit){"model.embed_tokens.weight", 96 + 5, NAN,
+                              "models/random/llama-tied-fp16-random"});
+    TH_CHECK_FAILS(lb_quantize_model(src4, tmp_path("nan-out"), &p, NULL,
+                                     NULL),
+                   LB_ERR_FORMAT);
+    TH_CHECK(has("model.embed_tokens.weight[1, 5] = nan"));
+    /* the unchanged models pass the scan */
+    TH_CHECK_OK(lb_quantize_model(
+        th_shared("models/random/llama-tied-fp16-random"),
+        tmp_path("f16-ok"), &p, NULL, NULL));
     /* a module kept dense by a rule is checked too */
     const char *skip[] = {"layers\\.1\\.mlp\\.up_proj=skip"};
     p.rules = skip;
@@ -150,9 +187,10 @@ static void test_nonfinite_activations(void) {
     params(&p, LB_QUANT_GPTQ);
     /* o_proj = 3e38 everywhere, kept dense: its output overflows, the MLP
      * input of layer 0 is not finite */
-    const char *src = tmp_path("huge-o");
+    char src[700];
+    snprintf(src, sizeof src, "%s", tmp_path("huge-o"));
     make_variant(src, (edit){"model.layers.0.self_attn.o_proj.weight", -1,
-                             3.0e38f});
+                             3.0e38f, NULL});
     const char *skip_o[] = {"layers\\.0\\.self_attn\\.o_proj=skip"};
     p.rules = skip_o;
     p.n_rules = 1;
@@ -175,9 +213,10 @@ static void test_nonfinite_activations(void) {
         lb_model_free(m);
     }
     /* down_proj huge and dense: layer 0's output (layer 1's input) */
-    const char *src2 = tmp_path("huge-down");
+    char src2[700];
+    snprintf(src2, sizeof src2, "%s", tmp_path("huge-down"));
     make_variant(src2, (edit){"model.layers.0.mlp.down_proj.weight", -1,
-                              3.0e38f});
+                              3.0e38f, NULL});
     const char *skip_d[] = {"layers\\.0\\.mlp\\.down_proj=skip"};
     p.rules = skip_d;
     TH_CHECK_FAILS(lb_quantize_model(src2, tmp_path("act-out"), &p, &cal,
@@ -193,9 +232,10 @@ static void test_nonfinite_activations(void) {
     if (getenv("LB_TEST_VERBOSE")) fprintf(stderr, "%s\n", lb_last_error());
     /* finite in f32 but beyond f16: fine in f32, refused with act_f16
      * (stored as Inf it would fail the next layer for no visible reason) */
-    const char *src3 = tmp_path("big-down");
+    char src3[700];
+    snprintf(src3, sizeof src3, "%s", tmp_path("big-down"));
     make_variant(src3, (edit){"model.layers.0.mlp.down_proj.weight", -1,
-                              1.0e6f});
+                              1.0e6f, NULL});
     TH_CHECK_OK(lb_quantize_model(src3, tmp_path("act-out"), &p, &cal,
                                   NULL));
     p.act_f16 = true;

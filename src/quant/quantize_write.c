@@ -1065,10 +1065,11 @@ static lb_status check_finite_weights(const char *model_dir) {
                      (long long)idx[k]);
         }
         const float v = rd_float(t->data, t->type, bad);
+        const char *file = lb_st_tensor_file(st, t);
         s = lb_set_error(LB_ERR_FORMAT,
                          "%s: tensor %s[%s] = %s is not finite: a checkpoint "
                          "with NaN/Inf weights cannot be quantized",
-                         lb_st_tensor_file(st, t), t->name, where,
+                         file ? file : model_dir, t->name, where,
                          isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
     }
     lb_st_close(st);
