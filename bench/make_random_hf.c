@@ -5,7 +5,7 @@
  * size can be obtained on the development machines).
  *
  *   make_random_hf --shape NAME [--hf DIR] [--gptq DIR] [--tokenizer DIR]
- *                  [--seed N]
+ *                  [--seed N] [--layers N] [--vocab N]
  *
  * Shapes (hyper-parameters of the published configs):
  *   qwen2.5-0.5b  Qwen2ForCausalLM: 24 layers, dim 896, 14 heads / 2 KV
@@ -14,6 +14,8 @@
  *                 BF16 weights (as published)
  *   tiny          LlamaForCausalLM: 2 layers, dim 256, 4 / 2 heads, ffn 512,
  *                 vocab 512 (for tests of the tool)
+ * --layers / --vocab override the shape's layer count and vocabulary size
+ * (a few layers of a big shape are enough to measure per-layer costs).
  * --hf writes config.json + model.safetensors (every tensor BF16, as
  * transformers saves a bf16 model); --gptq writes the
  * same model with the seven linears of every layer as GPTQ 4-bit sym g128
@@ -250,25 +252,38 @@ static int write_model(const shape *sh, const char *dir, bool gptq, const char *
 int main(int argc, char **argv) {
     const char *shape_name = NULL, *hf = NULL, *gq = NULL, *tok = NULL;
     unsigned long long seed = 1;
+    long layers = 0, vocab = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_name = argv[++i];
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf = argv[++i];
         else if (!strcmp(argv[i], "--gptq") && i + 1 < argc) gq = argv[++i];
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = strtol(argv[++i], NULL, 10);
         else {
             fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|tiny [--hf DIR] "
-                            "[--gptq DIR] [--tokenizer DIR] [--seed N]\n");
+                            "[--gptq DIR] [--tokenizer DIR] [--seed N] [--layers N] "
+                            "[--vocab N]\n");
             return 2;
         }
     }
     const shape *sh = NULL;
+    shape custom;
     for (size_t i = 0; shape_name && i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
     if (!sh || (!hf && !gq)) {
         fprintf(stderr, "make_random_hf: need a known --shape and --hf and/or --gptq\n");
         return 2;
     }
+    if (layers < 0 || layers > 1000 || vocab < 0 || vocab > 10000000) {
+        fprintf(stderr, "make_random_hf: --layers must be in 1..1000, --vocab in 1..10000000\n");
+        return 2;
+    }
+    custom = *sh;
+    if (layers) custom.layers = (int)layers;
+    if (vocab) custom.vocab = (int)vocab;
+    sh = &custom;
     if (hf && write_model(sh, hf, false, tok, seed)) return 1;
     if (gq && write_model(sh, gq, true, tok, seed)) return 1;
     return 0;

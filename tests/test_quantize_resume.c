@@ -1,6 +1,7 @@
 /*
  * lb_quantize_model, small models: resume (a run cancelled after layer 0
- * and resumed gives the same bytes as an uninterrupted run; other settings
+ * and resumed gives the same bytes as an uninterrupted run, also when a
+ * killed assembly left stale files in the temp directory; other settings
  * start afresh), RTN asym gptq_v2 with module rules (8-bit, skip) ->
  * dynamic config and mixed reload, v1 and a zero point of 0, a tied F16
  * model with a quantized lm_head, sharding, output-directory rules and
@@ -54,6 +55,15 @@ static void test_resume(void) {
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), ref, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 0);
     TH_CHECK_INT(rep.n_modules, 15);
+    /* where the time went: every part measured, parts within the total,
+     * solve = the modules' own seconds */
+    double solve = 0.0;
+    for (int i = 0; i < rep.n_modules; i++) solve += rep.modules[i].seconds;
+    TH_CHECK(rep.hessian_seconds > 0 && rep.forward_seconds > 0 &&
+             rep.solve_seconds > 0 && rep.replay_seconds > 0);
+    TH_CHECK_NEAR(rep.solve_seconds, solve, 1e-9);
+    TH_CHECK(rep.hessian_seconds + rep.forward_seconds + rep.solve_seconds +
+                 rep.replay_seconds <= rep.seconds);
     lb_quantize_report_free(&rep);
     /* cancelled when layer 2 starts: layer 0 is on disk */
     cancel_at c = {"layer 2/2", false, 0, 0, true};
@@ -78,6 +88,34 @@ static void test_resume(void) {
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), other, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 0);
     lb_quantize_report_free(&rep);
+    /* what a run killed during the final assembly may leave in the temp
+     * directory (shards of another --max-shard-size, their index, a config,
+     * an interrupted atomic write) must not reach OUT */
+    static const char *stale[] = {"model-00001-of-00002.safetensors",
+                                  "model.safetensors.index.json",
+                                  "config.json",
+                                  "model.safetensors.tmp.12345.0"};
+    char tmpd[800] = "";
+    DIR *dd = opendir(th_tmpdir());
+    struct dirent *de;
+    while (dd && (de = readdir(dd)))
+        if (!strncmp(de->d_name, "qw-resumed.tmp-", 15))
+            snprintf(tmpd, sizeof tmpd, "%s/%s", th_tmpdir(), de->d_name);
+    if (dd) closedir(dd);
+    TH_CHECK(tmpd[0]);
+    for (int i = 0; i < 4 && tmpd[0]; i++) {
+        char sp[900];
+        snprintf(sp, sizeof sp, "%s/%s", tmpd, stale[i]);
+        FILE *f = fopen(sp, "wb");
+        TH_CHECK(f != NULL);
+        if (!f) continue;
+        if (i == 1)
+            fputs("{\"metadata\": {}, \"weight_map\": {\"lm_head.weight\": "
+                  "\"model-00001-of-00002.safetensors\"}}", f);
+        else
+            fputs("stale", f);
+        fclose(f);
+    }
     /* resumed with the same settings (another checkpoint format is fine):
      * byte-identical to the uninterrupted run; the progress still runs to
      * its total */
@@ -87,6 +125,10 @@ static void test_resume(void) {
     p.progress.user = &pr;
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, &rep));
     TH_CHECK_INT(rep.layers_resumed, 2);
+    /* resumed layers cost replays only; lm_head's Hessian and solve ran */
+    TH_CHECK(rep.forward_seconds == 0.0 && rep.replay_seconds > 0 &&
+             rep.hessian_seconds > 0 && rep.solve_seconds > 0);
+    TH_CHECK_NEAR(rep.solve_seconds, rep.modules[14].seconds, 1e-9);
     TH_CHECK(pr.monotonic && pr.total > 0 && pr.done == pr.total);
     p.progress.fn = NULL;
     TH_CHECK(rep.n_modules == 15 && rep.modules[0].resumed &&
@@ -95,6 +137,11 @@ static void test_resume(void) {
     lb_quantize_report_free(&rep);
     TH_CHECK_INT(count_entries("qw-resumed.tmp-"), 0);
     check_same_dirs(ref, out);
+    for (int i = 0; i < 4; i++) {
+        char sp[900];
+        snprintf(sp, sizeof sp, "%s/%s", out, stale[i]);
+        if (i != 2) TH_CHECK_MSG(!lb_is_file(sp), "%s left in OUT", stale[i]);
+    }
     /* a fresh run with the same settings: identical too (determinism) */
     const char *again = tmp_path("qw-again");
     TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), again, &p, &cal, NULL));

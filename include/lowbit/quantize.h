@@ -162,7 +162,11 @@ typedef struct lb_quantize_module_report {
     char name[160];       /* "model.layers.0.self_attn.q_proj", "lm_head" */
     int layer;            /* -1 for lm_head                               */
     bool quantized;       /* false: kept dense (see note)                 */
-    char note[128];       /* why it stayed dense, "" otherwise            */
+    char note[128];       /* why it stayed dense; for a quantized module
+                             whose in_features is not a multiple of its
+                             group_size, "in_features N is not a multiple
+                             of group_size G: the last group has R
+                             columns"; "" otherwise                       */
     int bits, group_size;
     bool sym, desc_act;
     int64_t out_features, in_features;
@@ -187,6 +191,12 @@ typedef struct lb_quantize_report {
     int64_t nsamples, seqlen;
     uint64_t activation_bytes;  /* calibration activations held           */
     double seconds;             /* wall time of the whole run             */
+    /* where this run's time went (s; resumed layers add only replays):
+     * Hessian accumulation (lb_gptq_hessian_add_batch: the X^T X sgemm),
+     * the calibration forwards feeding it (excluding the accumulation),
+     * the per-module solves (GPTQ or RTN, as modules[].seconds), the
+     * replays that make the next layer's inputs                          */
+    double hessian_seconds, forward_seconds, solve_seconds, replay_seconds;
     int64_t quantized_params;   /* weights in quantized modules           */
     double bits_per_weight;     /* (qweight + qzeros + scales + g_idx bits)
                                    / quantized_params                      */
@@ -199,7 +209,8 @@ void lb_quantize_report_free(lb_quantize_report *r);
 
 /* The report as JSON (malloc'd, NUL-terminated, pretty-printed):
  * {"method", "bits", "group_size", "sym", "desc_act", ..., "nsamples",
- *  "seqlen", "seconds", "bits_per_weight", "snr_db": {min, max, mean},
+ *  "seqlen", "seconds", "timing": {"hessian_s", "forward_s", "solve_s",
+ *  "replay_s"}, "bits_per_weight", "snr_db": {min, max, mean},
  *  "modules": [{"name", "quantized", "note", "bits", "group_size", "sym",
  *  "desc_act", "shape", "loss", "avg_loss", "damp_percent",
  *  "damp_retries", "dead_columns", "nsamples", "seconds", "snr_db",
@@ -248,17 +259,49 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
  * layer's calibration inputs — the output is byte-identical to an
  * uninterrupted run. A failed or cancelled run keeps its temp directory
  * when at least one layer finished (and says so in the error message).
+ * A killed run (SIGKILL, power loss) is resumable the same way: layer
+ * files are committed by rename after fsync, and a resumed directory is
+ * first cleared of everything but the state file and layers/ (files a
+ * killed final assembly may have left); OUT_DIR itself only appears,
+ * complete, by the final rename.
  *
  * calib: required for GPTQ (ignored for RTN). rep (optional) is filled on
  * success. Memory: the model is mmap'ed; one linear at a time is
  * converted to f32 (plus the solver's work space, lowbit/gptq.h); the
  * quantized layer's dequantized f32 weights are held until the layer has
  * been replayed, then freed; calibration activations as stated above.
+ * Bad numbers (checked, never passed on):
+ *  - NaN/Inf in any F32/F16/BF16 *.weight / *.bias tensor of model_dir:
+ *    LB_ERR_FORMAT before any work, naming the file, the tensor and the
+ *    element ("model.safetensors: tensor model.layers.1.mlp.up_proj.weight
+ *    [5, 7] = nan is not finite: ..."); nothing is created;
+ *  - a linear's calibration input that is not finite (the layer produced
+ *    NaN/Inf: finite weights overflowing float32): LB_ERR_RANGE naming the
+ *    layer, the calibration sequence and the module(s) reading it
+ *    ("layer 0, calibration sequence 0: the input of
+ *    model.layers.0.mlp.gate_proj/up_proj is not finite (token t, column c
+ *    = nan) ..."); a replayed layer output (the next layer's input) that is
+ *    not finite, or beyond 65504 with act_f16: LB_ERR_RANGE naming the
+ *    layer and sequence;
+ *  - a Hessian that damping cannot make positive definite (auto-increment
+ *    0, or damp_percent reaching 1): LB_ERR_RANGE from lb_gptq_quantize
+ *    prefixed with the module name, giving the damp tried; no RTN
+ *    fallback. Retries that succeeded are in the module report
+ *    (n_damp_retries, damp_percent) and quantize_report.json.
+ * Group sizes: a module whose in_features is not a multiple of its
+ * group_size (including group_size > in_features) is quantized in
+ * AutoGPTQ's layout — ceil(in / group_size) groups, g_idx = c /
+ * group_size, the last group shorter — with a note in its report and one
+ * warning per run (AutoGPTQ and lowbit load it; vLLM, Marlin and ExLlama
+ * kernels refuse it); under the vllm-w4a8 profile it is an
+ * LB_ERR_INVALID_ARG error naming the module, before any work.
  * Errors: LB_ERR_INVALID_ARG (parameters, rules, out_dir not empty,
- * missing calibration), LB_ERR_RANGE (a GPTQ v1 checkpoint cannot hold a
- * zero point of 0 — asymmetric groups without negative weights: the
- * message names the module and suggests gptq_v2), loader, forward, solver
- * and I/O errors, LB_ERR_CANCELLED (progress callback). */
+ * missing calibration), LB_ERR_FORMAT (non-finite weights, above),
+ * LB_ERR_RANGE (non-finite activations or damping, above; a GPTQ v1
+ * checkpoint cannot hold a zero point of 0 — asymmetric groups without
+ * negative weights: the message names the module and suggests gptq_v2),
+ * loader, forward, solver and I/O errors, LB_ERR_CANCELLED (progress
+ * callback). */
 lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                             const lb_quantize_params *p, const lb_calib *calib,
                             lb_quantize_report *rep);
@@ -269,7 +312,9 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
  * ../shared/reference/gptq_model "fakequant_fp32"); a quantized lm_head on
  * tied embeddings unties them. Nothing is written (out_dir options are
  * ignored); rep optional. Memory: the dequantized f32 weights stay in the
- * model. Errors as lb_quantize_model. */
+ * model. Errors as lb_quantize_model, except that non-finite weights are
+ * found per quantized module (LB_ERR_INVALID_ARG naming the module and
+ * "W[r, c] = nan is not finite"), or as non-finite activations. */
 lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
                                     const lb_calib *calib,
                                     lb_quantize_report *rep);

@@ -122,22 +122,59 @@ static int input_group(int which) {
     }
 }
 
+/* The linears that read each input group (for messages). */
+static const char *group_modules(int g) {
+    static const char *n[G_COUNT] = {"self_attn.q_proj/k_proj/v_proj",
+                                     "self_attn.o_proj",
+                                     "mlp.gate_proj/up_proj", "mlp.down_proj"};
+    return n[g];
+}
+
+/* Whether every |x| of x [rows, cols] is <= limit (NaN never is); if not,
+ * the position of the first that is not. */
+static bool all_within(const float *x, int64_t rows, int64_t cols,
+                       float limit, int64_t *r_out, int64_t *c_out) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            if (!(fabsf(x[r * cols + c]) <= limit)) {
+                *r_out = r;
+                *c_out = c;
+                return false;
+            }
+    return true;
+}
+
 typedef struct capture {
     lb_gptq_hessian *H[G_COUNT];
     int last;     /* input group after which the forward stops           */
     bool stopped; /* the hook stopped it                                 */
+    int64_t seq;  /* calibration sequence being run (messages)           */
+    double t_hessian; /* seconds in lb_gptq_hessian_add_batch            */
 } capture;
 
 static lb_status capture_hook(void *user, int layer, lb_linear_id which,
                               const float *X, int64_t n, int64_t in) {
-    (void)layer;
-    (void)in;
     capture *c = user;
     /* K, V, UP: the same X as Q / GATE, already captured */
     if (which == LB_LINEAR_K || which == LB_LINEAR_V || which == LB_LINEAR_UP)
         return LB_OK;
     int g = input_group(which);
-    if (c->H[g]) LB_TRY(lb_gptq_hessian_add_batch(c->H[g], X, n, 1));
+    int64_t r, col;
+    if (c->H[g] && !all_within(X, n, in, INFINITY, &r, &col))
+        return lb_set_error(
+            LB_ERR_RANGE,
+            "layer %d, calibration sequence %lld: the input of "
+            "model.layers.%d.%s is not finite (token %lld, column %lld = %g): "
+            "the layer produced NaN/Inf before it (weights or activations "
+            "overflowing float32)",
+            layer, (long long)c->seq, layer, group_modules(g), (long long)r,
+            (long long)col, (double)X[r * in + col]);
+    if (c->H[g]) {
+        const double t0 = lb_time_s();
+        lb_status s = lb_gptq_hessian_add_batch(c->H[g], X, n, 1);
+        c->t_hessian += lb_time_s() - t0;
+        LB_TRY(s);
+    }
     if (g == c->last) {
         c->stopped = true;
         return LB_ERR_CANCELLED;
@@ -226,7 +263,7 @@ static lb_status rtn(const float *W, int64_t out, int64_t in,
     g.mse_norm = p->mse_norm;
     const int64_t gs = q->group_size < 0 ? in : q->group_size;
     const int64_t ng = lb_gptq_n_groups(in, q->group_size);
-    LB_TRY(lb_gptq_check_finite(W, out, in, in, q->name, "W"));
+    LB_TRY(lb_gptq_check_finite(W, out, in, in, "rtn", "W"));
     LB_TRY(lb_gptq_result_alloc(res, out, in, ng, false, false));
     res->bits = q->bits;
     res->group_size = q->group_size;
@@ -354,6 +391,7 @@ static lb_status quantize_module(engine *e, const qz_module *q,
         return lb_error_context(s, "%s", q->name);
     }
     r->seconds = lb_time_s() - t0;
+    e->rep->solve_seconds += r->seconds;
     r->loss = res.loss;
     r->nsamples = nsamples;
     r->avg_loss = nsamples > 0 ? res.loss / (double)nsamples : 0.0;
@@ -446,9 +484,11 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
              e->m->config.n_layers, names);
     lb_forward_hook hook = {capture_hook, &c};
     lb_context_set_hook(e->ctx, &hook);
+    const double t_loop = lb_time_s();
     for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
         act_load(e, i, e->x);
         c.stopped = false;
+        c.seq = i;
         s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
         if (s == LB_ERR_CANCELLED && c.stopped) {
             s = LB_OK;
@@ -457,6 +497,8 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
         if (s == LB_OK) s = progress(e, 1);
     }
     lb_context_set_hook(e->ctx, NULL);
+    e->rep->hessian_seconds += c.t_hessian;
+    e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
     float *H = NULL;
     double loss_sum = 0.0;
     for (int k = 0; k < nm && s == LB_OK; k++) {
@@ -573,14 +615,37 @@ static lb_status run_layers(engine *e) {
              * lm_head's Hessian after the last layer) */
             snprintf(e->stage, sizeof e->stage, "layer %d/%d: replay", l + 1,
                      L);
+            const double t_replay = lb_time_s();
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
                 act_load(e, i, e->x);
                 s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+                /* kept as the next inputs: finite, and within the f16
+                 * range when stored in f16 */
+                const float lim = e->act16 ? 65504.0f : INFINITY;
+                int64_t r, col;
+                if (s == LB_OK &&
+                    !all_within(e->x, e->T, e->dim, lim, &r, &col))
+                    s = lb_set_error(
+                        LB_ERR_RANGE,
+                        "layer %d, calibration sequence %lld: the output of "
+                        "the quantized layer (the input of %s) is %s (token "
+                        "%lld, column %lld = %g)%s",
+                        l, (long long)i,
+                        l + 1 < L ? "the next layer" : "lm_head",
+                        isfinite(e->x[r * e->dim + col])
+                            ? "beyond the f16 range of act_f16 (--act-f16)"
+                            : "not finite",
+                        (long long)r, (long long)col,
+                        (double)e->x[r * e->dim + col],
+                        isfinite(e->x[r * e->dim + col])
+                            ? ": keep the activations in f32"
+                            : ": weights or activations overflow float32");
                 if (s == LB_OK) {
                     act_store(e, i, e->x);
                     s = progress(e, 1);
                 }
             }
+            e->rep->replay_seconds += lb_time_s() - t_replay;
         }
         if (s == LB_OK && cached) s = progress(e, layer_units(e, l));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
@@ -619,7 +684,9 @@ static lb_status run_layers(engine *e) {
                     lb_rmsnorm(xn + t * e->dim, e->x + t * e->dim,
                                e->m->output_norm.data, e->dim,
                                e->m->config.rms_norm_eps);
+                const double th = lb_time_s();
                 s = lb_gptq_hessian_add_batch(h, xn, e->T, 1);
+                e->rep->hessian_seconds += lb_time_s() - th;
                 if (s == LB_OK) s = progress(e, 1);
             }
             lb_free(xn);
@@ -731,6 +798,15 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         cp.n_threads = p->n_threads;
         if ((s = lb_context_create(m, &cp, &e.ctx)) != LB_OK) goto done;
     }
+    int n_short = 0;
+    for (int i = 0; i < n_mods; i++)
+        if (mods[i].quantize && mods[i].note[0] && !n_short++)
+            lb_log(LB_LOG_WARN, "%s: %s (AutoGPTQ's layout; vLLM, Marlin and "
+                   "ExLlama kernels need in_features %% group_size == 0)",
+                   mods[i].name, mods[i].note);
+    if (n_short > 1)
+        lb_log(LB_LOG_WARN, "%d modules in all have a shorter last group "
+               "(see the report's notes)", n_short);
     e.total = count_units(&e);
     snprintf(e.stage, sizeof e.stage, "quantize: start");
     if ((s = progress(&e, 0)) != LB_OK) goto done;
@@ -848,6 +924,11 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON_AddNumberToObject(j, "seqlen", (double)r->seqlen);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
     add_num(j, "seconds", r->seconds);
+    cJSON *tm = cJSON_AddObjectToObject(j, "timing");
+    add_num(tm, "hessian_s", r->hessian_seconds);
+    add_num(tm, "forward_s", r->forward_seconds);
+    add_num(tm, "solve_s", r->solve_seconds);
+    add_num(tm, "replay_s", r->replay_seconds);
     cJSON_AddNumberToObject(j, "layers", r->n_layers);
     cJSON_AddNumberToObject(j, "layers_resumed", r->layers_resumed);
     cJSON_AddNumberToObject(j, "quantized_params", (double)r->quantized_params);

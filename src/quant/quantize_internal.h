@@ -35,7 +35,7 @@ typedef struct qz_module {
     int layer;      /* decoder layer, or n_layers for lm_head          */
     int which;      /* lb_linear_id, or QZ_LM_HEAD                     */
     bool quantize;
-    char note[128]; /* why not quantized                               */
+    char note[128]; /* why not quantized, or a short last group         */
     int bits, group_size;
     bool sym, desc_act;
     int64_t out, in;

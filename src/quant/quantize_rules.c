@@ -154,6 +154,14 @@ static void plan_one(qz_module *q, const lb_quantize_params *p,
         snprintf(q->note, sizeof q->note,
                  "[%lld, %lld]: GPTQ packing needs multiples of 32",
                  (long long)q->out, (long long)q->in);
+    } else if (q->group_size > 0 && q->in % q->group_size) {
+        /* AutoGPTQ's layout: ceil(in / group_size) groups, the last one
+         * shorter (vLLM, Marlin and ExLlama kernels refuse this) */
+        snprintf(q->note, sizeof q->note,
+                 "in_features %lld is not a multiple of group_size %d: the "
+                 "last group has %lld columns",
+                 (long long)q->in, q->group_size,
+                 (long long)(q->in % q->group_size));
     }
 }
 

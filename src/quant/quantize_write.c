@@ -541,6 +541,29 @@ static char *mkdtemp_umask(char *tmpl) {
     return r;
 }
 
+/* A resumed temp directory: remove what a killed assembly may have left
+ * (shards of another --max-shard-size, an index, configs, "*.tmp.*" files
+ * of interrupted atomic writes), keeping the state file and layers/, so
+ * nothing stale ends up in OUT_DIR. */
+static lb_status clean_partial_outputs(const char *tmp) {
+    DIR *d = opendir(tmp);
+    if (!d)
+        return lb_set_error(LB_ERR_IO, "%s: %s", tmp, strerror(errno));
+    struct dirent *e;
+    lb_status s = LB_OK;
+    while ((e = readdir(d)) && s == LB_OK) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !strcmp(e->d_name, STATE_FILE) || !strcmp(e->d_name, LAYERS_DIR))
+            continue;
+        char *c = lb_path_join(tmp, e->d_name);
+        if (!c) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+        else rm_rf(c);
+        free(c);
+    }
+    closedir(d);
+    return s;
+}
+
 static lb_status make_tmp(const char *out_dir, const char *settings,
                           char *tmp, size_t n) {
     char dir[PATH_MAX], base[PATH_MAX];
@@ -1021,6 +1044,59 @@ static lb_status install(const char *tmp, const char *out, bool force) {
 /* lb_quantize_model                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* Every F32/F16/BF16 parameter (*.weight, *.bias) of the source checkpoint
+ * must be finite: NaN/Inf cannot be quantized, and a dense tensor holding
+ * them would be copied into the checkpoint as it is. Checked before any
+ * work, on the mmap'ed files (integer tests of the exponent bits). */
+static lb_status check_finite_weights(const char *model_dir) {
+    lb_safetensors *st = NULL;
+    LB_TRY(lb_st_open(model_dir, &st));
+    lb_status s = LB_OK;
+    for (size_t i = 0; i < lb_st_count(st) && s == LB_OK; i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        if (!ends_with(t->name, ".weight") && !ends_with(t->name, ".bias"))
+            continue;
+        if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 &&
+            t->type != LB_TYPE_BF16)
+            continue;
+        const uint8_t *d = t->data;
+        const int64_t n = lb_tensor_nelements(t);
+        int64_t bad = -1;
+        if (t->type == LB_TYPE_F32) {
+            for (int64_t k = 0; k < n && bad < 0; k++)
+                if ((lb_rd_u32(d + 4 * k) & 0x7F800000u) == 0x7F800000u)
+                    bad = k;
+        } else {
+            const uint16_t m = t->type == LB_TYPE_F16 ? 0x7C00 : 0x7F80;
+            for (int64_t k = 0; k < n && bad < 0; k++)
+                if ((lb_rd_u16(d + 2 * k) & m) == m) bad = k;
+        }
+        if (bad < 0) continue;
+        /* the element's coordinates, outermost first */
+        char where[160] = "";
+        int64_t rem = bad;
+        int64_t idx[8] = {0};
+        for (int k = t->n_dims - 1; k >= 0 && k < 8; k--) {
+            idx[k] = t->shape[k] > 0 ? rem % t->shape[k] : 0;
+            rem = t->shape[k] > 0 ? rem / t->shape[k] : 0;
+        }
+        for (int k = 0; k < t->n_dims && k < 8; k++) {
+            size_t o = strlen(where);
+            snprintf(where + o, sizeof where - o, "%s%lld", k ? ", " : "",
+                     (long long)idx[k]);
+        }
+        const float v = rd_float(t->data, t->type, bad);
+        const char *file = lb_st_tensor_file(st, t);
+        s = lb_set_error(LB_ERR_FORMAT,
+                         "%s: tensor %s[%s] = %s is not finite: a checkpoint "
+                         "with NaN/Inf weights cannot be quantized",
+                         file ? file : model_dir, t->name, where,
+                         isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    }
+    lb_st_close(st);
+    return s;
+}
+
 lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                             const lb_quantize_params *p_in,
                             const lb_calib *calib, lb_quantize_report *rep) {
@@ -1053,9 +1129,10 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     if (s == LB_OK && m->config.has_quantization_config)
         s = lb_set_error(LB_ERR_INVALID_ARG, "%s is already quantized",
                          model_dir);
+    if (s == LB_OK) s = check_finite_weights(model_dir);
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
-    if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8)
-        for (int i = 0; i < n_mods && s == LB_OK; i++)
+    if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8) {
+        for (int i = 0; i < n_mods && s == LB_OK; i++) {
             if (mods[i].quantize && (mods[i].bits != 4 || !mods[i].sym))
                 s = lb_set_error(LB_ERR_INVALID_ARG,
                                  "%s: the vllm-w4a8 profile is symmetric "
@@ -1063,15 +1140,31 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                                  "%s)",
                                  mods[i].name, mods[i].bits,
                                  mods[i].sym ? "sym" : "asym");
+        }
+        for (int i = 0; i < n_mods && s == LB_OK; i++) {
+            if (mods[i].quantize && mods[i].group_size > 0 &&
+                mods[i].in % mods[i].group_size)
+                s = lb_set_error(LB_ERR_INVALID_ARG,
+                                 "%s: in_features %lld is not a multiple of "
+                                 "group_size %d, which vLLM cannot load (the "
+                                 "vllm-w4a8 profile's target); choose a group "
+                                 "size that divides it, or a module rule "
+                                 "such as '%s=g-1' or '=skip'",
+                                 mods[i].name, (long long)mods[i].in,
+                                 mods[i].group_size, mods[i].name);
+        }
+    }
     if (s == LB_OK) {
         settings = settings_json(&p, model_dir, calib);
         if (!settings) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
     }
     if (s == LB_OK) {
-        if (p.resume && find_resumable(out_dir, settings, w.tmp, sizeof w.tmp))
+        if (p.resume &&
+            find_resumable(out_dir, settings, w.tmp, sizeof w.tmp)) {
             lb_log(LB_LOG_INFO, "resuming from %s (%d finished layer files)",
                    w.tmp, count_layer_files(w.tmp));
-        else {
+            s = clean_partial_outputs(w.tmp);
+        } else {
             if (p.resume)
                 lb_log(LB_LOG_INFO, "no interrupted run with these settings "
                        "beside %s: starting afresh", out_dir);
