@@ -689,6 +689,78 @@ static void test_gptq_threads_progress(void) {
     free(W), free(H);
 }
 
+static bool same_result(const lb_gptq_result *a, const lb_gptq_result *b) {
+    const int64_t n = a->out_features * a->in_features;
+    const int64_t g = a->out_features * a->n_groups;
+    return a->codes && b->codes && n == b->out_features * b->in_features &&
+           memcmp(a->codes, b->codes, sizeof(int32_t) * (size_t)n) == 0 &&
+           memcmp(a->W_deq, b->W_deq, sizeof(float) * (size_t)n) == 0 &&
+           memcmp(a->scales, b->scales, sizeof(float) * (size_t)g) == 0 &&
+           memcmp(a->zeros, b->zeros, sizeof(int32_t) * (size_t)g) == 0 &&
+           memcmp(a->g_idx, b->g_idx, sizeof(int32_t) * (size_t)a->in_features) == 0 &&
+           a->loss == b->loss && a->damp_added == b->damp_added &&
+           a->n_dead == b->n_dead;
+}
+
+/* One factor shared by two modules with the same H (q/k/v style) gives the
+ * bits of lb_gptq_quantize for each, with and without desc_act; a factor
+ * made for other options is refused. */
+static void test_gptq_shared_factor(void) {
+    const int64_t in = 384, out = REF_OUT;
+    float *W = tst_raw(REF "down_proj/W.f32", (size_t)(out * in), 4);
+    float *H = tst_raw(REF "down_proj/H.f32", (size_t)(in * in), 4);
+    TH_CHECK(W && H);
+    if (!W || !H) {
+        free(W), free(H);
+        return;
+    }
+    /* a second weight on the same input: W reversed row order, scaled */
+    float *W2 = malloc(sizeof(float) * (size_t)(out * in));
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++)
+            W2[o * in + c] = 0.5f * W[(out - 1 - o) * in + c];
+    for (int da = 0; da < 2; da++) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = 32;
+        o.desc_act = da;
+        o.return_hinv = true;
+        lb_gptq_factor *f = NULL;
+        TH_CHECK_OK(lb_gptq_factor_make(H, in, &o, &f));
+        const float *Ws[2] = {W, W2};
+        for (int k = 0; k < 2; k++) {
+            lb_gptq_result a, b;
+            TH_CHECK_OK(lb_gptq_quantize(Ws[k], out, in, H, &o, &a));
+            TH_CHECK_OK(lb_gptq_quantize_factored(Ws[k], out, in, f, &o, &b));
+            TH_CHECK(same_result(&a, &b));
+            TH_CHECK(a.hinv_upper && b.hinv_upper &&
+                     memcmp(a.hinv_upper, b.hinv_upper, sizeof(float) * (size_t)(in * in)) == 0);
+            TH_CHECK((a.perm == NULL) == !da && (b.perm == NULL) == !da);
+            if (da && a.perm && b.perm)
+                TH_CHECK(memcmp(a.perm, b.perm, sizeof(int32_t) * (size_t)in) == 0);
+            lb_gptq_result_free(&a);
+            lb_gptq_result_free(&b);
+        }
+        lb_gptq_result r;
+        o.desc_act = !da; /* not what the factor was made for */
+        TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in, f, &o, &r), LB_ERR_INVALID_ARG);
+        TH_CHECK(r.codes == NULL);
+        o.desc_act = da;
+        o.damp_percent = 0.02;
+        TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in, f, &o, &r), LB_ERR_INVALID_ARG);
+        o.damp_percent = 0.01;
+        TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in - 32, f, &o, &r), LB_ERR_INVALID_ARG);
+        lb_gptq_factor_free(f);
+    }
+    lb_gptq_factor *f = (lb_gptq_factor *)1;
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    TH_CHECK_FAILS(lb_gptq_factor_make(NULL, in, &o, &f), LB_ERR_INVALID_ARG);
+    TH_CHECK(f == NULL);
+    lb_gptq_factor_free(NULL);
+    free(W), free(W2), free(H);
+}
+
 /* Block size: per-row groups (-1) have no stale-parameter quirk, so the
  * lazy-batch blocking only changes float rounding; tiny and awkward shapes
  * (1 column, groups larger than the row, blocksize 1) work. */
@@ -966,6 +1038,7 @@ int main(void) {
     TH_RUN(test_gptq_reference);
     TH_RUN(test_gptq_from_own_hessian);
     TH_RUN(test_gptq_threads_progress);
+    TH_RUN(test_gptq_shared_factor);
     TH_RUN(test_gptq_blocksizes_and_shapes);
     TH_RUN(test_gptq_damp_auto);
     TH_RUN(test_gptq_dead_and_identity);

@@ -269,6 +269,39 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
                            const float *H, const lb_gptq_options *opt,
                            lb_gptq_result *res);
 
+/* The part of lb_gptq_quantize that depends only on H (steps 2, 4, 5: dead
+ * columns, the desc_act permutation, damping with auto-increment and the
+ * upper Cholesky factor U of the damped H^-1), made once and shared by the
+ * modules that see the same input (q/k/v, gate/up: AutoGPTQ computes the
+ * identical factor for each of them). lb_gptq_quantize(W, H) is exactly
+ * lb_gptq_factor_make(H) then lb_gptq_quantize_factored(W, factor): the
+ * results are bit-identical. Opaque; owned by the caller. */
+typedef struct lb_gptq_factor lb_gptq_factor;
+
+/* Make the factor of H [in, in] (f32, symmetric, finite) for opt's
+ * desc_act, damp_percent, damp_auto_increment and damp_max (other options
+ * are not used; a damping retry is logged as a warning, once per factor).
+ * Memory: 2 * in * in floats while it runs, in * in kept.
+ * Errors: LB_ERR_INVALID_ARG (NULL, in < 1, options, non-finite H),
+ * LB_ERR_RANGE (Cholesky still failing, as lb_gptq_quantize),
+ * LB_ERR_NOMEM, LB_ERR_OVERFLOW. On failure *out is NULL. */
+lb_status lb_gptq_factor_make(const float *H, int64_t in,
+                              const lb_gptq_options *opt,
+                              lb_gptq_factor **out);
+
+/* Free a factor (NULL is fine). */
+void lb_gptq_factor_free(lb_gptq_factor *f);
+
+/* lb_gptq_quantize with a factor from lb_gptq_factor_make (steps 1, 3, 6,
+ * 7 on W [out, in]); the result's n_dead, perm, damp_* and hinv_upper come
+ * from the factor. Errors: those of lb_gptq_quantize, plus
+ * LB_ERR_INVALID_ARG when the factor was made for another in_features,
+ * desc_act or damping options. */
+lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
+                                    const lb_gptq_factor *f,
+                                    const lb_gptq_options *opt,
+                                    lb_gptq_result *res);
+
 /* ------------------------------------------------------------------------ */
 /* AutoGPTQ checkpoint packing (qweight / qzeros)                            */
 /* ------------------------------------------------------------------------ */

@@ -6,7 +6,8 @@
  * Work layout (all row-major):
  *   Wp   [out, in]   W with dead columns zeroed, columns permuted (desc_act);
  *                    receives only the cross-block updates (as AutoGPTQ's W)
- *   B    [in, in]    damped permuted H -> Cholesky -> inverse -> U (Hinv)
+ *   U    [in, in]    damped permuted H -> Cholesky -> inverse -> U (Hinv),
+ *                    in the lb_gptq_factor shared by modules with one H
  *   W1   [out, bs]   the current block, receiving the in-block updates
  *   Err1 [out, bs]   (w - q) / U[c,c] of the current block
  *   T    [out, in-bs] Err1 @ U[i1:i2, i2:] before it is subtracted from Wp
@@ -332,25 +333,191 @@ static void solve_rows(void *p, int ith, int nth) {
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* The inverse-Hessian factor (steps 2, 4, 5)                                */
+/* ------------------------------------------------------------------------ */
+
+struct lb_gptq_factor {
+    int64_t in;
+    /* the options it was made for */
+    bool desc_act;
+    double damp_percent, damp_auto_increment, damp_max;
+    uint8_t *dead;  /* [in] H[c,c] == 0                                   */
+    int64_t n_dead;
+    int32_t *perm;  /* [in] column quantized k-th (identity without desc_act) */
+    float *U;       /* [in, in] row-major upper factor of the damped Hinv */
+    double damp_percent_used;
+    float damp_added;
+    int n_damp_retries;
+};
+
+void lb_gptq_factor_free(lb_gptq_factor *f) {
+    if (!f) return;
+    lb_free(f->dead);
+    lb_free(f->perm);
+    lb_free(f->U);
+    free(f);
+}
+
+lb_status lb_gptq_factor_make(const float *H, int64_t in,
+                              const lb_gptq_options *opt,
+                              lb_gptq_factor **out) {
+    static const char *who = "lb_gptq_factor_make";
+    if (!out) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL output", who);
+    *out = NULL;
+    if (!H || !opt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
+    if (in < 1 || in > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad in_features %lld",
+                            who, (long long)in);
+    LB_TRY(check_options(opt));
+    LB_TRY(lb_gptq_check_finite(H, in, in, in, who, "H"));
+    size_t n_ii;
+    if (!lb_mul_ok((size_t)in, (size_t)in, &n_ii) ||
+        !lb_mul_ok(n_ii, sizeof(float), &n_ii))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: sizes overflow", who);
+
+    lb_gptq_factor *f = calloc(1, sizeof *f);
+    float *dg = lb_alloc((size_t)in * sizeof(float));
+    float *S = lb_alloc(n_ii);
+    diag_key *keys = NULL;
+    lb_status st = LB_OK;
+    if (f) {
+        f->dead = lb_calloc((size_t)in, 1);
+        f->perm = lb_alloc((size_t)in * sizeof(int32_t));
+        f->U = lb_alloc(n_ii);
+    }
+    if (!f || !dg || !S || !f->dead || !f->perm || !f->U) {
+        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
+                          who, (long long)in, (long long)in);
+        goto done;
+    }
+    f->in = in;
+    f->desc_act = opt->desc_act;
+    f->damp_percent = opt->damp_percent;
+    f->damp_auto_increment = opt->damp_auto_increment;
+    f->damp_max = opt->damp_max;
+
+    /* 2. dead columns */
+    for (int64_t c = 0; c < in; c++) {
+        f->dead[c] = H[c * in + c] == 0.0f;
+        f->n_dead += f->dead[c];
+        dg[c] = f->dead[c] ? 1.0f : H[c * in + c];
+    }
+
+    /* 4. act-order permutation */
+    for (int64_t c = 0; c < in; c++) f->perm[c] = (int32_t)c;
+    if (opt->desc_act) {
+        keys = malloc((size_t)in * sizeof *keys);
+        if (!keys) {
+            st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate", who);
+            goto done;
+        }
+        for (int64_t c = 0; c < in; c++) {
+            keys[c].d = dg[c];
+            keys[c].idx = (int32_t)c;
+        }
+        qsort(keys, (size_t)in, sizeof *keys, cmp_diag_desc);
+        for (int64_t c = 0; c < in; c++) f->perm[c] = keys[c].idx;
+    }
+
+    /* 5. damping (after the permutation), inverse Hessian factor */
+    for (int64_t c = 0; c < in; c++) S[c] = dg[f->perm[c]];
+    const float mean = lb_gptq_torch_sum_f32(S, in) / (float)in;
+    double damp_percent = opt->damp_percent;
+    for (;;) {
+        const float damp = (float)damp_percent * mean;
+        build_damped(H, f->perm, f->dead, in, damp, S, f->U);
+        const char *why = invert_factor(f->U, S, in);
+        if (!why) {
+            f->damp_percent_used = damp_percent;
+            f->damp_added = damp;
+            break;
+        }
+        double next = damp_percent + opt->damp_auto_increment;
+        if (opt->damp_auto_increment <= 0.0 || !(next < opt->damp_max)) {
+            st = lb_set_error(LB_ERR_RANGE,
+                              "%s: %s with damp_percent %g (damp %g, mean "
+                              "diag H %g); auto-increment %g, bound %g: H is "
+                              "not positive definite enough (more "
+                              "calibration data or a larger damp_percent)",
+                              who, why, damp_percent, (double)damp,
+                              (double)mean, opt->damp_auto_increment,
+                              opt->damp_max);
+            goto done;
+        }
+        lb_log(LB_LOG_WARN, "gptq: %s at damp_percent %g; retrying with %g",
+               why, damp_percent, next);
+        damp_percent = next;
+        f->n_damp_retries++;
+    }
+
+done:
+    lb_free(dg);
+    lb_free(S);
+    free(keys);
+    if (st != LB_OK) {
+        lb_gptq_factor_free(f);
+        return st;
+    }
+    *out = f;
+    return LB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The solve (steps 1, 3, 6, 7)                                              */
+/* ------------------------------------------------------------------------ */
+
 lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
                            const float *H, const lb_gptq_options *opt,
                            lb_gptq_result *res) {
+    if (!res)
+        return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptq_quantize: NULL result");
+    memset(res, 0, sizeof *res);
+    if (!W || !H || !opt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptq_quantize: NULL argument");
+    if (out < 1 || in < 1 || in > INT32_MAX || out > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "lb_gptq_quantize: bad shape [%lld, %lld]",
+                            (long long)out, (long long)in);
+    LB_TRY(check_options(opt));
+    LB_TRY(lb_gptq_check_finite(W, out, in, in, "lb_gptq_quantize", "W"));
+    lb_gptq_factor *f = NULL;
+    lb_status st = lb_gptq_factor_make(H, in, opt, &f);
+    if (st == LB_OK) st = lb_gptq_quantize_factored(W, out, in, f, opt, res);
+    lb_gptq_factor_free(f);
+    return st;
+}
+
+lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
+                                    const lb_gptq_factor *f,
+                                    const lb_gptq_options *opt,
+                                    lb_gptq_result *res) {
     static const char *who = "lb_gptq_quantize";
     if (!res) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL result", who);
     memset(res, 0, sizeof *res);
-    if (!W || !H || !opt)
+    if (!W || !f || !opt)
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
     if (out < 1 || in < 1 || in > INT32_MAX || out > INT32_MAX)
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad shape [%lld, %lld]",
                             who, (long long)out, (long long)in);
     LB_TRY(check_options(opt));
+    if (f->in != in || f->desc_act != opt->desc_act ||
+        f->damp_percent != opt->damp_percent ||
+        f->damp_auto_increment != opt->damp_auto_increment ||
+        f->damp_max != opt->damp_max)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: the factor was made for other in_features "
+                            "(%lld vs %lld), desc_act or damping options",
+                            who, (long long)f->in, (long long)in);
     LB_TRY(lb_gptq_check_finite(W, out, in, in, who, "W"));
-    LB_TRY(lb_gptq_check_finite(H, in, in, in, who, "H"));
 
     const int64_t bs = LB_MIN((int64_t)opt->blocksize, in);
     const int64_t gs = opt->group_size > 0 ? opt->group_size : -1;
     const int64_t ng = lb_gptq_n_groups(in, opt->group_size);
     const bool stat = opt->static_groups && gs > 0;
+    const int32_t *perm = f->perm;
+    const uint8_t *dead = f->dead;
     size_t n_ow, n_ii, n_ob;
     if (!lb_mul_ok((size_t)out, (size_t)in, &n_ow) ||
         !lb_mul_ok((size_t)in, (size_t)in, &n_ii) ||
@@ -365,24 +532,25 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     if (st != LB_OK) return st;
     res->bits = opt->bits;
     res->group_size = opt->group_size;
+    res->n_dead = f->n_dead;
+    res->damp_percent_used = f->damp_percent_used;
+    res->damp_added = f->damp_added;
+    res->n_damp_retries = f->n_damp_retries;
+    if (opt->desc_act) memcpy(res->perm, perm, (size_t)in * sizeof(int32_t));
+    if (res->hinv_upper) memcpy(res->hinv_upper, f->U, n_ii);
 
     solve_ctx s;
     memset(&s, 0, sizeof s);
-    float *B = lb_alloc(n_ii), *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
+    float *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
     float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
     float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
     int32_t *cur_zero = lb_calloc((size_t)out, 4);
-    int32_t *perm = lb_alloc((size_t)in * sizeof(int32_t));
-    uint8_t *dead = lb_calloc((size_t)in, 1);
-    diag_key *keys = NULL;
     s.n_workers = opt->pool ? lb_pool_size(opt->pool) : 1;
     s.fail_kind = lb_calloc((size_t)s.n_workers, sizeof(int));
     s.fail_row = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
     s.fail_col = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
-    float *dg = lb_alloc((size_t)in * sizeof(float));
-    if (!B || !Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
-        !perm || !dead || !dg || !s.fail_kind || !s.fail_row ||
-        !s.fail_col) {
+    if (!Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
+        !s.fail_kind || !s.fail_row || !s.fail_col) {
         st = lb_set_error(LB_ERR_NOMEM,
                           "%s: cannot allocate work space for [%lld, %lld]",
                           who, (long long)out, (long long)in);
@@ -406,13 +574,6 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
             }
         }
 
-    /* 2. dead columns */
-    for (int64_t c = 0; c < in; c++) {
-        dead[c] = H[c * in + c] == 0.0f;
-        res->n_dead += dead[c];
-        dg[c] = dead[c] ? 1.0f : H[c * in + c];
-    }
-
     /* 3. static groups from the original (dead-zeroed) columns; Wp holds W
      *    unpermuted for the moment. */
     memcpy(Wp, W, n_ow);
@@ -434,69 +595,13 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
                 }
             }
 
-    /* 4. act-order permutation */
-    for (int64_t c = 0; c < in; c++) perm[c] = (int32_t)c;
-    if (opt->desc_act) {
-        keys = malloc((size_t)in * sizeof *keys);
-        if (!keys) {
-            st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate", who);
-            goto done;
-        }
-        for (int64_t c = 0; c < in; c++) {
-            keys[c].d = dg[c];
-            keys[c].idx = (int32_t)c;
-        }
-        qsort(keys, (size_t)in, sizeof *keys, cmp_diag_desc);
-        for (int64_t c = 0; c < in; c++) perm[c] = keys[c].idx;
-        memcpy(res->perm, perm, (size_t)in * sizeof(int32_t));
-        /* Wp := W[:, perm] (row by row through T as scratch) */
+    /* 4. act-order: Wp := W[:, perm] (row by row through T as scratch) */
+    if (opt->desc_act)
         for (int64_t o = 0; o < out; o++) {
             float *row = Wp + o * in;
             memcpy(T, row, (size_t)in * sizeof(float));
             for (int64_t c = 0; c < in; c++) row[c] = T[perm[c]];
         }
-    }
-
-    /* 5. damping (after the permutation), inverse Hessian factor */
-    for (int64_t c = 0; c < in; c++) T[c] = dg[perm[c]];
-    const float mean = lb_gptq_torch_sum_f32(T, in) / (float)in;
-    double damp_percent = opt->damp_percent;
-    /* [in, in] scratch for the factorisation: T when it is large enough */
-    float *S = out >= in ? T : lb_alloc(n_ii);
-    if (!S) {
-        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
-                          who, (long long)in, (long long)in);
-        goto done;
-    }
-    for (;;) {
-        const float damp = (float)damp_percent * mean;
-        build_damped(H, perm, dead, in, damp, S, B);
-        const char *why = invert_factor(B, S, in);
-        if (!why) {
-            res->damp_percent_used = damp_percent;
-            res->damp_added = damp;
-            break;
-        }
-        double next = damp_percent + opt->damp_auto_increment;
-        if (opt->damp_auto_increment <= 0.0 || !(next < opt->damp_max)) {
-            st = lb_set_error(LB_ERR_RANGE,
-                              "%s: %s with damp_percent %g (damp %g, mean "
-                              "diag H %g); auto-increment %g, bound %g: H is "
-                              "not positive definite enough (more "
-                              "calibration data or a larger damp_percent)",
-                              who, why, damp_percent, (double)damp,
-                              (double)mean, opt->damp_auto_increment,
-                              opt->damp_max);
-            if (S != T) lb_free(S);
-            goto done;
-        }
-        lb_log(LB_LOG_WARN, "gptq: %s at damp_percent %g; retrying with %g",
-               why, damp_percent, next);
-        damp_percent = next;
-        res->n_damp_retries++;
-    }
-    if (S != T) lb_free(S);
-    if (res->hinv_upper) memcpy(res->hinv_upper, B, n_ii);
 
     /* 6. blocked column loop */
     s.out = out;
@@ -505,7 +610,7 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     s.gs = gs;
     s.maxq = (1 << opt->bits) - 1;
     s.Wp = Wp;
-    s.U = B;
+    s.U = f->U;
     s.W1 = W1;
     s.Err1 = Err1;
     s.Loss = Loss;
@@ -541,7 +646,7 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
             const int64_t w = in - i2;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)out,
                         (int)w, (int)(i2 - i1), 1.0f, Err1, (int)bs,
-                        B + i1 * in + i2, (int)in, 0.0f, T, (int)w);
+                        f->U + i1 * in + i2, (int)in, 0.0f, T, (int)w);
             s.T = T;
             s.T_col0 = i2;
         }
@@ -566,7 +671,6 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     st = LB_OK;
 
 done:
-    lb_free(B);
     lb_free(Wp);
     lb_free(Loss);
     lb_free(W1);
@@ -574,13 +678,9 @@ done:
     lb_free(T);
     lb_free(cur_scale);
     lb_free(cur_zero);
-    lb_free(perm);
-    lb_free(dead);
-    lb_free(dg);
     lb_free(s.fail_kind);
     lb_free(s.fail_row);
     lb_free(s.fail_col);
-    free(keys);
     if (st != LB_OK) lb_gptq_result_free(res);
     return st;
 }

@@ -358,10 +358,13 @@ static void fill_report_static(lb_quantize_module_report *r,
     r->snr_db = NAN;
 }
 
-/* Quantize one module (W from the model, H or NULL for RTN), hand it to
+/* Quantize one module (W from the model; GPTQ with the inverse-Hessian
+ * factor *fac, made from H first when *fac is NULL and then kept there for
+ * the next module with the same input; RTN when fac is NULL), hand it to
  * the sink, swap it in. */
 static lb_status quantize_module(engine *e, const qz_module *q,
-                                 const float *H, int64_t nsamples) {
+                                 const float *H, lb_gptq_factor **fac,
+                                 int64_t nsamples) {
     lb_quantize_module_report *r = &e->rep->modules[q - e->mods];
     float *W = NULL;
     LB_TRY(weight_f32(module_tensor(e->m, q), q->name, &W));
@@ -369,7 +372,7 @@ static lb_status quantize_module(engine *e, const qz_module *q,
     memset(&res, 0, sizeof res);
     double t0 = lb_time_s();
     lb_status s;
-    if (H) {
+    if (fac) {
         lb_gptq_options o;
         lb_gptq_options_default(&o);
         o.bits = q->bits;
@@ -382,7 +385,9 @@ static lb_status quantize_module(engine *e, const qz_module *q,
         o.damp_percent = e->p->damp_percent;
         o.damp_auto_increment = e->p->damp_auto_increment;
         o.pool = e->ctx ? lb_context_pool(e->ctx) : NULL;
-        s = lb_gptq_quantize(W, q->out, q->in, H, &o, &res);
+        s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+        if (s == LB_OK)
+            s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, &res);
     } else {
         s = rtn(W, q->out, q->in, q, e->p, &res);
     }
@@ -395,7 +400,7 @@ static lb_status quantize_module(engine *e, const qz_module *q,
     r->loss = res.loss;
     r->nsamples = nsamples;
     r->avg_loss = nsamples > 0 ? res.loss / (double)nsamples : 0.0;
-    r->damp_percent = H ? res.damp_percent_used : 0.0;
+    r->damp_percent = fac ? res.damp_percent_used : 0.0;
     r->n_damp_retries = res.n_damp_retries;
     r->n_dead = res.n_dead;
     r->snr_db = qz_snr_db(W, res.W_deq, q->out * q->in);
@@ -500,23 +505,30 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     e->rep->hessian_seconds += c.t_hessian;
     e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
     float *H = NULL;
+    /* one inverse-Hessian factor per input (and desc_act setting): q/k/v
+     * and gate/up share theirs */
+    lb_gptq_factor *fac[G_COUNT][2] = {{NULL}};
     double loss_sum = 0.0;
     for (int k = 0; k < nm && s == LB_OK; k++) {
         const qz_module *q = &lm[members[k]];
         if (!q->quantize) continue;
-        lb_gptq_hessian *h = c.H[input_group(q->which)];
-        size_t nn = (size_t)q->in * (size_t)q->in;
-        lb_free(H);
-        H = lb_alloc(nn * sizeof(float));
-        if (!H) {
-            s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for H",
-                             q->name);
-            break;
+        const int g = input_group(q->which);
+        lb_gptq_hessian *h = c.H[g];
+        lb_gptq_factor **f = &fac[g][q->desc_act ? 1 : 0];
+        if (!*f) {
+            size_t nn = (size_t)q->in * (size_t)q->in;
+            lb_free(H);
+            H = lb_alloc(nn * sizeof(float));
+            if (!H) {
+                s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for H",
+                                 q->name);
+                break;
+            }
+            lb_gptq_hessian_get(h, H);
         }
-        lb_gptq_hessian_get(h, H);
         snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: gptq %s", l + 1,
                  e->m->config.n_layers, names, short_name(q->which));
-        s = quantize_module(e, q, H, lb_gptq_hessian_nsamples(h));
+        s = quantize_module(e, q, H, f, lb_gptq_hessian_nsamples(h));
         if (s == LB_OK) {
             loss_sum += e->rep->modules[q - e->mods].loss;
             snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: loss %.4g",
@@ -525,7 +537,11 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
         }
     }
     lb_free(H);
-    for (int i = 0; i < G_COUNT; i++) lb_gptq_hessian_free(c.H[i]);
+    for (int i = 0; i < G_COUNT; i++) {
+        lb_gptq_hessian_free(c.H[i]);
+        lb_gptq_factor_free(fac[i][0]);
+        lb_gptq_factor_free(fac[i][1]);
+    }
     return s;
 }
 
@@ -593,7 +609,7 @@ static lb_status run_layers(engine *e) {
                 if (!lm[i].quantize) continue;
                 snprintf(e->stage, sizeof e->stage, "layer %d/%d: rtn %s",
                          l + 1, L, short_name(i));
-                s = quantize_module(e, &lm[i], NULL, 0);
+                s = quantize_module(e, &lm[i], NULL, NULL, 0);
                 if (s == LB_OK) s = progress(e, 1);
             }
         } else if (nq) {
@@ -705,7 +721,9 @@ static lb_status run_layers(engine *e) {
             }
             snprintf(e->stage, sizeof e->stage, "lm_head: gptq");
         }
-        s = quantize_module(e, q, H, nsamp);
+        lb_gptq_factor *fac = NULL;
+        s = quantize_module(e, q, H, gptq ? &fac : NULL, nsamp);
+        lb_gptq_factor_free(fac);
         lb_free(H);
         if (s == LB_OK) {
             snprintf(e->stage, sizeof e->stage, "lm_head: loss %.4g",
