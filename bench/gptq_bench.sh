@@ -26,9 +26,10 @@
 #    share one, o, down); per sequence and input of width n: the sgemm
 #    X^T X (2 T n^2, full matrix as torch) + rescale and add (2 n^2) +
 #    scaling X (T n)  ->  sum over n in {d, q, d, f}.
-#  Solve, per module [out m, in n]: spotrf + spotri + spotrf (4 n^3 / 3,
-#    LAPACK's nominal counts; repeated for q, k, v and for gate, up though
-#    they share H) + the column loop m n (n - 1) (in-block updates
+#  Solve: per distinct input of width n (q/k/v share one factor, gate/up
+#    share one: lb_gptq_factor) spotrf + spotri + spotrf (4 n^3 / 3,
+#    LAPACK's nominal counts); per module [out m, in n] the column loop
+#    m n (n - 1) (in-block updates
 #    m n (bs - 1) + cross-block sgemm m n (n - bs)) + applying the
 #    cross-block product m n (n - bs) / (2 bs).
 #  Forwards (batch 1 per sequence): projections 2 T (d (q + 2 kv) [qkv],
@@ -130,11 +131,11 @@ def flops(cfg, N, T, L, replays):
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     hess = N * sum(2 * T * n * n + 2 * n * n + T * n for n in (d, q, d, f))
     mods = [(q, d), (kv, d), (kv, d), (d, q), (f, d), (f, d), (d, f)]
-    def solve1(m, n):
+    def loop1(m, n):
         bs = min(BS, n)
-        return 4 * n ** 3 / 3 + m * n * (n - 1) + m * n * (n - bs) / (2 * bs)
-    chol = sum(4 * n ** 3 / 3 for m, n in mods)
-    solve = sum(solve1(m, n) for m, n in mods)
+        return m * n * (n - 1) + m * n * (n - bs) / (2 * bs)
+    chol = sum(4 * n ** 3 / 3 for n in (d, q, d, f))  # one factor per input
+    solve = chol + sum(loop1(m, n) for m, n in mods)
     p_qkv, p_o, p_gu, p_dn = 2 * T * d * (q + 2 * kv), 2 * T * q * d, 2 * T * 2 * d * f, 2 * T * f * d
     att = 2 * q * T * (T + 1)
     fwd = N * (3 * (p_qkv + att) + 2 * p_o + p_gu)
