@@ -69,10 +69,34 @@ static lb_status jint(const cJSON *o, const char *key, const char *what,
     return LB_OK;
 }
 
-static const char *jtype(const cJSON *o, const char *what, lb_status *st) {
-    const char *t = NULL;
-    *st = jstr(o, "type", what, true, &t);
-    return t;
+/* A component (normalizer, pre-tokenizer, decoder, post-processor):
+ * absent/null -> *type = NULL (none); else an object with a "type". */
+static lb_status jcomponent(const cJSON *o, const char *what, const char **type) {
+    *type = NULL;
+    if (!o || cJSON_IsNull(o)) return LB_OK;
+    if (!cJSON_IsObject(o))
+        return lb_set_error(LB_ERR_FORMAT, "%s: expected an object", what);
+    return jstr(o, "type", what, true, type);
+}
+
+/* A Sequence component's list of children: the array o[key]. */
+static lb_status jseq(const cJSON *o, const char *key, const char *what,
+                      const cJSON **arr) {
+    *arr = jget(o, key);
+    if (!cJSON_IsArray(*arr))
+        return lb_set_error(LB_ERR_FORMAT, "%s.%s: expected an array", what, key);
+    return LB_OK;
+}
+
+/* jseq, and zeroed room for the parsed children: one `size`-byte pointer
+ * per element (NULL, with the error in *st, on failure). */
+static void *jseq_kids(const cJSON *o, const char *key, const char *what,
+                       size_t size, const cJSON **arr, lb_status *st) {
+    if ((*st = jseq(o, key, what, arr)) != LB_OK) return NULL;
+    int n = cJSON_GetArraySize(*arr);
+    void *kids = calloc(n ? (size_t)n : 1, size);
+    if (!kids) *st = nomem();
+    return kids;
 }
 
 /* Decode the single code point of a one-character string field. */
@@ -85,6 +109,31 @@ static lb_status jchar(const char *s, const char *what, uint32_t *cp) {
 }
 
 static bool str_valid(const char *s) { return tok_utf8_valid(s, strlen(s)); }
+
+/* Copy s into the tokenizer's arena: *out, *len = strlen(s). */
+static lb_status keep(lb_tokenizer *tok, const char *s, char **out, size_t *len) {
+    *len = strlen(s);
+    if (!(*out = tok_arena_strndup(&tok->arena, s, *len))) return nomem();
+    return LB_OK;
+}
+
+/* keep() for a literal that must not be empty; what.field names it. */
+static lb_status keep_nonempty(lb_tokenizer *tok, const char *s, const char *what,
+                               const char *field, char **out, size_t *len) {
+    if (!*s) return lb_set_error(LB_ERR_FORMAT, "%s.%s: empty", what, field);
+    return keep(tok, s, out, len);
+}
+
+/* Required string field o[key], valid UTF-8, kept in the arena. */
+static lb_status jstr_keep(lb_tokenizer *tok, const cJSON *o, const char *key,
+                           const char *what, char **out, size_t *len) {
+    const char *s;
+    lb_status st = jstr(o, key, what, true, &s);
+    if (st != LB_OK) return st;
+    if (!str_valid(s))
+        return lb_set_error(LB_ERR_FORMAT, "%s.%s: invalid UTF-8", what, key);
+    return keep(tok, s, out, len);
+}
 
 /* Pattern {"String": s} or {"Regex": r}. */
 static lb_status jpattern(const cJSON *o, const char *what, const char **str,
@@ -112,28 +161,16 @@ static lb_status parse_norm(lb_tokenizer *tok, const cJSON *o, const char *what,
 static lb_status parse_norm(lb_tokenizer *tok, const cJSON *o, const char *what,
                             tok_norm **out) {
     *out = NULL;
-    if (!o || cJSON_IsNull(o)) return LB_OK;
-    if (!cJSON_IsObject(o))
-        return lb_set_error(LB_ERR_FORMAT, "%s: expected an object", what);
-    lb_status st;
-    const char *type = jtype(o, what, &st);
-    if (st != LB_OK) return st;
+    const char *type;
+    lb_status st = jcomponent(o, what, &type);
+    if (st != LB_OK || !type) return st;
     tok_norm *nm = calloc(1, sizeof *nm);
     if (!nm) return nomem();
     if (!strcmp(type, "Sequence")) {
         nm->type = TOK_NORM_SEQUENCE;
-        const cJSON *arr = jget(o, "normalizers");
-        if (!cJSON_IsArray(arr)) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.normalizers: expected an array", what);
+        const cJSON *arr, *it;
+        if (!(nm->kids = jseq_kids(o, "normalizers", what, sizeof *nm->kids, &arr, &st)))
             goto fail;
-        }
-        int n = cJSON_GetArraySize(arr);
-        nm->kids = calloc(n ? (size_t)n : 1, sizeof *nm->kids);
-        if (!nm->kids) {
-            st = nomem();
-            goto fail;
-        }
-        const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             char sub[160];
             snprintf(sub, sizeof sub, "%s.normalizers[%zu]", what, nm->n_kids);
@@ -154,45 +191,21 @@ static lb_status parse_norm(lb_tokenizer *tok, const cJSON *o, const char *what,
         nm->type = TOK_NORM_LOWERCASE;
     } else if (!strcmp(type, "Prepend")) {
         nm->type = TOK_NORM_PREPEND;
-        const char *p;
-        if ((st = jstr(o, "prepend", what, true, &p)) != LB_OK) goto fail;
-        if (!str_valid(p)) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.prepend: invalid UTF-8", what);
+        if ((st = jstr_keep(tok, o, "prepend", what, &nm->a, &nm->alen)) != LB_OK)
             goto fail;
-        }
-        nm->alen = strlen(p);
-        if (!(nm->a = tok_arena_strndup(&tok->arena, p, nm->alen))) {
-            st = nomem();
-            goto fail;
-        }
     } else if (!strcmp(type, "Replace")) {
         nm->type = TOK_NORM_REPLACE;
-        const char *s, *r, *c;
+        const char *s, *r;
         if ((st = jpattern(o, what, &s, &r)) != LB_OK) goto fail;
-        if ((st = jstr(o, "content", what, true, &c)) != LB_OK) goto fail;
-        if (!str_valid(c)) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.content: invalid UTF-8", what);
+        if ((st = jstr_keep(tok, o, "content", what, &nm->b, &nm->blen)) != LB_OK)
             goto fail;
-        }
         if (r) {
             char sub[160];
             snprintf(sub, sizeof sub, "%s.pattern.Regex", what);
             if ((st = tok_regex_compile(&nm->re, r, strlen(r), sub)) != LB_OK) goto fail;
             nm->has_re = true;
-        } else {
-            nm->alen = strlen(s);
-            if (!nm->alen) {
-                st = lb_set_error(LB_ERR_FORMAT, "%s.pattern.String: empty", what);
-                goto fail;
-            }
-            if (!(nm->a = tok_arena_strndup(&tok->arena, s, nm->alen))) {
-                st = nomem();
-                goto fail;
-            }
-        }
-        nm->blen = strlen(c);
-        if (!(nm->b = tok_arena_strndup(&tok->arena, c, nm->blen))) {
-            st = nomem();
+        } else if ((st = keep_nonempty(tok, s, what, "pattern.String", &nm->a,
+                                       &nm->alen)) != LB_OK) {
             goto fail;
         }
     } else if (!strcmp(type, "Strip")) {
@@ -252,29 +265,17 @@ static lb_status parse_scheme(const cJSON *o, const char *what,
 
 static lb_status parse_pre(const cJSON *o, const char *what, tok_pre **out) {
     *out = NULL;
-    if (!o || cJSON_IsNull(o)) return LB_OK;
-    if (!cJSON_IsObject(o))
-        return lb_set_error(LB_ERR_FORMAT, "%s: expected an object", what);
-    lb_status st;
-    const char *type = jtype(o, what, &st);
-    if (st != LB_OK) return st;
+    const char *type;
+    lb_status st = jcomponent(o, what, &type);
+    if (st != LB_OK || !type) return st;
     tok_pre *pt = calloc(1, sizeof *pt);
     if (!pt) return nomem();
     char sub[160];
     if (!strcmp(type, "Sequence")) {
         pt->type = TOK_PRE_SEQUENCE;
-        const cJSON *arr = jget(o, "pretokenizers");
-        if (!cJSON_IsArray(arr)) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.pretokenizers: expected an array", what);
+        const cJSON *arr, *it;
+        if (!(pt->kids = jseq_kids(o, "pretokenizers", what, sizeof *pt->kids, &arr, &st)))
             goto fail;
-        }
-        int n = cJSON_GetArraySize(arr);
-        pt->kids = calloc(n ? (size_t)n : 1, sizeof *pt->kids);
-        if (!pt->kids) {
-            st = nomem();
-            goto fail;
-        }
-        const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", what, pt->n_kids);
             tok_pre *k = NULL;
@@ -364,29 +365,17 @@ fail:
 static lb_status parse_dec(lb_tokenizer *tok, const cJSON *o, const char *what,
                            tok_dec **out) {
     *out = NULL;
-    if (!o || cJSON_IsNull(o)) return LB_OK;
-    if (!cJSON_IsObject(o))
-        return lb_set_error(LB_ERR_FORMAT, "%s: expected an object", what);
-    lb_status st;
-    const char *type = jtype(o, what, &st);
-    if (st != LB_OK) return st;
+    const char *type;
+    lb_status st = jcomponent(o, what, &type);
+    if (st != LB_OK || !type) return st;
     tok_dec *d = calloc(1, sizeof *d);
     if (!d) return nomem();
     char sub[160];
     if (!strcmp(type, "Sequence")) {
         d->type = TOK_DEC_SEQUENCE;
-        const cJSON *arr = jget(o, "decoders");
-        if (!cJSON_IsArray(arr)) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.decoders: expected an array", what);
+        const cJSON *arr, *it;
+        if (!(d->kids = jseq_kids(o, "decoders", what, sizeof *d->kids, &arr, &st)))
             goto fail;
-        }
-        int n = cJSON_GetArraySize(arr);
-        d->kids = calloc(n ? (size_t)n : 1, sizeof *d->kids);
-        if (!d->kids) {
-            st = nomem();
-            goto fail;
-        }
-        const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             snprintf(sub, sizeof sub, "%s.decoders[%zu]", what, d->n_kids);
             tok_dec *k = NULL;
@@ -409,18 +398,10 @@ static lb_status parse_dec(lb_tokenizer *tok, const cJSON *o, const char *what,
                               "not supported", what);
             goto fail;
         }
-        if ((st = jstr(o, "content", what, true, &c)) != LB_OK) goto fail;
-        d->alen = strlen(s);
-        d->blen = strlen(c);
-        if (!d->alen) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.pattern.String: empty", what);
+        if ((st = jstr(o, "content", what, true, &c)) != LB_OK ||
+            (st = keep_nonempty(tok, s, what, "pattern.String", &d->a, &d->alen)) != LB_OK ||
+            (st = keep(tok, c, &d->b, &d->blen)) != LB_OK)
             goto fail;
-        }
-        if (!(d->a = tok_arena_strndup(&tok->arena, s, d->alen)) ||
-            !(d->b = tok_arena_strndup(&tok->arena, c, d->blen))) {
-            st = nomem();
-            goto fail;
-        }
     } else if (!strcmp(type, "Strip")) {
         d->type = TOK_DEC_STRIP;
         const char *c;
@@ -445,15 +426,8 @@ static lb_status parse_dec(lb_tokenizer *tok, const cJSON *o, const char *what,
         const char *s;
         if ((st = jstr(o, "suffix", what, false, &s)) != LB_OK) goto fail;
         if (!s) s = "</w>";
-        d->alen = strlen(s);
-        if (!d->alen) {
-            st = lb_set_error(LB_ERR_FORMAT, "%s.suffix: empty", what);
+        if ((st = keep_nonempty(tok, s, what, "suffix", &d->a, &d->alen)) != LB_OK)
             goto fail;
-        }
-        if (!(d->a = tok_arena_strndup(&tok->arena, s, d->alen))) {
-            st = nomem();
-            goto fail;
-        }
     } else {
         st = lb_set_error(LB_ERR_UNSUPPORTED,
                           "%s: decoder type '%s' is not supported", what, type);
@@ -563,19 +537,15 @@ static lb_status parse_template(lb_tokenizer *tok, const cJSON *o, const char *w
 
 static lb_status parse_post(lb_tokenizer *tok, const cJSON *o, const char *what,
                             size_t *cap) {
-    if (!o || cJSON_IsNull(o)) return LB_OK;
-    if (!cJSON_IsObject(o))
-        return lb_set_error(LB_ERR_FORMAT, "%s: expected an object", what);
-    lb_status st;
-    const char *type = jtype(o, what, &st);
-    if (st != LB_OK) return st;
+    const char *type;
+    lb_status st = jcomponent(o, what, &type);
+    if (st != LB_OK || !type) return st;
     if (!strcmp(type, "ByteLevel")) return LB_OK; /* offsets only */
     if (!strcmp(type, "TemplateProcessing")) return parse_template(tok, o, what, cap);
     if (!strcmp(type, "Sequence")) {
-        const cJSON *arr = jget(o, "processors"), *it;
-        if (!cJSON_IsArray(arr))
-            return lb_set_error(LB_ERR_FORMAT, "%s.processors: expected an array", what);
+        const cJSON *arr, *it;
         size_t i = 0;
+        if ((st = jseq(o, "processors", what, &arr)) != LB_OK) return st;
         cJSON_ArrayForEach(it, arr) {
             char sub[160];
             snprintf(sub, sizeof sub, "%s.processors[%zu]", what, i++);
@@ -611,10 +581,7 @@ static lb_status opt_affix(lb_tokenizer *tok, const cJSON *m, const char *key,
     const char *s;
     lb_status st = jstr(m, key, "model", false, &s);
     if (st != LB_OK) return st;
-    if (s && *s) {
-        *len = strlen(s);
-        if (!(*out = tok_arena_strndup(&tok->arena, s, *len))) return nomem();
-    }
+    if (s && *s) return keep(tok, s, out, len);
     return LB_OK;
 }
 
