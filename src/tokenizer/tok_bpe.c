@@ -57,6 +57,54 @@ static bool tok_out_id(const lb_tokenizer *tok, tok_out *o, int32_t id) {
     return tok_out_push(o, id, t, tl);
 }
 
+/* Binary heap of T (both engines) ordered by BEFORE(const T *a,
+ * const T *b) (a pops first): defines the struct NAME {v, n, cap} and
+ *   bool NAME_push(NAME *h, T it)   false when out of memory
+ *   T NAME_pop(NAME *h)             the first element; h->n > 0 */
+#define TOK_HEAP(NAME, T, BEFORE)                                            \
+    typedef struct NAME {                                                    \
+        T *v;                                                                \
+        size_t n, cap;                                                       \
+    } NAME;                                                                  \
+                                                                             \
+    static bool NAME##_push(NAME *h, T it) {                                 \
+        if (h->n == h->cap) {                                                \
+            size_t cap = h->cap ? h->cap * 2 : 32;                           \
+            T *v = realloc(h->v, cap * sizeof *v);                           \
+            if (!v) return false;                                            \
+            h->v = v;                                                        \
+            h->cap = cap;                                                    \
+        }                                                                    \
+        size_t i = h->n++;                                                   \
+        h->v[i] = it;                                                        \
+        while (i > 0) {                                                      \
+            size_t p = (i - 1) / 2;                                          \
+            if (!BEFORE(&h->v[i], &h->v[p])) break;                          \
+            T t = h->v[i];                                                   \
+            h->v[i] = h->v[p];                                               \
+            h->v[p] = t;                                                     \
+            i = p;                                                           \
+        }                                                                    \
+        return true;                                                         \
+    }                                                                        \
+                                                                             \
+    static T NAME##_pop(NAME *h) {                                           \
+        T top = h->v[0];                                                     \
+        h->v[0] = h->v[--h->n];                                              \
+        size_t i = 0;                                                        \
+        for (;;) {                                                           \
+            size_t l = 2 * i + 1, r = l + 1, m = i;                          \
+            if (l < h->n && BEFORE(&h->v[l], &h->v[m])) m = l;               \
+            if (r < h->n && BEFORE(&h->v[r], &h->v[m])) m = r;               \
+            if (m == i) break;                                               \
+            T t = h->v[i];                                                   \
+            h->v[i] = h->v[m];                                               \
+            h->v[m] = t;                                                     \
+            i = m;                                                           \
+        }                                                                    \
+        return top;                                                          \
+    }
+
 /* ------------------------------------------------------------------------ */
 /* tokenizers BPE                                                            */
 /* ------------------------------------------------------------------------ */
@@ -78,48 +126,7 @@ static inline bool tok_mi_less(const tok_merge_item *a, const tok_merge_item *b)
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
-typedef struct tok_heap {
-    tok_merge_item *v;
-    size_t n, cap;
-} tok_heap;
-
-static bool tok_heap_push(tok_heap *h, tok_merge_item it) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 32;
-        tok_merge_item *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    h->v[i] = it;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!tok_mi_less(&h->v[i], &h->v[p])) break;
-        tok_merge_item t = h->v[i];
-        h->v[i] = h->v[p];
-        h->v[p] = t;
-        i = p;
-    }
-    return true;
-}
-
-static tok_merge_item tok_heap_pop(tok_heap *h) {
-    tok_merge_item top = h->v[0];
-    h->v[0] = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && tok_mi_less(&h->v[l], &h->v[m])) m = l;
-        if (r < h->n && tok_mi_less(&h->v[r], &h->v[m])) m = r;
-        if (m == i) break;
-        tok_merge_item t = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = t;
-        i = m;
-    }
-    return top;
-}
+TOK_HEAP(tok_heap, tok_merge_item, tok_mi_less)
 
 typedef struct tok_word {
     tok_sym *v;
@@ -431,48 +438,7 @@ static inline bool tok_bg_before(const tok_bigram *a, const tok_bigram *b) {
     return a->score != b->score ? a->score > b->score : a->left < b->left;
 }
 
-typedef struct tok_bheap {
-    tok_bigram *v;
-    size_t n, cap;
-} tok_bheap;
-
-static bool tok_bheap_push(tok_bheap *h, tok_bigram it) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 32;
-        tok_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    h->v[i] = it;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!tok_bg_before(&h->v[i], &h->v[p])) break;
-        tok_bigram t = h->v[i];
-        h->v[i] = h->v[p];
-        h->v[p] = t;
-        i = p;
-    }
-    return true;
-}
-
-static tok_bigram tok_bheap_pop(tok_bheap *h) {
-    tok_bigram top = h->v[0];
-    h->v[0] = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && tok_bg_before(&h->v[l], &h->v[m])) m = l;
-        if (r < h->n && tok_bg_before(&h->v[r], &h->v[m])) m = r;
-        if (m == i) break;
-        tok_bigram t = h->v[i];
-        h->v[i] = h->v[m];
-        h->v[m] = t;
-        i = m;
-    }
-    return top;
-}
+TOK_HEAP(tok_bheap, tok_bigram, tok_bg_before)
 
 static bool tok_spm_try_bigram(const lb_tokenizer *tok, const char *text,
                                const tok_spm_sym *sym, int32_t left,
