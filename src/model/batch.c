@@ -7,6 +7,7 @@
 #include "lowbit/batch.h"
 #include "lowbit/kernels.h"
 #include "model/model_internal.h"
+#include "kernels/kernels_internal.h"
 #include "core/internal.h"
 
 #include <math.h>
@@ -34,6 +35,10 @@ struct lb_multi_ctx {
     int32_t *p0;    /* [n_seq] first position of each sequence, or -1    */
     int32_t *nxt;   /* [n_seq] next expected position (validation)       */
     float *scores;  /* [n_threads, n_ctx] */
+    /* Attention and elementwise helpers: always the scalar reference
+     * variant (fixed summation order: batched results do not depend on the
+     * CPU; the forward's SIMD twins agree up to f32 rounding). */
+    const lb_vec_kernels *vec;
 };
 
 lb_multi_params lb_multi_default_params(void) {
@@ -101,6 +106,7 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     mc->m = m;
     mc->n_seq = p.n_seq;
     mc->n_ctx = n_ctx;
+    mc->vec = &lb_kernels_table(LB_KV_REF)->vec;
     lb_status s = LB_OK;
     if (p.pool) {
         mc->pool = p.pool;
@@ -151,12 +157,7 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     }
     /* cos/sin of (inv_freq * position) in float32, as forward.c */
     lb_model_rope_inv_freq(m, inv);
-    for (int32_t pos = 0; pos < n_ctx; pos++)
-        for (int i = 0; i < half; i++) {
-            float f = inv[i] * (float)pos;
-            mc->rope_cos[(size_t)pos * half + i] = cosf(f);
-            mc->rope_sin[(size_t)pos * half + i] = sinf(f);
-        }
+    lb_rope_tables(inv, half, 0, n_ctx, mc->rope_cos, mc->rope_sin);
     free(inv);
     s = ensure_scratch(mc, p.n_batch > 0 ? LB_MIN(p.n_batch, 1 << 16) : 512);
     if (s != LB_OK) goto fail;
@@ -216,45 +217,13 @@ int32_t lb_multi_cached_tokens(const lb_multi_ctx *mc, int32_t seq,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Per-token pieces (same arithmetic as forward.c)                           */
+/* Per-token pieces                                                          */
 /* ------------------------------------------------------------------------ */
 
-static void rope_apply(float *x, const float *c, const float *s, int hd,
-                       lb_rope_mode mode) {
-    int half = hd / 2;
-    if (mode == LB_ROPE_NEOX) {
-        for (int i = 0; i < half; i++) {
-            float x0 = x[i], x1 = x[i + half];
-            x[i] = x0 * c[i] - x1 * s[i];
-            x[i + half] = x1 * c[i] + x0 * s[i];
-        }
-    } else {
-        for (int i = 0; i < half; i++) {
-            float x0 = x[2 * i], x1 = x[2 * i + 1];
-            x[2 * i] = x0 * c[i] - x1 * s[i];
-            x[2 * i + 1] = x1 * c[i] + x0 * s[i];
-        }
-    }
-}
-
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
-static inline float dot_f32(const float *a, const float *b, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-              ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void add_bias(float *y, const lb_tensor *b, int32_t n, int64_t d) {
+static void add_bias(const lb_vec_kernels *vec, float *y, const lb_tensor *b,
+                     int32_t n, int64_t d) {
     if (!b->data) return;
-    const float *bv = b->data;
-    for (int32_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < d; i++) y[(size_t)t * d + i] += bv[i];
+    for (int32_t t = 0; t < n; t++) vec->add(y + (size_t)t * d, b->data, d);
 }
 
 typedef struct mattn_job {
@@ -289,27 +258,18 @@ static void mattn_worker(void *arg, int ith, int nth) {
         size_t base = (size_t)j->seq[t] * mc->seq_stride +
                       (((size_t)j->layer * nkv + kvh) * (size_t)mc->n_ctx) *
                           (size_t)hd;
-        const float *K = mc->k_cache + base;
-        const float *V = mc->v_cache + base;
+        const float *K = mc->k_cache + base + (size_t)j0 * hd;
+        const float *V = mc->v_cache + base + (size_t)j0 * hd;
+        const int64_t nk = (int64_t)p - j0 + 1; /* keys j0..p */
+        mc->vec->qk(1, hd, qv, K, nk, scale, sc, nk);
         float mx = -INFINITY;
-        for (int32_t k = j0; k <= p; k++) {
-            float d = dot_f32(qv, K + (size_t)k * hd, hd) * scale;
-            sc[k] = d;
-            if (d > mx) mx = d;
-        }
-        float sum = 0.0f;
-        for (int32_t k = j0; k <= p; k++) {
-            sc[k] = expf(sc[k] - mx);
-            sum += sc[k];
-        }
-        float inv = 1.0f / sum;
+        for (int64_t k = 0; k < nk; k++)
+            if (sc[k] > mx) mx = sc[k];
+        const float inv = 1.0f / mc->vec->exp_sum(sc, nk, mx);
+        for (int64_t k = 0; k < nk; k++) sc[k] *= inv;
         float *o = mc->att + ((size_t)t * nh + h) * hd;
-        for (int i = 0; i < hd; i++) o[i] = 0.0f;
-        for (int32_t k = j0; k <= p; k++) {
-            const float w = sc[k] * inv;
-            const float *vr = V + (size_t)k * hd;
-            for (int i = 0; i < hd; i++) o[i] += w * vr[i];
-        }
+        memset(o, 0, (size_t)hd * sizeof(float));
+        mc->vec->pv(1, hd, sc, nk, V, nk, o);
     }
 }
 
@@ -333,25 +293,17 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_Q], mc->xn, mc->q, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_K], mc->xn, mc->k, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_V], mc->xn, mc->v, n));
-    add_bias(mc->q, &L->bq, n, qd);
-    add_bias(mc->k, &L->bk, n, kvd);
-    add_bias(mc->v, &L->bv, n, kvd);
+    add_bias(mc->vec, mc->q, &L->bq, n, qd);
+    add_bias(mc->vec, mc->k, &L->bk, n, kvd);
+    add_bias(mc->vec, mc->v, &L->bv, n, kvd);
     /* per token: q/k norm, RoPE at its own position, K/V into its own
      * sequence's cache */
     for (int32_t t = 0; t < n; t++) {
-        const float *cs = mc->rope_cos + (size_t)pos[t] * half;
-        const float *sn = mc->rope_sin + (size_t)pos[t] * half;
-        for (int64_t h = 0; h < nh; h++) {
-            float *qh = mc->q + (t * nh + h) * hd;
-            if (c->qk_norm)
-                lb_rmsnorm(qh, qh, L->q_norm.data, hd, c->rms_norm_eps);
-            rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
-        }
+        lb_qk_norm_rope(c, L, mc->q + t * qd, mc->k + t * kvd,
+                        mc->rope_cos + (size_t)pos[t] * half,
+                        mc->rope_sin + (size_t)pos[t] * half);
         for (int64_t h = 0; h < nkv; h++) {
-            float *kh = mc->k + (t * nkv + h) * hd;
-            if (c->qk_norm)
-                lb_rmsnorm(kh, kh, L->k_norm.data, hd, c->rms_norm_eps);
-            rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
+            const float *kh = mc->k + (t * nkv + h) * hd;
             size_t row = (size_t)seq[t] * mc->seq_stride +
                          (((size_t)l * nkv + h) * mc->n_ctx + pos[t]) * hd;
             memcpy(mc->k_cache + row, kh, (size_t)hd * sizeof(float));
@@ -367,17 +319,16 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
     lb_pool_run(work < 65536.0 ? NULL : pool, mattn_worker, &aj);
     /* hidden += att Wo^T                                    [n, dim]     */
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], mc->att, mc->o, n));
-    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += mc->o[i];
+    mc->vec->add(hidden, mc->o, (int64_t)n * dim);
     /* MLP (SwiGLU) */
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(mc->xn + t * dim, hidden + t * dim, L->ffn_norm.data, dim,
                    c->rms_norm_eps);
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_GATE], mc->xn, mc->gate, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_UP], mc->xn, mc->up, n));
-    for (int64_t i = 0; i < (int64_t)n * ff; i++)
-        mc->gate[i] = silu(mc->gate[i]) * mc->up[i];
+    mc->vec->silu_mul(mc->gate, mc->up, (int64_t)n * ff);
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_DOWN], mc->gate, mc->o, n));
-    for (int64_t i = 0; i < (int64_t)n * dim; i++) hidden[i] += mc->o[i];
+    mc->vec->add(hidden, mc->o, (int64_t)n * dim);
     return LB_OK;
 }
 

@@ -170,6 +170,31 @@ static void rope_apply(float *x, const float *c, const float *s, int hd,
     }
 }
 
+void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
+                    float *cos_out, float *sin_out) {
+    for (int32_t pos = p0; pos < p1; pos++)
+        for (int i = 0; i < half; i++) {
+            float f = inv_freq[i] * (float)pos;
+            cos_out[(size_t)pos * half + i] = cosf(f);
+            sin_out[(size_t)pos * half + i] = sinf(f);
+        }
+}
+
+void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
+                     float *q, float *k, const float *cs, const float *sn) {
+    const int hd = c->head_dim;
+    for (int h = 0; h < c->n_heads; h++) {
+        float *qh = q + (size_t)h * hd;
+        if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, c->rms_norm_eps);
+        rope_apply(qh, cs, sn, hd, c->rope_mode);
+    }
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        float *kh = k + (size_t)h * hd;
+        if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, c->rms_norm_eps);
+        rope_apply(kh, cs, sn, hd, c->rope_mode);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -414,13 +439,8 @@ void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook) {
 
 /* Fill the RoPE tables up to position `upto` (exclusive). */
 static void rope_fill(lb_context *ctx, int32_t upto) {
-    const int half = ctx->m->config.head_dim / 2;
-    for (int32_t pos = ctx->rope_done; pos < upto; pos++)
-        for (int i = 0; i < half; i++) {
-            float f = ctx->inv_freq[i] * (float)pos;
-            ctx->rope_cos[(size_t)pos * half + i] = cosf(f);
-            ctx->rope_sin[(size_t)pos * half + i] = sinf(f);
-        }
+    lb_rope_tables(ctx->inv_freq, ctx->m->config.head_dim / 2, ctx->rope_done,
+                   upto, ctx->rope_cos, ctx->rope_sin);
     if (upto > ctx->rope_done) ctx->rope_done = upto;
 }
 
@@ -634,17 +654,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
             if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
             if (L->bk.data) kt->vec.add(kr, L->bk.data, kvd);
             if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
-            const float *cs = ctx->rope_cos + (size_t)(pos + t) * half;
-            const float *sn = ctx->rope_sin + (size_t)(pos + t) * half;
-            for (int64_t h = 0; h < nh; h++) {
-                float *qh = qt + h * hd;
-                if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, eps);
-                rope_apply(qh, cs, sn, (int)hd, c->rope_mode);
-            }
+            lb_qk_norm_rope(c, L, qt, kr, ctx->rope_cos + (size_t)(pos + t) * half,
+                            ctx->rope_sin + (size_t)(pos + t) * half);
             for (int64_t h = 0; h < nkv; h++) {
-                float *kh = kr + h * hd;
-                if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
-                rope_apply(kh, cs, sn, (int)hd, c->rope_mode);
+                const float *kh = kr + h * hd;
                 size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
                 if (ctx->kv_type == LB_TYPE_F16) {
                     kt->vec.f32_to_f16(kh, (uint16_t *)ctx->k_cache + row, hd);

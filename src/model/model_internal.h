@@ -93,6 +93,20 @@ lb_status lb_model_builder_finish(lb_model *m);
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
                                int64_t row, float *dst);
 
+/* RoPE tables for positions [p0, p1): cos_out/sin_out[pos * half + i] =
+ * cos/sin(inv_freq[i] * pos) in float32 (LlamaRotaryEmbedding; attention
+ * scaling 1). inv_freq [half] from lb_model_rope_inv_freq. (forward.c) */
+void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
+                    float *cos_out, float *sin_out);
+
+/* One token's queries q [n_heads * head_dim] and keys k [n_kv_heads *
+ * head_dim] of layer L, in place: Qwen3's per-head RMSNorm (q_norm,
+ * k_norm) when c->qk_norm, then RoPE (c->rope_mode) with the tables cs, sn
+ * [head_dim / 2] of the token's position. Shared by the single- and
+ * multi-sequence forward passes (forward.c). */
+void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
+                     float *q, float *k, const float *cs, const float *sn);
+
 /* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
  * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
  * ranges, per-layer arrays (must be uniform), key_length == value_length,
