@@ -467,11 +467,7 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take, const lb_model_load_o
     for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
         for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
             lb_tensor_role r = per_layer[i].role;
-            bool is_bias = r == LB_ROLE_Q_BIAS || r == LB_ROLE_K_BIAS ||
-                           r == LB_ROLE_V_BIAS;
-            bool is_qkn = r == LB_ROLE_Q_NORM || r == LB_ROLE_K_NORM;
-            if ((is_bias && !c->attention_bias) || (is_qkn && !c->qk_norm))
-                continue;
+            if (!lb_role_used(c, r)) continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s", l, per_layer[i].suffix);
             s = set_tensor(m, g, name, r, l, false);

@@ -295,11 +295,8 @@ lb_status lb_model_builder_finish(lb_model *m) {
         return lb_set_error(LB_ERR_NOT_FOUND, "model: missing final norm");
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = LB_ROLE_ATTN_NORM; r < LB_ROLE_COUNT; r++) {
-            bool need = true;
-            if (r == LB_ROLE_Q_BIAS || r == LB_ROLE_K_BIAS || r == LB_ROLE_V_BIAS)
-                need = c->attention_bias;
-            if (r == LB_ROLE_Q_NORM || r == LB_ROLE_K_NORM) need = c->qk_norm;
-            if (need && !role_slot(m, (lb_tensor_role)r, l)->data)
+            if (lb_role_used(c, (lb_tensor_role)r) &&
+                !role_slot(m, (lb_tensor_role)r, l)->data)
                 return lb_set_error(LB_ERR_NOT_FOUND, "model: layer %d: "
                                     "missing %s", l,
                                     lb_role_name((lb_tensor_role)r));
@@ -507,11 +504,7 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
         for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
             lb_tensor_role r = per_layer[i].role;
-            bool is_bias = r == LB_ROLE_Q_BIAS || r == LB_ROLE_K_BIAS ||
-                           r == LB_ROLE_V_BIAS;
-            bool is_qkn = r == LB_ROLE_Q_NORM || r == LB_ROLE_K_NORM;
-            if ((is_bias && !c->attention_bias) || (is_qkn && !c->qk_norm))
-                continue;
+            if (!lb_role_used(c, r)) continue;
             char name[160];
             snprintf(name, sizeof name, "model.layers.%d.%s", l,
                      per_layer[i].suffix);

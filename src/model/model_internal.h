@@ -51,6 +51,15 @@ static inline bool lb_role_is_layer(lb_tensor_role r) {
     return r >= LB_ROLE_ATTN_NORM;
 }
 
+/* false for the optional roles cfg does not have: q/k/v biases without
+ * attention_bias, q/k norms without qk_norm. */
+static inline bool lb_role_used(const lb_model_config *cfg, lb_tensor_role r) {
+    if (r == LB_ROLE_Q_BIAS || r == LB_ROLE_K_BIAS || r == LB_ROLE_V_BIAS)
+        return cfg->attention_bias;
+    if (r == LB_ROLE_Q_NORM || r == LB_ROLE_K_NORM) return cfg->qk_norm;
+    return true;
+}
+
 /* Short description of a role ("q_proj", "input_layernorm"...). */
 const char *lb_role_name(lb_tensor_role role);
 
