@@ -51,20 +51,28 @@ static const char *akey(char *buf, size_t n, const char *arch,
     return buf;
 }
 
+/* true when key is absent; *s: LB_OK, or LB_ERR_NOT_FOUND when required. */
+static bool key_missing(const lb_gguf *g, const char *key, bool required,
+                        lb_status *s) {
+    *s = LB_OK;
+    if (lb_gguf_find_key(g, key) >= 0) return false;
+    if (required)
+        *s = lb_set_error(LB_ERR_NOT_FOUND, "%s: required key '%s' is missing",
+                          lb_gguf_path(g), key);
+    return true;
+}
+
 /* An integer key in [lo, hi]; absent -> *out = def (or LB_ERR_NOT_FOUND
  * when required). */
 static lb_status get_int(const lb_gguf *g, const char *key, bool required,
                          int64_t def, int64_t lo, int64_t hi, int64_t *out) {
-    if (lb_gguf_find_key(g, key) < 0) {
-        if (required)
-            return lb_set_error(LB_ERR_NOT_FOUND,
-                                "%s: required key '%s' is missing",
-                                lb_gguf_path(g), key);
+    lb_status s;
+    if (key_missing(g, key, required, &s)) {
         *out = def;
-        return LB_OK;
+        return s;
     }
     int64_t v;
-    lb_status s = lb_gguf_get_i64(g, key, &v);
+    s = lb_gguf_get_i64(g, key, &v);
     if (s != LB_OK) return lb_error_context(s, "%s", lb_gguf_path(g));
     if (v < lo || v > hi)
         return lb_set_error(LB_ERR_FORMAT,
@@ -120,16 +128,13 @@ static lb_status get_layer_int(const lb_gguf *g, const char *key,
 
 static lb_status get_float(const lb_gguf *g, const char *key, bool required,
                            double def, double *out) {
-    if (lb_gguf_find_key(g, key) < 0) {
-        if (required)
-            return lb_set_error(LB_ERR_NOT_FOUND,
-                                "%s: required key '%s' is missing",
-                                lb_gguf_path(g), key);
+    lb_status s;
+    if (key_missing(g, key, required, &s)) {
         *out = def;
-        return LB_OK;
+        return s;
     }
     double v;
-    lb_status s = lb_gguf_get_f64(g, key, &v);
+    s = lb_gguf_get_f64(g, key, &v);
     if (s != LB_OK) return lb_error_context(s, "%s", lb_gguf_path(g));
     if (!isfinite(v))
         return lb_set_error(LB_ERR_FORMAT, "%s: key '%s' is not finite",
