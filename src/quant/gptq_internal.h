@@ -19,6 +19,13 @@ lb_status lb_gptq_check_finite(const float *x, int64_t rows, int64_t cols,
 /* Grid parameters of one row x[0..cols) (no argument checks; x finite). */
 lb_status lb_gptq_grid_row(const lb_quant_grid *g, const float *x,
                            int64_t cols, float *scale_out, int32_t *zero_out);
+/* lb_rtn_quantize on grid g (bits, group_size and finite W already
+ * checked): W [out, in] into *res (zeroed first by the caller); errors
+ * name `who`. */
+lb_status lb_rtn_quantize_grid(const lb_quant_grid *g, const float *W,
+                               int64_t out, int64_t in, int bits,
+                               int group_size, const char *who,
+                               lb_gptq_result *res);
 /* Allocate the arrays of *r (zeroed first by the caller); frees and sets
  * the error on failure. */
 lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,

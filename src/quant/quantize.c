@@ -261,37 +261,9 @@ static lb_status rtn(const float *W, int64_t out, int64_t in,
     lb_quant_grid_default(&g, q->bits, q->sym);
     g.mse = p->mse;
     g.mse_norm = p->mse_norm;
-    const int64_t gs = q->group_size < 0 ? in : q->group_size;
-    const int64_t ng = lb_gptq_n_groups(in, q->group_size);
     LB_TRY(lb_gptq_check_finite(W, out, in, in, "rtn", "W"));
-    LB_TRY(lb_gptq_result_alloc(res, out, in, ng, false, false));
-    res->bits = q->bits;
-    res->group_size = q->group_size;
-    res->damp_percent_used = 0.0;
-    const int32_t maxq = (1 << q->bits) - 1;
-    for (int64_t c = 0; c < in; c++) res->g_idx[c] = (int32_t)(c / gs);
-    for (int64_t o = 0; o < out; o++) {
-        const float *w = W + o * in;
-        for (int64_t k = 0; k < ng; k++) {
-            int64_t c0 = k * gs, c1 = LB_MIN(in, c0 + gs);
-            float s;
-            int32_t z;
-            lb_status st = lb_gptq_grid_row(&g, w + c0, c1 - c0, &s, &z);
-            if (st != LB_OK) {
-                lb_gptq_result_free(res);
-                return lb_error_context(st, "%s: row %lld group %lld",
-                                        q->name, (long long)o, (long long)k);
-            }
-            res->scales[o * ng + k] = s;
-            res->zeros[o * ng + k] = z;
-            for (int64_t c = c0; c < c1; c++) {
-                int32_t code = lb_quant_grid_code(w[c], s, z, maxq);
-                res->codes[o * in + c] = code;
-                res->W_deq[o * in + c] = lb_quant_grid_dequant(code, s, z);
-            }
-        }
-    }
-    return LB_OK;
+    return lb_rtn_quantize_grid(&g, W, out, in, q->bits, q->group_size, q->name,
+                                res);
 }
 
 static lb_tensor *module_tensor(lb_model *m, const qz_module *q) {

@@ -224,6 +224,13 @@ lb_status lb_rtn_quantize(const float *W, int64_t out, int64_t in, int bits,
     lb_quant_grid g;
     lb_quant_grid_default(&g, bits, sym);
     g.mse = mse;
+    return lb_rtn_quantize_grid(&g, W, out, in, bits, group_size, who, res);
+}
+
+lb_status lb_rtn_quantize_grid(const lb_quant_grid *g, const float *W,
+                               int64_t out, int64_t in, int bits,
+                               int group_size, const char *who,
+                               lb_gptq_result *res) {
     const int64_t gs = group_size < 0 ? in : group_size;
     const int64_t ng = lb_gptq_n_groups(in, group_size);
     LB_TRY(lb_gptq_result_alloc(res, out, in, ng, false, false));
@@ -237,7 +244,7 @@ lb_status lb_rtn_quantize(const float *W, int64_t out, int64_t in, int bits,
             int64_t c0 = k * gs, c1 = LB_MIN(in, c0 + gs);
             float s;
             int32_t z;
-            lb_status st = lb_gptq_grid_row(&g, w + c0, c1 - c0, &s, &z);
+            lb_status st = lb_gptq_grid_row(g, w + c0, c1 - c0, &s, &z);
             if (st != LB_OK) {
                 lb_gptq_result_free(res);
                 return lb_error_context(st, "%s: row %lld group %lld", who,
