@@ -420,6 +420,22 @@ static void *sched_main(void *arg) {
     }
 }
 
+/* Free s and what srv_sched_create allocated for it (any part may be
+ * missing after a failed create). */
+static void sched_release(srv_sched *s) {
+    for (int i = 0; s->slots && i < s->n_slots; i++) lb_gen_free(s->slots[i].gen);
+    lb_multi_free(s->mc);
+    free(s->slots);
+    free(s->queue);
+    free(s->b_tok);
+    free(s->b_seq);
+    free(s->b_pos);
+    free(s->b_want);
+    free(s->b_slot);
+    lb_free(s->logits);
+    free(s);
+}
+
 lb_status srv_sched_create(const lb_model *m, const lb_tokenizer *tok,
                            const lb_server_config *cfg, srv_sched **out) {
     *out = NULL;
@@ -474,16 +490,7 @@ lb_status srv_sched_create(const lb_model *m, const lb_tokenizer *tok,
     *out = s;
     return LB_OK;
 fail:
-    lb_multi_free(s->mc);
-    free(s->slots);
-    free(s->queue);
-    free(s->b_tok);
-    free(s->b_seq);
-    free(s->b_pos);
-    free(s->b_want);
-    free(s->b_slot);
-    lb_free(s->logits);
-    free(s);
+    sched_release(s);
     return st;
 }
 
@@ -540,17 +547,7 @@ void srv_sched_free(srv_sched *s) {
     if (s->thread_started) srv_sched_stop(s, 0);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    for (int i = 0; i < s->n_slots; i++) lb_gen_free(s->slots[i].gen);
-    lb_multi_free(s->mc);
-    free(s->slots);
-    free(s->queue);
-    free(s->b_tok);
-    free(s->b_seq);
-    free(s->b_pos);
-    free(s->b_want);
-    free(s->b_slot);
-    lb_free(s->logits);
-    free(s);
+    sched_release(s);
 }
 
 void srv_sched_stats(srv_sched *s, lb_server_stats *o) {
