@@ -107,6 +107,8 @@ void tok_mmap_free(tok_mmap *m);
  * String::from_utf8_lossy / the Unicode "maximal subpart" practice counts
  * it. n must be >= 1. */
 int tok_utf8_step(const uint8_t *s, size_t n, uint32_t *cp);
+/* Rust char::is_whitespace (and Rust regex \s): Unicode White_Space. */
+bool tok_is_ws(uint32_t cp);
 /* True if the whole buffer is valid UTF-8. */
 bool tok_utf8_valid(const char *s, size_t n);
 /* Append s to out with each maximal invalid subpart replaced by U+FFFD. */

@@ -78,18 +78,6 @@ static lb_status tok_norm_replace(const tok_norm *nm, const char *s, size_t n,
     return st;
 }
 
-/* Rust char::is_whitespace == Unicode White_Space. */
-static bool tok_is_ws(uint32_t cp) {
-    switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
-        return true;
-    default:
-        return cp >= 0x2000 && cp <= 0x200A;
-    }
-}
-
 static lb_status tok_norm_strip(const tok_norm *nm, const char *s, size_t n,
                                 tok_buf *out) {
     const uint8_t *u = (const uint8_t *)s;

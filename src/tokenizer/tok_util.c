@@ -321,6 +321,17 @@ int tok_utf8_step(const uint8_t *s, size_t n, uint32_t *cp) {
     return need + 1;
 }
 
+bool tok_is_ws(uint32_t cp) {
+    switch (cp) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
+    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
+    case 0x202F: case 0x205F: case 0x3000:
+        return true;
+    default:
+        return cp >= 0x2000 && cp <= 0x200A;
+    }
+}
+
 bool tok_utf8_valid(const char *s, size_t n) {
     const uint8_t *u = (const uint8_t *)s;
     size_t i = 0;

@@ -95,18 +95,6 @@ static bool tok_is_word(uint32_t cp) {
     }
 }
 
-/* Rust \s / char::is_whitespace: Unicode White_Space. */
-static bool tok_is_space(uint32_t cp) {
-    switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
-        return true;
-    default:
-        return cp >= 0x2000 && cp <= 0x200A;
-    }
-}
-
 /* The code point ending at s[end) (s valid UTF-8, end > 0); *start set. */
 static uint32_t tok_prev_cp(const char *s, size_t end, size_t *start) {
     size_t b = end - 1;
@@ -173,7 +161,7 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
             while (ns > 0) {
                 size_t ps;
                 uint32_t cp = tok_prev_cp(s, ns, &ps);
-                if (!tok_is_space(cp)) break;
+                if (!tok_is_ws(cp)) break;
                 ns = ps;
             }
             start = ns > start_offset ? ns : start_offset;
@@ -182,7 +170,7 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
             while (stop < n) {
                 uint32_t cp;
                 int k = tok_utf8_step((const uint8_t *)s + stop, n - stop, &cp);
-                if (k <= 0 || !tok_is_space(cp)) break;
+                if (k <= 0 || !tok_is_ws(cp)) break;
                 stop += (size_t)k;
             }
             i = stop;
