@@ -68,13 +68,9 @@ static bool tok_out_id(const lb_tokenizer *tok, tok_out *o, int32_t id) {
     } NAME;                                                                  \
                                                                              \
     static bool NAME##_push(NAME *h, T it) {                                 \
-        if (h->n == h->cap) {                                                \
-            size_t cap = h->cap ? h->cap * 2 : 32;                           \
-            T *v = realloc(h->v, cap * sizeof *v);                           \
-            if (!v) return false;                                            \
-            h->v = v;                                                        \
-            h->cap = cap;                                                    \
-        }                                                                    \
+        T *v = tok_grow(h->v, h->n, &h->cap, sizeof *v, 32);                 \
+        if (!v) return false;                                                \
+        h->v = v;                                                            \
         size_t i = h->n++;                                                   \
         h->v[i] = it;                                                        \
         while (i > 0) {                                                      \
@@ -134,13 +130,9 @@ typedef struct tok_word {
 } tok_word;
 
 static bool tok_word_add(tok_word *w, int32_t id, size_t len) {
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 32;
-        tok_sym *v = realloc(w->v, cap * sizeof *v);
-        if (!v) return false;
-        w->v = v;
-        w->cap = cap;
-    }
+    tok_sym *v = tok_grow(w->v, w->n, &w->cap, sizeof *v, 32);
+    if (!v) return false;
+    w->v = v;
     if (w->n >= INT32_MAX - 1 || len > UINT32_MAX) return false;
     tok_sym *s = &w->v[w->n];
     s->id = id;

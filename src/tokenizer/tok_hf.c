@@ -443,13 +443,9 @@ fail:
 /* ---- post-processor ------------------------------------------------------ */
 
 static lb_status tmpl_push(lb_tokenizer *tok, size_t *cap, tok_template_item it) {
-    if (tok->n_tmpl == *cap) {
-        size_t nc = *cap ? *cap * 2 : 4;
-        tok_template_item *v = realloc(tok->tmpl, nc * sizeof *v);
-        if (!v) return nomem();
-        tok->tmpl = v;
-        *cap = nc;
-    }
+    tok_template_item *v = tok_grow(tok->tmpl, tok->n_tmpl, cap, sizeof *v, 4);
+    if (!v) return nomem();
+    tok->tmpl = v;
     tok->tmpl[tok->n_tmpl++] = it;
     return LB_OK;
 }

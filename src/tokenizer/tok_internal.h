@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Largest vocabulary accepted from a file (ids 0..TOK_MAX_VOCAB-1): far above
  * any real model, low enough that a hostile id cannot make us allocate
@@ -29,8 +30,22 @@
 #define TOK_MAX_VOCAB (1 << 22)
 
 /* ------------------------------------------------------------------------ */
-/* Growable byte buffer, arena                                               */
+/* Growable arrays and byte buffer, arena                                    */
 /* ------------------------------------------------------------------------ */
+
+/* Room for element n of the array v (*cap elements of `size` bytes): v
+ * itself when n < *cap; else v reallocated to twice *cap elements (`first`
+ * when *cap is 0) and *cap updated, or NULL when out of memory (v is then
+ * still valid and unchanged). */
+static inline void *tok_grow(void *v, size_t n, size_t *cap, size_t size,
+                             size_t first) {
+    if (n < *cap) return v;
+    size_t c = *cap ? *cap * 2 : first;
+    if (c > SIZE_MAX / size) return NULL;
+    void *nv = realloc(v, c * size);
+    if (nv) *cap = c;
+    return nv;
+}
 
 typedef struct tok_buf {
     char *p;

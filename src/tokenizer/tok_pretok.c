@@ -32,13 +32,9 @@ typedef struct tok_msegs {
 } tok_msegs;
 
 static bool tok_msegs_push(tok_msegs *a, size_t s, size_t e, bool m) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        tok_mseg *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    tok_mseg *v = tok_grow(a->v, a->n, &a->cap, sizeof *v, 16);
+    if (!v) return false;
+    a->v = v;
     a->v[a->n].s = s;
     a->v[a->n].e = e;
     a->v[a->n].m = m;

@@ -428,13 +428,9 @@ void tok_regex_free(tok_regex *re) {
 }
 
 bool tok_spans_push(tok_spans *sp, size_t start, size_t end) {
-    if (sp->n == sp->cap) {
-        size_t cap = sp->cap ? sp->cap * 2 : 16;
-        tok_span *v = realloc(sp->v, cap * sizeof *v);
-        if (!v) return false;
-        sp->v = v;
-        sp->cap = cap;
-    }
+    tok_span *v = tok_grow(sp->v, sp->n, &sp->cap, sizeof *v, 16);
+    if (!v) return false;
+    sp->v = v;
     sp->v[sp->n].start = start;
     sp->v[sp->n].end = end;
     sp->n++;
@@ -508,13 +504,9 @@ lb_status tok_literal_find_all(const char *pat, size_t patlen, const char *s,
 /* ------------------------------------------------------------------------ */
 
 bool tok_pieces_push(tok_pieces *p, size_t off, size_t len, bool origin) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 16;
-        tok_piece *v = realloc(p->v, cap * sizeof *v);
-        if (!v) return false;
-        p->v = v;
-        p->cap = cap;
-    }
+    tok_piece *v = tok_grow(p->v, p->n, &p->cap, sizeof *v, 16);
+    if (!v) return false;
+    p->v = v;
     p->v[p->n].off = off;
     p->v[p->n].len = len;
     p->v[p->n].origin = origin;

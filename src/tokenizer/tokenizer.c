@@ -116,13 +116,9 @@ typedef struct tok_segs {
 } tok_segs;
 
 static bool tok_segs_push(tok_segs *a, size_t s, size_t e, int32_t added) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        tok_seg *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    tok_seg *v = tok_grow(a->v, a->n, &a->cap, sizeof *v, 16);
+    if (!v) return false;
+    a->v = v;
     a->v[a->n++] = (tok_seg){s, e, added};
     return true;
 }
@@ -263,13 +259,9 @@ typedef struct tok_frags {
 } tok_frags;
 
 static bool tok_frags_push(tok_frags *f, size_t off, size_t len, int32_t token) {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        tok_frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return false;
-        f->v = v;
-        f->cap = cap;
-    }
+    tok_frag *v = tok_grow(f->v, f->n, &f->cap, sizeof *v, 16);
+    if (!v) return false;
+    f->v = v;
     f->v[f->n++] = (tok_frag){off, len, token};
     return true;
 }
