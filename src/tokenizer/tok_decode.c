@@ -25,33 +25,31 @@ static lb_status tok_nomem(void) {
 
 #define STR(s, i) ((s)->buf.p + (s)->off[i])
 
+/* ByteLevel for one token t[0..n): append the bytes its characters stand
+ * for (GPT-2 byte map), or t unchanged when a character has no byte.
+ * False when out of memory. */
+static bool tok_bytelevel_token(tok_buf *out, const char *t, size_t n) {
+    const size_t start = out->n;
+    const uint8_t *u = (const uint8_t *)t;
+    for (size_t k = 0; k < n;) {
+        uint32_t cp;
+        int l = tok_utf8_step(u + k, n - k, &cp);
+        int b = l > 0 ? tok_cp_to_byte(cp) : -1;
+        if (b < 0) {
+            out->n = start;
+            return tok_buf_put(out, t, n);
+        }
+        if (!tok_buf_putc(out, (char)b)) return false;
+        k += (size_t)l;
+    }
+    return true;
+}
+
 static lb_status tok_dec_bytelevel(const tok_strs *in, tok_strs *out) {
     tok_buf bytes = {0}, txt = {0};
     lb_status st = LB_OK;
-    for (size_t i = 0; i < in->n && st == LB_OK; i++) {
-        const char *t = STR(in, i);
-        size_t n = in->len[i], start = bytes.n;
-        bool all = true;
-        const uint8_t *u = (const uint8_t *)t;
-        for (size_t k = 0; k < n;) {
-            uint32_t cp;
-            int l = tok_utf8_step(u + k, n - k, &cp);
-            int b = l > 0 ? tok_cp_to_byte(cp) : -1;
-            if (b < 0) {
-                all = false;
-                break;
-            }
-            if (!tok_buf_putc(&bytes, (char)b)) {
-                st = tok_nomem();
-                break;
-            }
-            k += (size_t)l;
-        }
-        if (st == LB_OK && !all) {
-            bytes.n = start;
-            if (!tok_buf_put(&bytes, t, n)) st = tok_nomem();
-        }
-    }
+    for (size_t i = 0; i < in->n && st == LB_OK; i++)
+        if (!tok_bytelevel_token(&bytes, STR(in, i), in->len[i])) st = tok_nomem();
     if (st == LB_OK && !tok_utf8_lossy(&txt, bytes.p ? bytes.p : "", bytes.n))
         st = tok_nomem();
     if (st == LB_OK && !tok_strs_push(out, txt.p ? txt.p : "", txt.n))
@@ -444,26 +442,9 @@ lb_status tok_dec_piece(const tok_dec *d, tok_buf *io) {
     case TOK_DEC_STRIP:
     case TOK_DEC_FUSE:
         return LB_OK;
-    case TOK_DEC_BYTELEVEL: {
-        const uint8_t *u = (const uint8_t *)t;
-        bool all = true;
-        for (size_t k = 0; k < n && ok;) {
-            uint32_t cp;
-            int l = tok_utf8_step(u + k, n - k, &cp);
-            int b = l > 0 ? tok_cp_to_byte(cp) : -1;
-            if (b < 0) {
-                all = false;
-                break;
-            }
-            ok = tok_buf_putc(&out, (char)b);
-            k += (size_t)l;
-        }
-        if (ok && !all) {
-            out.n = 0;
-            ok = tok_buf_put(&out, t, n);
-        }
+    case TOK_DEC_BYTELEVEL:
+        ok = tok_bytelevel_token(&out, t, n);
         break;
-    }
     case TOK_DEC_BYTEFALLBACK: {
         int b = tok_parse_byte_token(t, n);
         ok = b >= 0 ? tok_buf_putc(&out, (char)b) : tok_buf_put(&out, t, n);
