@@ -902,20 +902,26 @@ static lb_status check_span(lb_context *ctx, int32_t n, int32_t pos) {
     return LB_OK;
 }
 
-lb_status lb_model_embed(lb_context *ctx, const int32_t *tokens, int32_t n,
-                         float *hidden) {
-    const lb_model *m = ctx->m;
-    const int64_t dim = m->config.hidden_size;
-    for (int32_t t = 0; t < n; t++) {
+static lb_status check_tokens(const lb_model *m, const int32_t *tokens,
+                              int32_t n) {
+    for (int32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= m->config.vocab_size)
             return lb_set_error(LB_ERR_RANGE,
                                 "forward: token id %d at index %d outside "
                                 "[0, %d)",
                                 (int)tokens[t], (int)t,
                                 (int)m->config.vocab_size);
+    return LB_OK;
+}
+
+lb_status lb_model_embed(lb_context *ctx, const int32_t *tokens, int32_t n,
+                         float *hidden) {
+    const lb_model *m = ctx->m;
+    const int64_t dim = m->config.hidden_size;
+    LB_TRY(check_tokens(m, tokens, n));
+    for (int32_t t = 0; t < n; t++)
         LB_TRY(lb_model_dequant_row(m, &m->tok_embd, tokens[t],
                                     hidden + t * dim));
-    }
     return LB_OK;
 }
 
@@ -955,13 +961,7 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
     LB_TRY(check_span(ctx, n, pos));
     if (mode != LB_LOGITS_NONE && !logits)
         return lb_set_error(LB_ERR_INVALID_ARG, "forward: logits_out is NULL");
-    for (int32_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= m->config.vocab_size)
-            return lb_set_error(LB_ERR_RANGE,
-                                "forward: token id %d at index %d outside "
-                                "[0, %d)",
-                                (int)tokens[t], (int)t,
-                                (int)m->config.vocab_size);
+    LB_TRY(check_tokens(m, tokens, n));
     ctx->n_past = pos; /* the cache from pos on is rewritten */
     /* passes of at most n_batch tokens (scratch is sized for n_batch) */
     const int32_t nb_max = LB_MAX(1, LB_MIN(ctx->n_batch, ctx->cap));
