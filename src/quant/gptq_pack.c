@@ -94,18 +94,29 @@ lb_status lb_gptq_unpack_qweight(const int32_t *qweight, int64_t out,
     return LB_OK;
 }
 
+/* check_pack_args for qzeros [n_groups, out], and the format's zero
+ * offset: v1 stores zero - 1, v2 the zero itself. */
+static lb_status check_qzeros_args(const int32_t *src, const int32_t *dst,
+                                   int64_t out, int64_t n_groups, int bits,
+                                   lb_gptq_format fmt, const char *who,
+                                   int32_t *off) {
+    LB_TRY(check_pack_args(src, dst, out, n_groups, bits, who, "out_features"));
+    if (fmt != LB_GPTQ_FORMAT_V1 && fmt != LB_GPTQ_FORMAT_V2)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: format %d", who,
+                            (int)fmt);
+    *off = fmt == LB_GPTQ_FORMAT_V1 ? 1 : 0;
+    return LB_OK;
+}
+
 lb_status lb_gptq_pack_qzeros(const int32_t *zeros, int64_t n_groups,
                               int64_t out, int bits, lb_gptq_format fmt,
                               int32_t *qzeros) {
     static const char *who = "lb_gptq_pack_qzeros";
-    LB_TRY(check_pack_args(zeros, qzeros, out, n_groups, bits, who,
-                           "out_features"));
-    if (fmt != LB_GPTQ_FORMAT_V1 && fmt != LB_GPTQ_FORMAT_V2)
-        return lb_set_error(LB_ERR_INVALID_ARG, "%s: format %d", who,
-                            (int)fmt);
+    int32_t off = 0;
+    LB_TRY(check_qzeros_args(zeros, qzeros, out, n_groups, bits, fmt, who,
+                             &off));
     const int64_t cols = lb_gptq_packed_len(out, bits);
     const int32_t maxq = (1 << bits) - 1;
-    const int32_t off = fmt == LB_GPTQ_FORMAT_V1 ? 1 : 0;
     for (int64_t g = 0; g < n_groups; g++)
         for (int64_t o = 0; o < out; o++) {
             int32_t z = zeros[g * out + o];
@@ -131,13 +142,10 @@ lb_status lb_gptq_unpack_qzeros(const int32_t *qzeros, int64_t n_groups,
                                 int64_t out, int bits, lb_gptq_format fmt,
                                 int32_t *zeros) {
     static const char *who = "lb_gptq_unpack_qzeros";
-    LB_TRY(check_pack_args(qzeros, zeros, out, n_groups, bits, who,
-                           "out_features"));
-    if (fmt != LB_GPTQ_FORMAT_V1 && fmt != LB_GPTQ_FORMAT_V2)
-        return lb_set_error(LB_ERR_INVALID_ARG, "%s: format %d", who,
-                            (int)fmt);
+    int32_t off = 0;
+    LB_TRY(check_qzeros_args(qzeros, zeros, out, n_groups, bits, fmt, who,
+                             &off));
     const int64_t cols = lb_gptq_packed_len(out, bits);
-    const int32_t off = fmt == LB_GPTQ_FORMAT_V1 ? 1 : 0;
     for (int64_t g = 0; g < n_groups; g++)
         for (int64_t o = 0; o < out; o++)
             zeros[g * out + o] =
