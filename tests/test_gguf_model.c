@@ -414,9 +414,9 @@ static void test_batching_threads_kv(void) {
     p.n_threads = 1;
     float *single = logits_of(m, ids, n, &p);
     p.n_threads = 2;
-    p.pin_threads = true;
+    p.pin_threads = LB_PIN_ON;
     float *pinned = logits_of(m, ids, n, &p);
-    p.pin_threads = false;
+    p.pin_threads = LB_PIN_OFF;
     p.kv_type = LB_TYPE_F16;
     float *f16 = logits_of(m, ids, n, &p);
     /* token by token */

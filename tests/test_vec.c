@@ -9,6 +9,9 @@
 
 #include "kernels/kernels_internal.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static float rnd(float lo, float hi) {
     g_rng ^= g_rng << 13;
@@ -203,9 +206,60 @@ static void test_pinned_pool(void) {
     free(b);
 }
 
+/* LB_POOL_PIN_AUTO: each thread of a pool as large as the allowed CPU set
+ * runs on its own single CPU during a job (the caller's affinity restored
+ * after it); a pool of another size is left to the scheduler. */
+typedef struct aff_job {
+    int cpus[64]; /* CPU of each thread when pinned, -1 when not */
+} aff_job;
+static void aff_fn(void *p, int ith, int nth) {
+    aff_job *j = p;
+    cpu_set_t cs;
+    j->cpus[ith] = -2;
+    if (ith < 64 && nth <= 64 &&
+        pthread_getaffinity_np(pthread_self(), sizeof cs, &cs) == 0) {
+        j->cpus[ith] = -1;
+        if (CPU_COUNT(&cs) == 1)
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &cs)) j->cpus[ith] = c;
+    }
+}
+static void test_pool_pin_auto(void) {
+    cpu_set_t all;
+    TH_CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+    const int n_all = CPU_COUNT(&all);
+    if (n_all < 2 || n_all > 63) {
+        fprintf(stderr, "  %d allowed CPUs: nothing to pin\n", n_all);
+        return;
+    }
+    lb_pool *p = lb_pool_create_ex(n_all, LB_POOL_PIN_AUTO);
+    TH_CHECK(p != NULL);
+    if (p) {
+        aff_job j;
+        lb_pool_run(p, aff_fn, &j);
+        for (int i = 0; i < n_all; i++) {
+            TH_CHECK(j.cpus[i] >= 0 && CPU_ISSET(j.cpus[i], &all));
+            for (int k = 0; k < i; k++) TH_CHECK(j.cpus[i] != j.cpus[k]);
+        }
+        cpu_set_t after;
+        TH_CHECK(sched_getaffinity(0, sizeof after, &after) == 0 &&
+                 CPU_EQUAL(&after, &all));
+    }
+    lb_pool_free(p);
+    p = lb_pool_create_ex(n_all + 1, LB_POOL_PIN_AUTO);
+    TH_CHECK(p != NULL);
+    if (p) {
+        aff_job j;
+        lb_pool_run(p, aff_fn, &j);
+        for (int i = 0; i <= n_all; i++) TH_CHECK_INT(j.cpus[i], -1);
+    }
+    lb_pool_free(p);
+}
+
 int main(void) {
     TH_RUN(test_ref_formulas);
     TH_RUN(test_variants);
     TH_RUN(test_pinned_pool);
+    TH_RUN(test_pool_pin_auto);
     return th_report();
 }

@@ -194,7 +194,7 @@ int cmd_bench(int argc, char **argv) {
     }
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
-    cp.pin_threads = pin;
+    cp.pin_threads = pin ? LB_PIN_ON : LB_PIN_OFF;
     if ((st = lb_context_create(m, &cp, &ctx)) != LB_OK) {
         rc = cli_fail(cmd, st);
         goto out;

@@ -203,6 +203,9 @@ int64_t lb_model_n_params(const lb_model *model);
 
 typedef struct lb_context lb_context;
 
+/* lb_context_params.pin_threads */
+enum { LB_PIN_AUTO = 0, LB_PIN_ON = 1, LB_PIN_OFF = -1 };
+
 typedef struct lb_context_params {
     int32_t n_ctx;     /* KV cache length in tokens (<= 0: min(max_position
                           _embeddings, 4096))                                */
@@ -216,8 +219,10 @@ typedef struct lb_context_params {
     lb_type kv_type;   /* KV cache elements: LB_TYPE_F32 (default) or
                           LB_TYPE_F16 (half the memory; llama.cpp's default;
                           K/V rounded to f16, attention in f32)             */
-    bool pin_threads;  /* the context's own pool pins its threads to
-                          distinct CPUs (LB_POOL_PIN, core.h; default off) */
+    int pin_threads;   /* the context's own pool pins its threads to
+                          distinct CPUs: LB_PIN_AUTO (0, default: when the
+                          pool takes every CPU the process may use,
+                          LB_POOL_PIN_AUTO in core.h), LB_PIN_ON, LB_PIN_OFF */
     bool f16_activations; /* round the inputs of F16 weights to f16 before
                           the product, as ggml does (its F16 weights meet
                           F16 activations); default off: lowbit multiplies

@@ -130,13 +130,14 @@ lb_pool *lb_pool_create_ex(int n_threads, unsigned flags) {
         return NULL;
     }
     pool->nth = n_threads;
-    if ((flags & LB_POOL_PIN) && n_threads > 1) {
+    if ((flags & (LB_POOL_PIN | LB_POOL_PIN_AUTO)) && n_threads > 1) {
         /* one CPU of the allowed set per worker; no pinning when there are
-         * fewer CPUs than threads */
+         * fewer CPUs than threads (or, AUTO, more) */
         cpu_set_t cs;
         pool->cpus = calloc((size_t)n_threads, sizeof(int));
         if (pool->cpus && sched_getaffinity(0, sizeof cs, &cs) == 0 &&
-            CPU_COUNT(&cs) >= n_threads) {
+            CPU_COUNT(&cs) >= n_threads &&
+            ((flags & LB_POOL_PIN) || CPU_COUNT(&cs) == n_threads)) {
             int k = 0;
             for (int c = 0; c < CPU_SETSIZE && k < n_threads; c++)
                 if (CPU_ISSET(c, &cs)) pool->cpus[k++] = c;

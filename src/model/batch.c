@@ -111,7 +111,7 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     if (p.pool) {
         mc->pool = p.pool;
     } else {
-        mc->pool = lb_pool_create(p.n_threads);
+        mc->pool = lb_pool_create_ex(p.n_threads, LB_POOL_PIN_AUTO);
         mc->own_pool = true;
         if (!mc->pool) {
             s = lb_set_error(LB_ERR_NOMEM, "multi: cannot create thread pool");

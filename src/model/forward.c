@@ -314,7 +314,9 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
         ctx->pool = p.pool;
     } else {
         ctx->pool = lb_pool_create_ex(p.n_threads,
-                                      p.pin_threads ? LB_POOL_PIN : 0);
+                                      p.pin_threads == LB_PIN_ON    ? LB_POOL_PIN
+                                      : p.pin_threads == LB_PIN_AUTO ? LB_POOL_PIN_AUTO
+                                                                     : 0);
         ctx->own_pool = true;
         if (!ctx->pool) {
             s = lb_set_error(LB_ERR_NOMEM, "context: cannot create thread "
