@@ -164,10 +164,62 @@ static void test_distributions(void) {
     lb_sampler_free(c);
 }
 
+/* top-k on a large vocabulary with many tied logits draws exactly what
+ * the same sampler draws over the k best candidates alone, laid out in
+ * the full sort's order (descending logit, ascending id): the partial
+ * selection picks the same k in the same order as a full sort. */
+typedef struct tk_entry {
+    float l;
+    int32_t id;
+} tk_entry;
+static int tk_cmp(const void *a, const void *b) {
+    const tk_entry *x = a, *y = b;
+    if (x->l != y->l) return x->l > y->l ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+static void test_top_k_large_vocab(void) {
+    const int32_t V = 50021;
+    float *l = malloc(sizeof(float) * V);
+    tk_entry *e = malloc(sizeof(tk_entry) * V);
+    uint64_t r = 12345;
+    for (int32_t i = 0; i < V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((int)(r >> 59) - 16) * 0.25f; /* 32 values: many ties */
+        e[i].l = l[i];
+        e[i].id = i;
+    }
+    qsort(e, (size_t)V, sizeof *e, tk_cmp);
+    const int32_t ks[] = {1, 7, 40, 1000, 3000};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+        const int32_t k = ks[t];
+        float *lk = malloc(sizeof(float) * (size_t)k);
+        for (int32_t i = 0; i < k; i++) lk[i] = e[i].l;
+        lb_sampler_params p = lb_sampler_default_params();
+        p.temperature = 0.7f;
+        p.seed = 99 + (uint64_t)k;
+        p.top_k = k;
+        lb_sampler *a = mk(p, V);
+        p.top_k = 0;
+        lb_sampler *b = mk(p, k);
+        int bad = 0;
+        for (int i = 0; i < 300; i++) {
+            int32_t x = lb_sampler_sample(a, l), y = lb_sampler_sample(b, lk);
+            bad += y < 0 || y >= k || x != e[y].id;
+        }
+        TH_CHECK_INT(bad, 0);
+        lb_sampler_free(a);
+        lb_sampler_free(b);
+        free(lk);
+    }
+    free(l);
+    free(e);
+}
+
 int main(void) {
     TH_RUN(test_rng);
     TH_RUN(test_argmax);
     TH_RUN(test_penalties);
     TH_RUN(test_distributions);
+    TH_RUN(test_top_k_large_vocab);
     return th_report();
 }

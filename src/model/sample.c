@@ -148,6 +148,36 @@ static int cand_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+static void cand_swap(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorder c[0..m) so that c[0..k) holds the k first candidates of the
+ * cand_cmp order, sorted (the rest unordered): quickselect with a
+ * median-of-three pivot, then a sort of the k. cand_cmp is a total order,
+ * so c[0..k) is exactly the prefix a full sort would give — in O(m + k log
+ * k) instead of O(m log m) (top-k of a 150k vocabulary per token). */
+static void select_top(cand *c, int32_t m, int32_t k) {
+    int32_t lo = 0, hi = m - 1;
+    while (hi > lo) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (cand_cmp(&c[mid], &c[lo]) < 0) cand_swap(&c[mid], &c[lo]);
+        if (cand_cmp(&c[hi], &c[lo]) < 0) cand_swap(&c[hi], &c[lo]);
+        if (cand_cmp(&c[hi], &c[mid]) < 0) cand_swap(&c[hi], &c[mid]);
+        cand_swap(&c[mid], &c[hi]); /* median of three as the pivot, at hi */
+        int32_t st = lo;
+        for (int32_t i = lo; i < hi; i++)
+            if (cand_cmp(&c[i], &c[hi]) < 0) cand_swap(&c[i], &c[st++]);
+        cand_swap(&c[st], &c[hi]); /* c[lo..st) < pivot = c[st] < c[st+1..] */
+        if (st == k - 1 || st == k) break;
+        if (st < k) lo = st + 1;
+        else hi = st - 1;
+    }
+    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+}
+
 int32_t lb_sampler_sample(lb_sampler *s, const float *logits) {
     const lb_sampler_params *p = &s->p;
     const int32_t n = s->n_vocab;
@@ -191,10 +221,13 @@ int32_t lb_sampler_sample(lb_sampler *s, const float *logits) {
     }
     /* 5. top-k (needs the order), 6. top-p (needs the order) */
     bool sorted = false;
-    if ((p->top_k > 0 && p->top_k < m) || p->top_p < 1.0f) {
+    if (p->top_k > 0 && p->top_k < m) {
+        select_top(s->c, m, p->top_k);
+        m = p->top_k;
+        sorted = true;
+    } else if (p->top_p < 1.0f) {
         qsort(s->c, (size_t)m, sizeof *s->c, cand_cmp);
         sorted = true;
-        if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     }
     float mx = -INFINITY;
     for (int32_t i = 0; i < m; i++)
