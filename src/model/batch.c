@@ -35,9 +35,8 @@ struct lb_multi_ctx {
     int32_t *p0;    /* [n_seq] first position of each sequence, or -1    */
     int32_t *nxt;   /* [n_seq] next expected position (validation)       */
     float *scores;  /* [n_threads, n_ctx] */
-    /* Attention and elementwise helpers: always the scalar reference
-     * variant (fixed summation order: batched results do not depend on the
-     * CPU; the forward's SIMD twins agree up to f32 rounding). */
+    /* Attention and elementwise helpers: the start-up kernel table's
+     * (forward.c's too; LB_FORCE_REF=1 gives the scalar reference) */
     const lb_vec_kernels *vec;
 };
 
@@ -106,7 +105,7 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     mc->m = m;
     mc->n_seq = p.n_seq;
     mc->n_ctx = n_ctx;
-    mc->vec = &lb_kernels_table(LB_KV_REF)->vec;
+    mc->vec = &lb_kernels_current()->vec;
     lb_status s = LB_OK;
     if (p.pool) {
         mc->pool = p.pool;
