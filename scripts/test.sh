@@ -46,19 +46,36 @@ run_ctest() { # name dir [ctest args]
 $name: ${line:-no tests ran} (skipped: $skipped)"
 }
 
+# build NAME DIR CC [cmake args] (CC empty: the default compiler): a failed
+# build fails the run and is named in the summary, and the other
+# configurations still run
+build() {
+  name=$1; dir=$2; cc=$3; shift 3
+  if [ -n "$cc" ]; then
+    if CC=$cc sh scripts/build.sh "$dir" "$@"; then return 0; fi
+  elif sh scripts/build.sh "$dir" "$@"; then return 0; fi
+  status=1
+  summary="$summary
+$name: BUILD FAILED (no tests ran)"
+  return 1
+}
+
 echo "== release build"
-sh scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
-run_ctest release build
+if build release build "" -DCMAKE_BUILD_TYPE=Release; then
+  run_ctest release build
+fi
 
 echo "== ASan+UBSan build"
-sh scripts/build.sh build-asan -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_ctest asan-ubsan build-asan -LE slow
+if build asan-ubsan build-asan "" -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest asan-ubsan build-asan -LE slow
+fi
 
 echo "== fuzzers (libFuzzer, short runs)"
-CC=clang sh scripts/build.sh build-fuzz -DLB_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DLB_FUZZ_SECONDS="${LB_FUZZ_SECONDS:-20}"
-run_ctest fuzz build-fuzz -L fuzz
+if build fuzz build-fuzz clang -DLB_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DLB_FUZZ_SECONDS="${LB_FUZZ_SECONDS:-20}"; then
+  run_ctest fuzz build-fuzz -L fuzz
+fi
 
 echo "== summary$summary
 reference chroot (llama.cpp interop tests): $refenv"
