@@ -54,6 +54,8 @@ set +e
 "$LOWBIT" ppl "$M" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no input: exit 2"
 "$LOWBIT" ppl "$M" --ids "$IDS" --protocol bogus >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad protocol: exit 2"
 "$LOWBIT" ppl "$M" --ids "$IDS" --ctx 1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "ctx 1: exit 2"
+"$LOWBIT" ppl "$M" --ids "$IDS" --ctx 2048 2>"$T/e0"; [ $? -eq 2 ] || fail "ctx over the model's limit: exit 2"
+grep -q "exceeds the model's context length 512" "$T/e0" || { cat "$T/e0"; fail "ctx over the limit: message"; }
 # input errors: exit 1 with a message naming the problem
 printf 'abc' >"$T/odd.i32"
 "$LOWBIT" ppl "$M" --ids "$T/odd.i32" 2>"$T/e1"; [ $? -eq 1 ] || fail "odd ids file: exit 1"

@@ -119,6 +119,15 @@ int cmd_parity(int argc, char **argv) {
     }
     int32_t maxpos = ma->config.max_position_embeddings < mb->config.max_position_embeddings ? ma->config.max_position_embeddings : mb->config.max_position_embeddings;
     if (!ctx_len) ctx_len = maxpos > 0 && maxpos < 256 ? maxpos : 256;
+    if (maxpos > 0 && ctx_len > maxpos) {
+        fprintf(stderr, "lowbit parity: --ctx %lld exceeds the models' "
+                "context length %d (max_position_embeddings)\n",
+                (long long)ctx_len, (int)maxpos);
+        free(ids);
+        lb_model_free(ma);
+        lb_model_free(mb);
+        return 2;
+    }
     lb_parity_params pp = lb_parity_default_params();
     pp.n_ctx = (int32_t)ctx_len;
     pp.max_windows = (int32_t)windows;

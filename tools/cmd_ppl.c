@@ -161,6 +161,14 @@ int cmd_ppl(int argc, char **argv) {
     }
     int32_t max_pos = m->config.max_position_embeddings;
     if (!ctx_len) ctx_len = max_pos > 0 && max_pos < 512 ? max_pos : 512;
+    if (max_pos > 0 && ctx_len > max_pos) {
+        fprintf(stderr, "lowbit ppl: --ctx %lld exceeds the model's context "
+                "length %d (max_position_embeddings)\n", (long long)ctx_len,
+                (int)max_pos);
+        free(ids);
+        lb_model_free(m);
+        return 2;
+    }
     lb_context_params cp = lb_context_default_params();
     cp.n_ctx = (int32_t)ctx_len;
     cp.n_batch = (int32_t)(batch ? batch : ctx_len);
