@@ -223,9 +223,11 @@ typedef struct lb_export_stats {
  * failure nothing is left at out_path). opts may be NULL (defaults).
  * plan_out (optional) receives the plan that was executed (free with
  * lb_export_plan_free); stats (optional) is filled on success.
- * Errors: those of lb_export_plan_make, plus LB_ERR_IO, LB_ERR_FORMAT (a
- * GPTQ tensor that fails its checks, a non-finite weight), LB_ERR_CANCELLED
- * (progress callback). This is the function the server calls to turn a
+ * Errors: those of lb_export_plan_make, plus LB_ERR_IO (also: out_path's
+ * directory does not exist), LB_ERR_INVALID_ARG (out_path is a directory,
+ * or an existing file of the input other than *.gguf — checked before any
+ * work), LB_ERR_FORMAT (a GPTQ tensor that fails its checks, a non-finite
+ * weight), LB_ERR_CANCELLED (progress callback). This is the function the server calls to turn a
  * GPTQ checkpoint into a cached GGUF. */
 lb_status lb_export_gguf(const char *in_path, const char *out_path,
                          const lb_export_opts *opts, lb_export_plan **plan_out,

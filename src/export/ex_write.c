@@ -8,10 +8,14 @@
 #include "lowbit/quants.h"
 #include "core/internal.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* gguf-py utility.model_weight_count_rounded_notation(min_digits=2) */
@@ -318,11 +322,65 @@ static lb_status write_tensor(ex_run *r, const ex_tensor *t) {
     return s == LB_OK ? LB_OK : lb_error_context(s, "export: %s (%s)", e->name, e->source);
 }
 
+/* Before any work: the output must not be a directory, must have an
+ * existing parent directory, and must not be one of the input's files (the
+ * atomic rename would replace a checkpoint file the export reads; *.gguf
+ * files beside a checkpoint are not read, so re-exporting over one is
+ * fine). */
+static lb_status check_out_path(const char *in_path, const char *out_path) {
+    char parent[PATH_MAX];
+    const char *slash = strrchr(out_path, '/');
+    if (slash) {
+        size_t n = slash == out_path ? 1 : (size_t)(slash - out_path);
+        if (n >= sizeof parent)
+            return lb_set_error(LB_ERR_INVALID_ARG, "%s: path too long", out_path);
+        memcpy(parent, out_path, n);
+        parent[n] = 0;
+        if (!lb_is_dir(parent))
+            return lb_set_error(LB_ERR_IO,
+                                "%s: the directory %s does not exist", out_path,
+                                parent);
+    }
+    struct stat so;
+    if (stat(out_path, &so) != 0) return LB_OK; /* a new file */
+    if (S_ISDIR(so.st_mode))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s is a directory (give the output .gguf file)",
+                            out_path);
+    struct stat si;
+    if (stat(in_path, &si) != 0) return LB_OK; /* the export reports it */
+    if (!S_ISDIR(si.st_mode))
+        return si.st_dev == so.st_dev && si.st_ino == so.st_ino
+                   ? lb_set_error(LB_ERR_INVALID_ARG,
+                                  "%s: the output would overwrite the input",
+                                  out_path)
+                   : LB_OK;
+    DIR *d = opendir(in_path);
+    if (!d) return LB_OK;
+    lb_status s = LB_OK;
+    struct dirent *e;
+    while (s == LB_OK && (e = readdir(d))) {
+        char *f = lb_path_join(in_path, e->d_name);
+        struct stat sf;
+        const size_t nl = strlen(e->d_name);
+        const bool gguf = nl >= 5 && !strcmp(e->d_name + nl - 5, ".gguf");
+        if (f && !gguf && stat(f, &sf) == 0 && S_ISREG(sf.st_mode) &&
+            sf.st_dev == so.st_dev && sf.st_ino == so.st_ino)
+            s = lb_set_error(LB_ERR_INVALID_ARG,
+                             "%s: the output would overwrite the input file "
+                             "%s", out_path, f);
+        free(f);
+    }
+    closedir(d);
+    return s;
+}
+
 lb_status lb_export_gguf(const char *in_path, const char *out_path,
                          const lb_export_opts *opts, lb_export_plan **plan_out,
                          lb_export_stats *stats) {
     if (plan_out) *plan_out = NULL;
     if (!out_path) return lb_set_error(LB_ERR_INVALID_ARG, "export: NULL output path");
+    if (in_path) LB_TRY(check_out_path(in_path, out_path));
     const double t0 = lb_time_s();
     lb_export_opts def;
     lb_export_opts_default(&def);
