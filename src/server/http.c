@@ -812,8 +812,11 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     unsigned max_conn = cfg.max_connections > 0 ? (unsigned)cfg.max_connections
                                                 : 256;
+    /* the port argument is ignored with MHD_OPTION_SOCK_ADDR but appears
+     * in libmicrohttpd's bind-failure message */
     srv->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        flags, (uint16_t)cfg.port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_CONNECTION_TIMEOUT,
