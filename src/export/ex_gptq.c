@@ -191,9 +191,13 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
     if (l->bits == 2 || l->bits == 3)
         snprintf(t->direct_why, sizeof t->direct_why, "%d-bit codes have no GGUF block type",
                  l->bits);
-    else if (!blocks)
+    else if (!blocks && mc.desc_act)
         snprintf(t->direct_why, sizeof t->direct_why,
                  "act-order g_idx: a 32-column block spans several groups");
+    else if (!blocks)
+        snprintf(t->direct_why, sizeof t->direct_why,
+                 "group_size %d: a 32-column block spans several groups",
+                 mc.group_size);
     else if (l->bits == 8)
         snprintf(t->direct_why, sizeof t->direct_why,
                  "8-bit zeros other than 128 or scales not exact in fp16 (Q8_0 has no offset)");
