@@ -284,6 +284,13 @@ int cmd_quantize(int argc, char **argv) {
         cli_usage_error(cmd, "need MODEL_DIR and -o OUT_DIR");
         goto out;
     }
+    if (!lb_is_dir(model)) {
+        fprintf(stderr, "lowbit quantize: %s: not a directory (quantize reads a "
+                "Hugging Face checkpoint directory: config.json + "
+                "*.safetensors)\n", model);
+        rc = 1;
+        goto out;
+    }
     if (p.profile == LB_QUANT_PROFILE_VLLM_W4A8 && (p.bits != 4 || !p.sym)) {
         cli_usage_error(cmd, "--profile vllm-w4a8 is symmetric 4-bit only");
         goto out;

@@ -53,6 +53,8 @@ void lb_unmap_file(lb_mapped_file *mf) {
 lb_status lb_read_file(const char *path, size_t max_size, char **data_out,
                        size_t *size_out) {
     *data_out = NULL;
+    if (lb_is_dir(path))
+        return lb_set_error(LB_ERR_IO, "%s: is a directory, not a file", path);
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return lb_set_error(LB_ERR_IO, "%s: cannot open: %s", path,
