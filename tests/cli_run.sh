@@ -80,6 +80,10 @@ p = subprocess.run([lowbit, "run", f"{shared}/no-such-model", "-p", "x"],
                    capture_output=True)
 check(p.returncode == 1 and b"no-such-model" in p.stderr,
       f"missing model: {p.returncode} {p.stderr!r}")
+p = subprocess.run([lowbit, "run", model, "-p", "x", "--ctx", "4096"],
+                   capture_output=True)
+check(p.returncode == 2 and b"exceeds the model's context length 512" in p.stderr,
+      f"--ctx over the limit: {p.returncode} {p.stderr!r}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY

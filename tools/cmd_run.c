@@ -272,6 +272,13 @@ int cmd_run(int argc, char **argv) {
     lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);
+    const int32_t max_pos = model->config.max_position_embeddings;
+    if (max_pos > 0 && n_ctx > max_pos) {
+        fprintf(stderr, "lowbit run: --ctx %ld exceeds the model's context "
+                "length %d (max_position_embeddings)\n", n_ctx, (int)max_pos);
+        rc = 2;
+        goto out;
+    }
     if (chat) {
         lb_context_params cp = lb_context_default_params();
         cp.n_ctx = (int32_t)n_ctx;
