@@ -28,6 +28,7 @@
 #include "core/internal.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 
 #define EX_JSON_MAX ((size_t)512 << 20)
@@ -83,6 +84,18 @@ lb_status ex_json_load(const char *dir, const char *name, size_t max,
     free(text);
     free(p);
     return s;
+}
+
+
+/* A JSON integer (hostile input: checked before the conversion, which is
+ * undefined for doubles outside int64_t): *out set, true; else false. */
+static bool json_int(const cJSON *j, int64_t *out) {
+    if (!cJSON_IsNumber(j)) return false;
+    const double d = j->valuedouble;
+    if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != floor(d))
+        return false;
+    *out = (int64_t)d;
+    return true;
 }
 
 static const cJSON *jget(const cJSON *o, const char *k) {
@@ -534,7 +547,8 @@ static void special_vocab(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
             if (!tce[typ].str) continue;
             const cJSON *a = added_by_content(tj, tce[typ].str);
             const cJSON *id = jget(a, "id");
-            if (cJSON_IsNumber(id)) sp_set_id(st, typ, (int64_t)id->valuedouble, n_vocab);
+            int64_t v;
+            if (json_int(id, &v)) sp_set_id(st, typ, v, n_vocab);
         }
     }
     if (cfg) {
@@ -546,8 +560,8 @@ static void special_vocab(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
             if (!id) id = jget(jget(cfg, "text_config"), k);
             /* Python isinstance(x, int): JSON integers (a list, e.g. several
              * eos ids, is skipped) */
-            if (cJSON_IsNumber(id) && id->valuedouble == (double)(int64_t)id->valuedouble)
-                sp_set_id(st, typ, (int64_t)id->valuedouble, n_vocab);
+            int64_t v;
+            if (json_int(id, &v)) sp_set_id(st, typ, v, n_vocab);
         }
     }
 }
