@@ -279,26 +279,27 @@ int cmd_run(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = (int32_t)n_ctx;
+    cp.n_threads = (int)threads;
+    if ((st = lb_context_create(model, &cp, &ctx)) != LB_OK) {
+        rc = cli_fail(cmd, st);
+        goto out;
+    }
+    lb_generate_params gp = lb_generate_default_params();
+    /* a chat reply runs to EOS (or the context) unless -n is given */
+    gp.n_predict = chat && !n_set ? -1 : (int32_t)n_predict;
+    gp.ignore_eos = ignore_eos;
+    gp.sampling.temperature = (float)temp;
+    gp.sampling.top_k = (int32_t)top_k;
+    gp.sampling.top_p = (float)top_p;
+    gp.sampling.min_p = (float)min_p;
+    gp.sampling.repeat_penalty = (float)rep;
+    gp.sampling.penalty_last_n = (int32_t)last_n;
+    gp.sampling.presence_penalty = (float)pres;
+    gp.sampling.frequency_penalty = (float)freq;
+    gp.sampling.seed = (uint64_t)seed;
     if (chat) {
-        lb_context_params cp = lb_context_default_params();
-        cp.n_ctx = (int32_t)n_ctx;
-        cp.n_threads = (int)threads;
-        if ((st = lb_context_create(model, &cp, &ctx)) != LB_OK) {
-            rc = cli_fail(cmd, st);
-            goto out;
-        }
-        lb_generate_params gp = lb_generate_default_params();
-        gp.n_predict = n_set ? (int32_t)n_predict : -1;
-        gp.ignore_eos = ignore_eos;
-        gp.sampling.temperature = (float)temp;
-        gp.sampling.top_k = (int32_t)top_k;
-        gp.sampling.top_p = (float)top_p;
-        gp.sampling.min_p = (float)min_p;
-        gp.sampling.repeat_penalty = (float)rep;
-        gp.sampling.penalty_last_n = (int32_t)last_n;
-        gp.sampling.presence_penalty = (float)pres;
-        gp.sampling.frequency_penalty = (float)freq;
-        gp.sampling.seed = (uint64_t)seed;
         rc = run_chat(ctx, tok, &gp, stops, n_stops, system_msg);
         goto out;
     }
@@ -311,26 +312,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lowbit run: the prompt encodes to no tokens\n");
         goto out;
     }
-    lb_context_params cp = lb_context_default_params();
-    cp.n_ctx = (int32_t)n_ctx;
-    cp.n_threads = (int)threads;
-    if ((st = lb_context_create(model, &cp, &ctx)) != LB_OK) {
-        rc = cli_fail(cmd, st);
-        goto out;
-    }
     run_stream rs = {stream && !g_cli.json};
-    lb_generate_params gp = lb_generate_default_params();
-    gp.n_predict = (int32_t)n_predict;
-    gp.ignore_eos = ignore_eos;
-    gp.sampling.temperature = (float)temp;
-    gp.sampling.top_k = (int32_t)top_k;
-    gp.sampling.top_p = (float)top_p;
-    gp.sampling.min_p = (float)min_p;
-    gp.sampling.repeat_penalty = (float)rep;
-    gp.sampling.penalty_last_n = (int32_t)last_n;
-    gp.sampling.presence_penalty = (float)pres;
-    gp.sampling.frequency_penalty = (float)freq;
-    gp.sampling.seed = (uint64_t)seed;
     gp.stop = stops;
     gp.n_stop = n_stops;
     gp.detok = (lb_detok){detok, tok};
