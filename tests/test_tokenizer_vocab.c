@@ -786,12 +786,53 @@ static void test_clean_spaces(void) {
     }
 }
 
+/* A CONTROL token that is the tail byte of "\xC3\xA9" (a hostile vocabulary
+ * that fuzz_tokenizer_gguf found) cuts the character in two: the stray
+ * lead byte goes to the BPE regexes as U+FFFD (llama.cpp's
+ * unicode_cpts_from_utf8), not as invalid UTF-8 (undefined behaviour in
+ * PCRE2, a heap over-read where its JIT is unavailable). */
+static void test_special_splits_utf8(void) {
+    /* byte-level text of U+FFFD (EF BF BD) is "\xC3\xAF\xC2\xBF\xC2\xBD" */
+    const char *toks[] = {"a", "\xA9", "\xC3\xAF", "\xC2\xBF", "\xC2\xBD", "\xC3\x83"};
+    int32_t types[] = {LB_TOKEN_TYPE_NORMAL, LB_TOKEN_TYPE_CONTROL, LB_TOKEN_TYPE_NORMAL,
+                       LB_TOKEN_TYPE_NORMAL, LB_TOKEN_TYPE_NORMAL, LB_TOKEN_TYPE_NORMAL};
+    const char *merges[] = {"x y"};
+    lb_vocab_desc d;
+    lb_vocab_desc_init(&d);
+    d.model = "gpt2";
+    d.pre = "qwen2";
+    d.tokens = toks;
+    d.n_tokens = 6;
+    d.token_types = types;
+    d.merges = merges;
+    d.n_merges = 1;
+    lb_tokenizer *tok = NULL;
+    TH_CHECK_OK(lb_tokenizer_from_vocab(&d, &tok));
+    if (!tok) return;
+    static const char text[] = "a\xC3\xA9" "a";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    TH_CHECK_OK(lb_tokenizer_encode_ex(tok, text, sizeof text - 1, 0, &ids, NULL, &n));
+    const int32_t want[] = {0, 2, 3, 4, 1, 0}; /* a, U+FFFD as 3 byte tokens, "\xA9", a */
+    TH_CHECK(n == 6 && ids && same_ids(ids, n, want, 6));
+    free(ids);
+    /* without special-token parsing the character stays whole: "\xC3\x83" +
+     * the byte-level char of 0xA9 (itself, not in this vocabulary: dropped) */
+    TH_CHECK_OK(lb_tokenizer_encode_ex(tok, text, sizeof text - 1, LB_TOK_PLAIN_SPECIAL, &ids,
+                                       NULL, &n));
+    const int32_t want2[] = {0, 5, 0};
+    TH_CHECK(n == 3 && ids && same_ids(ids, n, want2, 3));
+    free(ids);
+    lb_tokenizer_free(tok);
+}
+
 int main(void) {
     TH_RUN(test_spm_tinystories_gguf);
     TH_RUN(test_spm_mistral_model);
     TH_RUN(test_bpe_qwen2_vocab);
     TH_RUN(test_bpe_llama3_vocab);
     TH_RUN(test_clean_spaces);
+    TH_RUN(test_special_splits_utf8);
     TH_RUN(test_load_gguf);
     TH_RUN(test_bad_gguf);
     return th_report();

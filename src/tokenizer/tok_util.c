@@ -445,6 +445,12 @@ void tok_spans_free(tok_spans *sp) {
 
 lb_status tok_regex_find_all(const tok_regex *re, const char *s, size_t n,
                              tok_spans *out) {
+    /* PCRE2_NO_UTF_CHECK below: an invalid subject is undefined behaviour
+     * in PCRE2 (its interpreter reads past the end), so it is checked here
+     * once; callers pass text that is already valid. */
+    if (!tok_utf8_valid(s, n))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "tokenizer: regex subject of %zu bytes is not valid UTF-8", n);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
     if (!md) return lb_set_error(LB_ERR_NOMEM, "tokenizer: regex match data");
     size_t pos = 0;

@@ -316,8 +316,13 @@ static lb_status tok_llama_bpe_fragment(const lb_tokenizer *tok, const char *s,
     pcs->n = 0;
     pcs->text.n = 0;
     if (n == 0) return LB_OK;
-    if (!tok_buf_put(&pcs->text, s, n) || !tok_pieces_push(pcs, 0, n, true))
-        return tok_nomem();
+    /* A special token made of part of a UTF-8 sequence (a hostile or odd
+     * vocabulary) can cut a character in two: as llama.cpp's
+     * unicode_cpts_from_utf8, the stray bytes become U+FFFD before the
+     * regexes run (which need valid UTF-8). */
+    bool ok = tok_utf8_valid(s, n) ? tok_buf_put(&pcs->text, s, n)
+                                   : tok_utf8_lossy(&pcs->text, s, n);
+    if (!ok || !tok_pieces_push(pcs, 0, pcs->text.n, true)) return tok_nomem();
     for (size_t r = 0; r < tok->n_llama_re; r++) {
         lb_status st = tok_split_pieces(pcs, &tok->llama_re[r], NULL, 0,
                                         TOK_SPLIT_ISOLATED, false);
