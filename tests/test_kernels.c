@@ -1,7 +1,7 @@
 /* Kernels: every variant the running CPU supports against the scalar
  * reference, with the cases of tests/kernel_cases.h (exact and realistic
  * data on awkward sizes, tile invariance, activation quantizers byte for
- * byte, lb_matmul against a float64 oracle with 1/2/3 threads), plus
+ * byte, Q4_0/Q8_0 SIMD variants bit-identical to AVX2, lb_matmul against a float64 oracle with 1/2/3 threads), plus
  * lb_matmul's error paths and the LB_FORCE_REF / LB_KERNELS switches.
  * Prints which variants were tested and which cannot run on this CPU (the
  * AVX-512/VNNI/AMX kernels also run, on emulated intrinsics, in
@@ -18,6 +18,15 @@ static int n_compared[LB_KV_COUNT];
 static void test_variants_vs_ref(void) {
     for (int v = 1; v < LB_KV_COUNT; v++)
         if (lb_kernels_usable(v)) n_compared[v] += kc_check_table(lb_kernels_table(v));
+}
+
+static void test_simd_same_bits(void) {
+    const int64_t ins[] = {32, 96, 32 * 300}, toks[] = {1, 4, 15, 16, 17, 64, 65, 130};
+    for (int v = LB_KV_AVX2 + 1; v < LB_KV_COUNT; v++)
+        if (lb_kernels_usable(v))
+            fprintf(stderr, "  %s: %d products bit-identical to avx2 (Q4_0, Q8_0)\n",
+                    lb_kernels_table(v)->name,
+                    kc_same_bits_as_avx2(lb_kernels_table(v), ins, 3, toks, 8));
 }
 
 static void test_qact_edges(void) {
@@ -81,6 +90,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cpu: %s\nlb_matmul uses: %s\n", lb_cpu_describe(feats, sizeof feats),
             lb_kernels_variant());
     TH_RUN(test_variants_vs_ref);
+    TH_RUN(test_simd_same_bits);
     TH_RUN(test_qact_edges);
     TH_RUN(test_matmul_oracle_and_threads);
     TH_RUN(test_matmul_errors);

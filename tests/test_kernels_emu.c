@@ -1,4 +1,4 @@
-/* AVX-512 / AVX-512 VNNI / AMX-INT8 kernels on any AVX2 machine, through
+/* AVX-512 VNNI / AMX-INT8 kernels on any AVX2 machine, through
  * emulated intrinsics (tests/emu/emu_avx512.h, emu_amx.c; the kernel files
  * are compiled a second time with -DLB_EMULATE_SIMD, see CMakeLists.txt).
  *
@@ -9,15 +9,15 @@
  *    emulator's fault checks (tile use without a configuration in the
  *    thread, after release, bad shapes or config; misaligned aligned loads)
  *    in child processes.
- * 2. The emulated avx512, avx512_vnni and amx tables (each built like
- *    matmul.c's: a copy of the table below it plus the ISA's fill function)
- *    with every case of tests/kernel_cases.h, as test_kernels runs them on
- *    real variants.
- * 3. lb_matmul with the emulated AMX table against the reference, bit for
- *    bit (the AMX kernels claim it), on >= 16 tokens with token and row
- *    tails and odd row counts, 1/2/3 threads; every tile configuration
- *    loaded is released, and worker threads configure their own tiles (the
- *    emulation faults otherwise).
+ * 2. The emulated avx512_vnni and amx tables (each built like matmul.c's:
+ *    a copy of the table below it plus the ISA's fill function) with every
+ *    case of tests/kernel_cases.h, as test_kernels runs them on real
+ *    variants.
+ * 3. lb_matmul with the emulated VNNI and AMX tables against the AVX2
+ *    kernels, bit for bit (the kernels claim it), on 1..70 tokens with token
+ *    and row tails and odd row counts, 1/2/3 threads; every tile
+ *    configuration loaded is released, and worker threads configure their
+ *    own tiles (the emulation faults otherwise).
  * 4. Where the CPU really has AVX-512/VNNI/AMX: emulated and real kernels
  *    give the same bytes (the emulation checked against hardware).
  * Needs AVX2+FMA+F16C (the real AVX2 intrinsics run); skipped (77) without.
@@ -143,6 +143,42 @@ static void test_emu_int_vs_avx2(void) {
                                          "madd_epi16", "mask_sub_epi8", "maskz_mov_epi8",
                                          "movepi8_mask", "set1_epi8/epi16, setzero_si512"};
     for (int i = 0; i < 9; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+}
+
+/* The intrinsics of the VNNI kernel's repack and sums: add/and/xor/srli/
+ * set1_epi32 against AVX2 on each half, the dword gather against memcpy. */
+static void test_emu_int32_ops(void) {
+    int bad[6] = {0};
+    uint8_t mem[4096];
+    rnd_bytes(mem, sizeof mem);
+    for (int it = 0; it < ITERS; it++) {
+        const __m512i a = rnd_m512i(), b = rnd_m512i();
+        const unsigned sh = rng_u32() % 40;
+        const int c32 = (int)rng_u32();
+        const __m512i add = _mm512_add_epi32(a, b), and = _mm512_and_si512(a, b);
+        const __m512i xr = _mm512_xor_si512(a, b), sr = _mm512_srli_epi32(a, sh);
+        const __m512i s32 = _mm512_set1_epi32(c32);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ah = half_i(&a, h), bh = half_i(&b, h);
+            bad[0] += !eq_half_i(&add, h, _mm256_add_epi32(ah, bh));
+            bad[1] += !eq_half_i(&and, h, _mm256_and_si256(ah, bh));
+            bad[2] += !eq_half_i(&xr, h, _mm256_xor_si256(ah, bh));
+            bad[3] += !eq_half_i(&sr, h, _mm256_srl_epi32(ah, _mm_cvtsi32_si128((int)sh)));
+            bad[4] += !eq_half_i(&s32, h, _mm256_set1_epi32(c32));
+        }
+        __m512i idx;
+        for (int j = 0; j < 16; j++) idx.i32[j] = rng_int(0, 1000);
+        const int scale = 1 << (rng_u32() % 3);
+        const __m512i g = _mm512_i32gather_epi32(idx, mem + 8, scale);
+        for (int j = 0; j < 16; j++) {
+            uint32_t want;
+            memcpy(&want, mem + 8 + (size_t)idx.i32[j] * (size_t)scale, 4);
+            bad[5] += g.u32[j] != want;
+        }
+    }
+    static const char *const names[6] = {"add_epi32", "and_si512", "xor_si512", "srli_epi32",
+                                         "set1_epi32", "i32gather_epi32"};
+    for (int i = 0; i < 6; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
 }
 
 /* vpdpbusd: src + sum of 4 zero-extended(a) x sign-extended(b) products,
@@ -420,18 +456,15 @@ static void test_emu_faults(void) {
 /* ---------------------------------------------------------------------- */
 /* 2. The emulated tables with the kernel cases                            */
 
-enum { E_AVX512, E_VNNI, E_AMX, E_COUNT };
+enum { E_VNNI, E_AMX, E_COUNT };
 static lb_kernel_table g_emu[E_COUNT];
-static const int g_real_v[E_COUNT] = {LB_KV_AVX512, LB_KV_AVX512_VNNI, LB_KV_AMX};
+static const int g_real_v[E_COUNT] = {LB_KV_AVX512_VNNI, LB_KV_AMX};
 static int n_cases[E_COUNT];
 
 /* As matmul.c's init_tables: each table is the one below it plus the
  * ISA's fill function (here the emulated build's). */
 static void build_emu_tables(void) {
-    g_emu[E_AVX512] = *lb_kernels_table(LB_KV_AVX2);
-    g_emu[E_AVX512].name = "avx512(emu)";
-    lb_kernels_fill_avx512_emu(&g_emu[E_AVX512]);
-    g_emu[E_VNNI] = g_emu[E_AVX512];
+    g_emu[E_VNNI] = *lb_kernels_table(LB_KV_AVX2); /* the avx512 table adds nothing */
     g_emu[E_VNNI].name = "avx512_vnni(emu)";
     lb_kernels_fill_avx512_vnni_emu(&g_emu[E_VNNI]);
     g_emu[E_AMX] = g_emu[E_VNNI];
@@ -449,7 +482,6 @@ static void test_emu_tables_wired(void) {
                          lb_type_name(wt));
             TH_CHECK_INT(g_emu[e].w[wt].mm_batch != NULL, e == E_AMX);
         }
-    TH_CHECK(g_emu[E_VNNI].w[LB_TYPE_Q4_0].mm != g_emu[E_AVX512].w[LB_TYPE_Q4_0].mm);
     TH_CHECK_INT(g_emu[E_AMX].w[LB_TYPE_Q4_0].batch_min, 16);
 }
 
@@ -466,17 +498,18 @@ static void test_emu_matmul_oracle_and_threads(void) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* 3. lb_matmul through the emulated AMX path, bit for bit vs reference    */
+/* 3. lb_matmul through the emulated VNNI and AMX paths, bit for bit vs AVX2 */
 
-static void test_emu_amx_matmul(void) {
+static void test_emu_matmul_vs_avx2(void) {
     lb_pool *pools[3] = {NULL, lb_pool_create(2), lb_pool_create(3)};
     TH_CHECK(pools[1] && pools[2]);
-    const lb_kernel_table *ref = lb_kernels_table(LB_KV_REF);
+    const lb_kernel_table *avx2 = lb_kernels_table(LB_KV_AVX2);
     const int64_t ins[] = {32, 96, 544}, outs[] = {1, 5, 16, 17, 33, 67, 130};
-    const int64_t toks[] = {15, 16, 17, 31, 32, 33, 47, 70};
+    const int64_t toks[] = {1, 3, 15, 16, 17, 31, 33, 70};
     long cfg0, rel0, cfg1, rel1;
     lb_emu_tile_counts(&cfg0, &rel0);
     int bad = 0, runs = 0;
+    for (int e = 0; e < E_COUNT; e++)
     for (int k = 0; k < 2; k++) {
         const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
         for (size_t ii = 0; ii < LB_ARRAY_LEN(ins); ii++)
@@ -491,8 +524,8 @@ static void test_emu_amx_matmul(void) {
                     float *x = malloc(sizeof(float) * (size_t)(in * nt));
                     /* every other shape: block sums near their maximum (all
                      * codes of a row extreme and of one sign, activations
-                     * positive), where (isum * dw) * da and isum * (dw * da)
-                     * round differently; otherwise random data */
+                     * positive), where a different float order rounds
+                     * differently; otherwise random data */
                     const int big = (ii + io + it) % 2;
                     for (int64_t i = 0; i < in * nt; i++) x[i] = big ? rng_f(1.5f, 2) : rng_f(-2, 2);
                     for (int64_t o = 0; big && o < out; o++) {
@@ -504,21 +537,18 @@ static void test_emu_amx_matmul(void) {
                                                : (neg ? 0x00 : 0xFF);
                         }
                     }
-                    lb_tensor W = {"w_amx", wt, 2, {out, in}, w, rb * (size_t)out};
+                    lb_tensor W = {"w_emu", wt, 2, {out, in}, w, rb * (size_t)out};
                     float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
                     float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
-                    TH_CHECK_OK(lb_matmul_table(ref, NULL, &W, x, y0, nt));
+                    TH_CHECK_OK(lb_matmul_table(avx2, NULL, &W, x, y0, nt));
                     for (int p = 0; p < 3; p++) {
                         memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
-                        TH_CHECK_OK(lb_matmul_table(&g_emu[E_AMX], pools[p], &W, x, y1, nt));
-                        /* AMX (nt >= 16) is bit-exact; nt < 16 runs avx512_vnni:
-                         * same within the kernel-case tolerance, not checked here */
-                        if (nt >= 16 &&
-                            memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
+                        TH_CHECK_OK(lb_matmul_table(&g_emu[e], pools[p], &W, x, y1, nt));
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
                             if (bad < 5)
-                                fprintf(stderr, "  amx(emu) %s in=%lld out=%lld nt=%lld threads=%d differs from ref\n",
-                                        lb_type_name(wt), (long long)in, (long long)out,
-                                        (long long)nt, p + 1);
+                                fprintf(stderr, "  %s %s in=%lld out=%lld nt=%lld threads=%d differs from avx2\n",
+                                        g_emu[e].name, lb_type_name(wt), (long long)in,
+                                        (long long)out, (long long)nt, p + 1);
                             bad++;
                         }
                         th_n_checks++;
@@ -528,8 +558,11 @@ static void test_emu_amx_matmul(void) {
                     free(w), free(x), free(y0), free(y1);
                 }
     }
+    /* more than 256 blocks per row: the K-chunk boundary */
+    const int64_t big_in[] = {32 * 300}, big_toks[] = {16, 33};
+    for (int e = 0; e < E_COUNT; e++) kc_same_bits_as_avx2(&g_emu[e], big_in, 1, big_toks, 2);
     lb_emu_tile_counts(&cfg1, &rel1);
-    TH_CHECK_MSG(bad == 0, "%d of %d AMX lb_matmul runs differ from the reference", bad, runs);
+    TH_CHECK_MSG(bad == 0, "%d of %d emulated lb_matmul runs differ from avx2", bad, runs);
     TH_CHECK_MSG(cfg1 - cfg0 > 0, "the AMX path never ran");
     TH_CHECK_MSG(cfg1 - cfg0 == rel1 - rel0, "%ld tile configurations loaded, %ld released",
                  cfg1 - cfg0, rel1 - rel0);
@@ -584,6 +617,7 @@ int main(int argc, char **argv) {
     char feats[256];
     fprintf(stderr, "cpu: %s\n", lb_cpu_describe(feats, sizeof feats));
     TH_RUN(test_emu_int_vs_avx2);
+    TH_RUN(test_emu_int32_ops);
     TH_RUN(test_emu_dpbusd_vs_scalar);
     TH_RUN(test_emu_float_vs_avx2);
     TH_RUN(test_emu_reduce_add);
@@ -595,7 +629,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_emu_kernel_cases);
     TH_RUN(test_emu_qact_edges);
     TH_RUN(test_emu_matmul_oracle_and_threads);
-    TH_RUN(test_emu_amx_matmul);
+    TH_RUN(test_emu_matmul_vs_avx2);
     TH_RUN(test_emu_vs_hardware);
     for (int e = 0; e < E_COUNT; e++)
         fprintf(stderr, "variant %-17s tested: %d kernel cases vs ref + oracle + threads\n",

@@ -10,10 +10,11 @@
  *   activation rows with their row stride) . B (the 16 weight rows' block b
  *   repacked to the VNNI layout B[k/4][4n + k%4], signed codes);
  *   then, in f32 with AVX-512, for each token t and row n:
- *     Q4_0: acc += ((float)C * dw) * da    (ggml's generic order)
- *     Q8_0: acc += (float)C * (dw * da)
- * so each output equals the scalar reference bit for bit. Tokens and rows
- * beyond nt/nr are zero padding (their results are not stored).
+ *     acc = fma(dw * da, (float)C, acc)
+ * block by block in chunks of 256 blocks, y = acc (first chunk) or y + acc,
+ * so each output equals the AVX2 kernel's bit for bit (kernels_internal.h).
+ * Tokens and rows beyond nt/nr are zero padding (their results are not
+ * stored).
  */
 #include "kernels_internal.h"
 #include "core/internal.h"
@@ -79,11 +80,10 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
     int8_t apad[16][32] __attribute__((aligned(64)));
     int32_t C[16][16] __attribute__((aligned(64)));
     if (!B || !dw) {
-        /* out of memory: the scalar reference computes the same bits */
+        /* out of memory: the AVX2 kernel computes the same bits */
         free(B), free(dw);
         _tile_release();
-        const lb_kernel_table *kt = lb_kernels_table(LB_KV_REF);
-        kt->w[q4 ? LB_TYPE_Q4_0 : LB_TYPE_Q8_0].mm(n, vw, ws, nr, va, as, nt, y, ldy);
+        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, vw, ws, nr, va, as, nt, y, ldy);
         return;
     }
     for (int64_t r0 = 0; r0 < nr; r0 += 16) {
@@ -92,8 +92,10 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
         for (int64_t t0 = 0; t0 < nt; t0 += 16) {
             const int tn = (int)LB_MIN(16, nt - t0);
             __m512 acc[16];
+            for (int64_t kb0 = 0; kb0 < nb; kb0 += 256) {
+            const int64_t kb1 = LB_MIN(nb, kb0 + 256);
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b = 0; b < nb; b++) {
+            for (int64_t b = kb0; b < kb1; b++) {
                 const uint8_t *ab = a + (size_t)t0 * as + (size_t)b * 34;
                 _tile_zero(0);
                 if (tn == 16) {
@@ -110,15 +112,16 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
                 for (int t = 0; t < tn; t++) {
                     const __m512 da = _mm512_set1_ps(h2f(ab + (size_t)t * as));
                     const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(C[t]));
-                    if (q4) /* ((float)isum * dw) * da */
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(c, dwv), da));
-                    else    /* (float)isum * (dw * da) */
-                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(c, _mm512_mul_ps(dwv, da)));
+                    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, da), c, acc[t]);
                 }
             }
-            const __mmask16 m = (__mmask16)((1u << rn) - 1u);
-            for (int t = 0; t < tn; t++)
-                _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + (size_t)r0, m, acc[t]);
+            for (int t = 0; t < tn; t++) {
+                float part[16];
+                _mm512_mask_storeu_ps(part, 0xFFFF, acc[t]);
+                float *yt = y + (size_t)(t0 + t) * ldy + (size_t)r0;
+                for (int k = 0; k < rn; k++) yt[k] = kb0 ? yt[k] + part[k] : part[k];
+            }
+            }
         }
     }
     _tile_release();

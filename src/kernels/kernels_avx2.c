@@ -348,8 +348,8 @@ LB_AI void q4_tok8(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a,
     for (int t = 0; t < 8; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
 }
 
-static void mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                         size_t as, int64_t nt, float *y, size_t ldy) {
+void lb_mm_q4_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
     int32_t cv[8 * Q4_KB];
@@ -496,8 +496,8 @@ LB_AI void q8_tok4(int64_t kb0, int64_t kbn, const uint8_t *w, const uint8_t *a,
     for (int t = 0; t < 4; t++) y[(size_t)t * ldy] = kb0 ? y[(size_t)t * ldy] + r[t] : r[t];
 }
 
-static void mm_q8_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                         size_t as, int64_t nt, float *y, size_t ldy) {
+void lb_mm_q8_0_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
     float adv[4 * Q8_KB];
@@ -963,11 +963,11 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->qact[LB_TYPE_Q8_1] = lb_quantize_q8_1_avx2;
     kt->qact[LB_TYPE_Q8_K] = lb_quantize_q8_K_avx2;
 #define SETW(T, A, F) kt->w[T] = (lb_wkernel){A, F, NULL, 0, #F, NULL}
-    SETW(LB_TYPE_Q4_0, LB_TYPE_Q8_0, mm_q4_0_avx2);
+    kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, lb_mm_q4_0_avx2, NULL, 0, "mm_q4_0_avx2", NULL};
     SETW(LB_TYPE_Q4_1, LB_TYPE_Q8_1, mm_q4_1_avx2);
     SETW(LB_TYPE_Q5_0, LB_TYPE_Q8_0, mm_q5_0_avx2);
     SETW(LB_TYPE_Q5_1, LB_TYPE_Q8_1, mm_q5_1_avx2);
-    SETW(LB_TYPE_Q8_0, LB_TYPE_Q8_0, mm_q8_0_avx2);
+    kt->w[LB_TYPE_Q8_0] = (lb_wkernel){LB_TYPE_Q8_0, lb_mm_q8_0_avx2, NULL, 0, "mm_q8_0_avx2", NULL};
     SETW(LB_TYPE_Q2_K, LB_TYPE_Q8_K, mm_q2_K_avx2);
     SETW(LB_TYPE_Q3_K, LB_TYPE_Q8_K, mm_q3_K_avx2);
     SETW(LB_TYPE_Q4_K, LB_TYPE_Q8_K, mm_q4_K_avx2);

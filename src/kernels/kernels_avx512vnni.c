@@ -1,13 +1,194 @@
 /*
- * AVX-512 VNNI kernels for Q4_0 and Q8_0 weights (vpdpbusd); the scheme is
- * described in kernels_avx512.c. Compiled with -mavx512vnni (file suffix
- * _avx512vnni.c); called only when lb_cpu_get() reports AVX512_VNNI.
+ * AVX-512 VNNI kernels for Q4_0 and Q8_0 weights against Q8_0 activations
+ * (prefill; compiled with -mavx512f/bw/vl/dq -mavx512vnni, called only when
+ * lb_cpu_get() reports AVX512_VNNI). Fewer than LB_VNNI_MIN_TOKENS tokens
+ * (decode) run the AVX2 kernels, which are bandwidth-bound there.
+ *
+ * Every output is bit-identical to the AVX2 kernel's (kernels_avx2.c), so a
+ * model gives the same logits on AVX2, AVX-512 and AMX machines: per output,
+ * blocks in chunks of 256 (Q4_KB / Q8_KB there),
+ *   part = 0; for each block b of the chunk:
+ *       part = fma(dw_b * da_b, (float)isum_b, part)      (dw * da exact)
+ *   y = first chunk ? part : y + part,
+ * with isum_b the exact integer dot product of the block's codes (Q4_0: the
+ * codes minus 8).
+ *
+ * Layout: 16 weight rows in the 16 int32 lanes. For each block, the 16 rows'
+ * codes are repacked (gathered) once per call into 8 vectors, vector k lane n
+ * = bytes 4k..4k+3 of row n, as unsigned bytes: Q4_0 the codes q (0..15),
+ * Q8_0 w + 128. One vpdpbusd against the token's activation dword k
+ * broadcast to all lanes (signed) adds 4 products to each of the 16 rows, so
+ * 8 vpdpbusd give 16 exact block sums with no horizontal reduction:
+ *   isum = sum u * a - c * sum a,   c = 8 (Q4_0: u = q) or 128 (Q8_0: u = w + 128),
+ * sum a computed once per (token, block) and shared by all rows. Products
+ * u * a fit vpdpbusd's int32 lanes (|u * a| <= 255 * 127 per byte).
+ * The 16 results of a token are then scaled with one FMA and are the 16
+ * contiguous outputs y[t * ldy + r0 .. r0 + 15].
  */
-#define LB_DPBUSD(acc, a, b) _mm512_dpbusd_epi32(acc, a, b)
-#include "kernels_avx512_body.h"
+#include "kernels_internal.h"
+#include "core/internal.h"
 
-MM512(mm_q4_0_avx512_vnni, W_Q4_0, 1)
-MM512(mm_q8_0_avx512_vnni, W_Q8_0, 1)
+#include <immintrin.h>
+#ifdef LB_EMULATE_SIMD /* test build: portable AVX-512/AMX (tests/emu/) */
+#include "emu_avx512.h"
+#endif
+
+#define KB 256 /* blocks per K-chunk (y is accumulated between chunks)       */
+#define SB 32  /* blocks per repacked sub-chunk                              */
+#define TT 64  /* tokens per pass                                            */
+#define RG 64  /* rows per pass (4 lane groups; accumulators on the stack)   */
+
+static inline float h2f(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* sum of the 32 int8 of an activation block (codes at ap + 2) */
+static inline int32_t q8_sum(const uint8_t *ap) {
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(ap + 2)),
+                                       _mm256_set1_epi8((char)0x80)); /* a + 128 */
+    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+typedef struct {
+    __m512i k[8]; /* lane n of k[j]: bytes 4j..4j+3 of row n, unsigned */
+} wblock;
+
+/* Repack blocks [b0, b0 + sn) of rows r0.. r0 + 15 (lanes of rows >= rn
+ * read row 0 again: their outputs are never stored). */
+static void repack(int q4, const uint8_t *w, size_t ws, int rn, int64_t b0, int sn,
+                   wblock *W, float (*dw)[16]) {
+    const int wb = q4 ? 18 : 34;
+    int32_t idx[16] __attribute__((aligned(64)));
+    for (int n = 0; n < 16; n++) idx[n] = (int32_t)((size_t)(n < rn ? n : 0) * ws);
+    const __m512i vidx = _mm512_load_si512(idx);
+    for (int i = 0; i < sn; i++) {
+        const uint8_t *blk = w + (size_t)(b0 + i) * (size_t)wb;
+        for (int n = 0; n < 16; n++) dw[i][n] = h2f(blk + (size_t)idx[n]);
+        if (q4) {
+            /* dword j of the packed nibbles: low nibbles = elements 4j..4j+3,
+             * high nibbles = elements 16+4j.. */
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_i32gather_epi32(vidx, blk + 2 + 4 * j, 1);
+                W[i].k[j] = _mm512_and_si512(v, m4);
+                W[i].k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            }
+        } else {
+            const __m512i x80 = _mm512_set1_epi8((char)0x80);
+            for (int j = 0; j < 8; j++)
+                W[i].k[j] = _mm512_xor_si512(_mm512_i32gather_epi32(vidx, blk + 2 + 4 * j, 1), x80);
+        }
+    }
+}
+
+#define BCAST(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
+
+/* isum of 16 rows x one token's block (the correction c * sum a subtracted) */
+static inline __m512i block16(const wblock *W, const uint8_t *ap, int32_t corr) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    s0 = _mm512_dpbusd_epi32(s0, W->k[0], BCAST(ap, 0));
+    s1 = _mm512_dpbusd_epi32(s1, W->k[1], BCAST(ap, 1));
+    s0 = _mm512_dpbusd_epi32(s0, W->k[2], BCAST(ap, 2));
+    s1 = _mm512_dpbusd_epi32(s1, W->k[3], BCAST(ap, 3));
+    s0 = _mm512_dpbusd_epi32(s0, W->k[4], BCAST(ap, 4));
+    s1 = _mm512_dpbusd_epi32(s1, W->k[5], BCAST(ap, 5));
+    s0 = _mm512_dpbusd_epi32(s0, W->k[6], BCAST(ap, 6));
+    s1 = _mm512_dpbusd_epi32(s1, W->k[7], BCAST(ap, 7));
+    return _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(corr));
+}
+
+static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                    size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32;
+    const int32_t c = q4 ? 8 : 128;
+    wblock W[SB];
+    float dw[SB][16] __attribute__((aligned(64)));
+    int32_t corr[TT][SB];
+    float da[TT][SB];
+    float acc_buf[RG / 16][TT][16] __attribute__((aligned(64)));
+    for (int64_t t0 = 0; t0 < nt; t0 += TT) {
+        const int tn = (int)LB_MIN(TT, nt - t0);
+        const uint8_t *at = a + (size_t)t0 * as;
+        for (int64_t R0 = 0; R0 < nr; R0 += RG) {
+            const int ng = (int)((LB_MIN(RG, nr - R0) + 15) / 16);
+            for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+                const int kbn = (int)LB_MIN(KB, nb - kb0);
+                for (int s0 = 0; s0 < kbn; s0 += SB) {
+                    const int sn = LB_MIN(SB, kbn - s0);
+                    const int64_t b0 = kb0 + s0;
+                    for (int t = 0; t < tn; t++)
+                        for (int i = 0; i < sn; i++) {
+                            const uint8_t *ap = at + (size_t)t * as + (size_t)(b0 + i) * 34;
+                            corr[t][i] = c * q8_sum(ap);
+                            da[t][i] = h2f(ap);
+                        }
+                    for (int g = 0; g < ng; g++) {
+                        const int64_t r0 = R0 + 16 * g;
+                        const int rn = (int)LB_MIN(16, nr - r0);
+                        repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw);
+                        int t = 0;
+                        for (; t + 4 <= tn; t += 4) {
+                            __m512 acc[4];
+                            for (int u = 0; u < 4; u++)
+                                acc[u] = s0 ? _mm512_load_ps(acc_buf[g][t + u]) : _mm512_setzero_ps();
+                            for (int i = 0; i < sn; i++) {
+                                const __m512 dwv = _mm512_load_ps(dw[i]);
+                                for (int u = 0; u < 4; u++) {
+                                    const uint8_t *ap =
+                                        at + (size_t)(t + u) * as + (size_t)(b0 + i) * 34;
+                                    const __m512i s = block16(&W[i], ap, corr[t + u][i]);
+                                    acc[u] = _mm512_fmadd_ps(
+                                        _mm512_mul_ps(dwv, _mm512_set1_ps(da[t + u][i])),
+                                        _mm512_cvtepi32_ps(s), acc[u]);
+                                }
+                            }
+                            for (int u = 0; u < 4; u++)
+                                _mm512_mask_storeu_ps(acc_buf[g][t + u], 0xFFFF, acc[u]);
+                        }
+                        for (; t < tn; t++) {
+                            __m512 acc = s0 ? _mm512_load_ps(acc_buf[g][t]) : _mm512_setzero_ps();
+                            for (int i = 0; i < sn; i++) {
+                                const uint8_t *ap = at + (size_t)t * as + (size_t)(b0 + i) * 34;
+                                const __m512i s = block16(&W[i], ap, corr[t][i]);
+                                acc = _mm512_fmadd_ps(
+                                    _mm512_mul_ps(_mm512_load_ps(dw[i]), _mm512_set1_ps(da[t][i])),
+                                    _mm512_cvtepi32_ps(s), acc);
+                            }
+                            _mm512_mask_storeu_ps(acc_buf[g][t], 0xFFFF, acc);
+                        }
+                    }
+                }
+                /* end of a K-chunk: y = part (first chunk) or y + part */
+                for (int g = 0; g < ng; g++) {
+                    const int64_t r0 = R0 + 16 * g;
+                    const int rn = (int)LB_MIN(16, nr - r0);
+                    for (int t = 0; t < tn; t++) {
+                        float *yt = y + (size_t)(t0 + t) * ldy + (size_t)r0;
+                        for (int k = 0; k < rn; k++)
+                            yt[k] = kb0 ? yt[k] + acc_buf[g][t][k] : acc_buf[g][t][k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                size_t as, int64_t nt, float *y, size_t ldy) {
+    if (nt < LB_VNNI_MIN_TOKENS) lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
+static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                size_t as, int64_t nt, float *y, size_t ldy) {
+    if (nt < LB_VNNI_MIN_TOKENS) lb_mm_q8_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_vnni(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
 
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q4_0_avx512_vnni, NULL, 0,

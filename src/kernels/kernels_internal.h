@@ -186,6 +186,15 @@ void lb_quantize_q8_0_avx2(const float *x, void *y, int64_t n);
 void lb_quantize_q8_1_avx2(const float *x, void *y, int64_t n);
 void lb_quantize_q8_K_avx2(const float *x, void *y, int64_t n);
 void lb_kernels_fill_avx2(lb_kernel_table *kt);
+/* The AVX2 Q4_0 / Q8_0 tile kernels (lb_mm_fn). Their per-output arithmetic
+ * is the one every SIMD variant of these two types reproduces bit for bit
+ * (avx512_vnni, amx): exact integer block sums; blocks in chunks of 256,
+ * part = fma(dw * da, (float)isum, part) block by block from 0, and
+ * y = part for the first chunk, y + part for the others. */
+void lb_mm_q4_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                     size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                     size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 
 /* LB_KSYM(name): exported name of a function defined in kernels_avx512.c or
@@ -199,8 +208,12 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 #define LB_KSYM(name) name
 #endif
 
-/* ---- AVX-512 F/BW/VL/DQ (+VNNI) (kernels_avx512.c) ---------------------- */
-void LB_KSYM(lb_kernels_fill_avx512)(lb_kernel_table *kt);
+/* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */
+/* The avx512 (F/BW/VL/DQ, no VNNI) table keeps the AVX2 kernels: without
+ * vpdpbusd the u8 x s8 products would go through vpmaddubsw, which saturates.
+ * The VNNI kernels run tiles of at least LB_VNNI_MIN_TOKENS tokens and hand
+ * smaller ones (decode) to the AVX2 kernels. */
+#define LB_VNNI_MIN_TOKENS 16
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * emu_avx512.h — portable C emulation of the AVX-512 (F/BW/VL/DQ), AVX-512
- * VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512.c and
+ * VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512vnni.c and
  * kernels_amx.c use, so the same kernel source runs (in tests only) on a CPU
  * without those instructions. Test code: never part of the library.
  *
@@ -54,6 +54,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -177,6 +178,41 @@ LB_EMU_FN lb_emu_m512i lb_emu_mm512_sub_epi8(lb_emu_m512i a, lb_emu_m512i b) {
 LB_EMU_FN lb_emu_m512i lb_emu_mm512_sub_epi32(lb_emu_m512i a, lb_emu_m512i b) {
     lb_emu_m512i r;
     for (int i = 0; i < 16; i++) r.u32[i] = a.u32[i] - b.u32[i];
+    return r;
+}
+/* vpbroadcastd */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_set1_epi32(int a) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = (uint32_t)a;
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_add_epi32(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = a.u32[i] + b.u32[i];
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_and_si512(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 8; i++) r.u64[i] = a.u64[i] & b.u64[i];
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_xor_si512(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 8; i++) r.u64[i] = a.u64[i] ^ b.u64[i];
+    return r;
+}
+/* vpsrld by an immediate (>= 32 gives 0) */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_srli_epi32(lb_emu_m512i a, unsigned int n) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = n > 31 ? 0 : a.u32[i] >> n;
+    return r;
+}
+/* vpgatherdd: lane i = the dword at base + idx[i] * scale (sign-extended
+ * 32-bit index; unaligned reads are fine). */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_i32gather_epi32(lb_emu_m512i idx, void const *base, int scale) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++)
+        memcpy(&r.u32[i], (const char *)base + (ptrdiff_t)idx.i32[i] * scale, 4);
     return r;
 }
 /* vpabsb: |a| as an unsigned byte (|-128| = 0x80). */
@@ -331,6 +367,18 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_sub_epi8 lb_emu_mm512_sub_epi8
 #undef _mm512_sub_epi32
 #define _mm512_sub_epi32 lb_emu_mm512_sub_epi32
+#undef _mm512_set1_epi32
+#define _mm512_set1_epi32 lb_emu_mm512_set1_epi32
+#undef _mm512_add_epi32
+#define _mm512_add_epi32 lb_emu_mm512_add_epi32
+#undef _mm512_and_si512
+#define _mm512_and_si512 lb_emu_mm512_and_si512
+#undef _mm512_xor_si512
+#define _mm512_xor_si512 lb_emu_mm512_xor_si512
+#undef _mm512_srli_epi32
+#define _mm512_srli_epi32 lb_emu_mm512_srli_epi32
+#undef _mm512_i32gather_epi32
+#define _mm512_i32gather_epi32 lb_emu_mm512_i32gather_epi32
 #undef _mm512_abs_epi8
 #define _mm512_abs_epi8 lb_emu_mm512_abs_epi8
 #undef _mm512_mask_sub_epi8
