@@ -268,6 +268,31 @@ static void test_files(void) {
     TH_CHECK_FAILS(lb_read_file(path, 4, &data, &n), LB_ERR_RANGE);
     TH_CHECK_FAILS(lb_map_file("/nonexistent/x", &mf), LB_ERR_IO);
     TH_CHECK(strstr(lb_last_error(), "/nonexistent/x") != NULL);
+    TH_CHECK_FAILS(lb_map_file_ex("/nonexistent/x", LB_MAP_COPY, &mf), LB_ERR_IO);
+    /* LB_MAP_COPY: the same bytes, in a 2 MiB-aligned private copy; a 3 MiB
+     * file (more than one huge page, a partial last page) and an empty one */
+    {
+        char *big = lb_path_join(dir, "copy.bin");
+        const size_t bn = (size_t)3 << 20 | 123;
+        uint8_t *want = malloc(bn);
+        for (size_t i = 0; i < bn; i++) want[i] = (uint8_t)(i * 2654435761u >> 13);
+        TH_CHECK_OK(lb_atomic_open(big, &af));
+        TH_CHECK_OK(lb_atomic_write(&af, want, bn));
+        TH_CHECK_OK(lb_atomic_commit(&af));
+        TH_CHECK_OK(lb_map_file_ex(big, LB_MAP_COPY, &mf));
+        TH_CHECK_INT(mf.size, bn);
+        TH_CHECK(mf.data && ((uintptr_t)mf.data & (((uintptr_t)2 << 20) - 1)) == 0);
+        TH_CHECK(mf.data && memcmp(mf.data, want, bn) == 0);
+        lb_unmap_file(&mf);
+        TH_CHECK_OK(lb_atomic_open(big, &af));
+        TH_CHECK_OK(lb_atomic_commit(&af));
+        TH_CHECK_OK(lb_map_file_ex(big, LB_MAP_COPY, &mf));
+        TH_CHECK(mf.size == 0 && mf.data == NULL);
+        lb_unmap_file(&mf);
+        unlink(big);
+        free(big);
+        free(want);
+    }
     free(tmp);
     unlink(path);
     free(path);

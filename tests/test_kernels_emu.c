@@ -148,7 +148,7 @@ static void test_emu_int_vs_avx2(void) {
 /* The intrinsics of the VNNI kernel's repack and sums: add/and/xor/srli/
  * set1_epi32 against AVX2 on each half, the dword gather against memcpy. */
 static void test_emu_int32_ops(void) {
-    int bad[6] = {0};
+    int bad[7] = {0};
     uint8_t mem[4096];
     rnd_bytes(mem, sizeof mem);
     for (int it = 0; it < ITERS; it++) {
@@ -158,6 +158,8 @@ static void test_emu_int32_ops(void) {
         const __m512i add = _mm512_add_epi32(a, b), and = _mm512_and_si512(a, b);
         const __m512i xr = _mm512_xor_si512(a, b), sr = _mm512_srli_epi32(a, sh);
         const __m512i s32 = _mm512_set1_epi32(c32);
+        const __m512i ul32 = _mm512_unpacklo_epi32(a, b), uh32 = _mm512_unpackhi_epi32(a, b);
+        const __m512i ul64 = _mm512_unpacklo_epi64(a, b), uh64 = _mm512_unpackhi_epi64(a, b);
         for (int h = 0; h < 2; h++) {
             const __m256i ah = half_i(&a, h), bh = half_i(&b, h);
             bad[0] += !eq_half_i(&add, h, _mm256_add_epi32(ah, bh));
@@ -165,6 +167,10 @@ static void test_emu_int32_ops(void) {
             bad[2] += !eq_half_i(&xr, h, _mm256_xor_si256(ah, bh));
             bad[3] += !eq_half_i(&sr, h, _mm256_srl_epi32(ah, _mm_cvtsi32_si128((int)sh)));
             bad[4] += !eq_half_i(&s32, h, _mm256_set1_epi32(c32));
+            bad[6] += !eq_half_i(&ul32, h, _mm256_unpacklo_epi32(ah, bh)) ||
+                      !eq_half_i(&uh32, h, _mm256_unpackhi_epi32(ah, bh)) ||
+                      !eq_half_i(&ul64, h, _mm256_unpacklo_epi64(ah, bh)) ||
+                      !eq_half_i(&uh64, h, _mm256_unpackhi_epi64(ah, bh));
         }
         __m512i idx;
         for (int j = 0; j < 16; j++) idx.i32[j] = rng_int(0, 1000);
@@ -176,9 +182,9 @@ static void test_emu_int32_ops(void) {
             bad[5] += g.u32[j] != want;
         }
     }
-    static const char *const names[6] = {"add_epi32", "and_si512", "xor_si512", "srli_epi32",
-                                         "set1_epi32", "i32gather_epi32"};
-    for (int i = 0; i < 6; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+    static const char *const names[7] = {"add_epi32", "and_si512", "xor_si512", "srli_epi32",
+                                         "set1_epi32", "i32gather_epi32", "unpack{lo,hi}_epi{32,64}"};
+    for (int i = 0; i < 7; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
 }
 
 /* vpdpbusd: src + sum of 4 zero-extended(a) x sign-extended(b) products,

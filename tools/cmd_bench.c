@@ -1,6 +1,6 @@
 /*
  * lowbit bench MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]
- *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--json]
+ *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--mmap] [--json]
  *
  * Prefill and decode speed as llama-bench (llama.cpp 0.7.0
  * tools/llama-bench/llama-bench.cpp) measures them:
@@ -17,6 +17,8 @@
  * tokens long (llama-bench's n_ctx = n_depth + n_prompt + n_gen); the KV
  * cache is f16 by default, as llama-bench's type_k/type_v. Threads are
  * pinned to distinct CPUs unless --no-pin (lb_context_params.pin_threads).
+ * A GGUF file is read into memory on huge pages (lb_model_load_opts
+ * .mmap_weights false) unless --mmap.
  */
 #include "cli.h"
 
@@ -47,6 +49,8 @@ static void usage(FILE *fp) {
             "                        (default 512)\n"
             "      --kv-type TYPE    KV cache element type: f16 (default) or f32\n"
             "      --no-pin          do not pin the threads to distinct CPUs\n"
+            "      --mmap            map a GGUF file instead of reading it into\n"
+            "                        memory (huge pages)\n"
             "global: --json (one JSON object), --quiet\n");
 }
 
@@ -124,6 +128,7 @@ int cmd_bench(int argc, char **argv) {
     long p = 512, n = 128, depth = 0, threads = 0, reps = 5, n_batch = 512;
     lb_type kv_type = LB_TYPE_F16;
     bool pin = true;
+    lb_model_load_opts lo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -157,6 +162,8 @@ int cmd_bench(int argc, char **argv) {
             else return cli_usage_error(cmd, "--kv-type: f16 or f32, got '%s'", v);
         } else if (!strcmp(a, "--no-pin")) {
             pin = false;
+        } else if (!strcmp(a, "--mmap")) {
+            lo.mmap_weights = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!path) {
@@ -177,7 +184,7 @@ int cmd_bench(int argc, char **argv) {
     int n_tests = 0;
     memset(tests, 0, sizeof tests);
     int rc = 1;
-    lb_status st = lb_model_load(path, NULL, &m);
+    lb_status st = lb_model_load(path, &lo, &m);
     if (st != LB_OK) return cli_fail(cmd, st);
     const int32_t V = m->config.vocab_size;
     if (depth + p + n > m->config.max_position_embeddings) {

@@ -25,6 +25,19 @@ typedef struct lb_mapped_file {
 
 /* Map `path` read-only (MAP_PRIVATE). Errors: LB_ERR_IO naming the path. */
 lb_status lb_map_file(const char *path, lb_mapped_file *out);
+
+/* lb_map_file flags */
+#define LB_MAP_COPY 1u /* read the file into anonymous memory instead       */
+
+/* lb_map_file with flags. LB_MAP_COPY: the file is read (pread) into an
+ * anonymous mapping aligned to 2 MiB and advised MADV_HUGEPAGE, then made
+ * read-only, so large weight tensors sit on transparent huge pages where
+ * the kernel allows them (fewer TLB misses when decode streams every
+ * weight once per token; the resident size is the file's, as a fully
+ * touched mapping's would be). If that memory cannot be had, the file is
+ * mapped as by lb_map_file. Errors: LB_ERR_IO naming the path (also for a
+ * short read). */
+lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out);
 /* Unmap and free; safe on a zeroed struct. */
 void lb_unmap_file(lb_mapped_file *mf);
 

@@ -181,6 +181,9 @@ typedef struct lb_gguf lb_gguf;
  * LB_ERR_OVERFLOW (size arithmetic), LB_ERR_NOMEM.
  * On success *out owns the mapping; free it with lb_gguf_close. */
 lb_status lb_gguf_open(const char *path, lb_gguf **out);
+/* lb_gguf_open with lb_map_file_ex flags (LB_MAP_COPY: the file read into
+ * huge-page-advised memory, lowbit/file.h). */
+lb_status lb_gguf_open_ex(const char *path, unsigned map_flags, lb_gguf **out);
 
 /* Parse a GGUF image already in memory (same checks as lb_gguf_open). The
  * buffer is NOT copied: it must stay valid and unchanged until

@@ -10,7 +10,51 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The file's bytes in a 2 MiB-aligned anonymous mapping advised for huge
+ * pages, read-only afterwards; NULL (errno set) on failure. */
+static void *copy_to_anon(int fd, size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    if (size > SIZE_MAX - huge) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint8_t *raw = mmap(NULL, size + huge, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t len = (size + page - 1) / page * page;
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (raw + size + huge > p + len) munmap(p + len, (size_t)(raw + size + huge - (p + len)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* advice: refused is fine */
+#endif
+    size_t off = 0;
+    while (off < size) {
+        ssize_t r = pread(fd, p + off, size - off, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO; /* r == 0: the file shrank */
+            munmap(p, len);
+            errno = e;
+            return NULL;
+        }
+        off += (size_t)r;
+    }
+    if (mprotect(p, len, PROT_READ) != 0) {
+        int e = errno;
+        munmap(p, len);
+        errno = e;
+        return NULL;
+    }
+    return p;
+}
+
 lb_status lb_map_file(const char *path, lb_mapped_file *out) {
+    return lb_map_file_ex(path, 0, out);
+}
+
+lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out) {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -23,7 +67,15 @@ lb_status lb_map_file(const char *path, lb_mapped_file *out) {
     }
     size_t size = (size_t)st.st_size;
     void *p = NULL;
-    if (size > 0) {
+    if (size > 0 && (flags & LB_MAP_COPY)) {
+        p = copy_to_anon(fd, size);
+        if (!p && errno != ENOMEM) {
+            int e = errno;
+            close(fd);
+            return lb_set_error(LB_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+        }
+    }
+    if (size > 0 && !p) {
         p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;

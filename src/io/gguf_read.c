@@ -559,12 +559,16 @@ lb_status lb_gguf_open_memory(const void *data, size_t size, const char *name,
 }
 
 lb_status lb_gguf_open(const char *path, lb_gguf **out) {
+    return lb_gguf_open_ex(path, 0, out);
+}
+
+lb_status lb_gguf_open_ex(const char *path, unsigned map_flags, lb_gguf **out) {
     if (!out || !path)
         return lb_set_error(LB_ERR_INVALID_ARG, "lb_gguf_open: NULL argument");
     *out = NULL;
     lb_gguf *g = calloc(1, sizeof *g);
     if (!g) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
-    lb_status st = lb_map_file(path, &g->mf);
+    lb_status st = lb_map_file_ex(path, map_flags, &g->mf);
     if (st != LB_OK) {
         free(g);
         return st;

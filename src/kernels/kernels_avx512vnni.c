@@ -1,8 +1,10 @@
 /*
  * AVX-512 VNNI kernels for Q4_0 and Q8_0 weights against Q8_0 activations
- * (prefill; compiled with -mavx512f/bw/vl/dq -mavx512vnni, called only when
- * lb_cpu_get() reports AVX512_VNNI). Fewer than LB_VNNI_MIN_TOKENS tokens
- * (decode) run the AVX2 kernels, which are bandwidth-bound there.
+ * (compiled with -mavx512f/bw/vl/dq -mavx512vnni, called only when
+ * lb_cpu_get() reports AVX512_VNNI). Tiles of at least LB_VNNI_MIN_TOKENS
+ * tokens (prefill) use the repacked layout below; Q4_0 decode (1-3 tokens)
+ * has its own kernel (gemv_q4_0); the rest (Q8_0 decode, 4-15 tokens) runs
+ * the AVX2 kernels.
  *
  * Every output is bit-identical to the AVX2 kernel's (kernels_avx2.c), so a
  * model gives the same logits on AVX2, AVX-512 and AMX machines: per output,
@@ -37,6 +39,7 @@
 #define SB 32  /* blocks per repacked sub-chunk                              */
 #define TT 64  /* tokens per pass                                            */
 #define RG 64  /* rows per pass (4 lane groups; accumulators on the stack)   */
+#define PFD 12 /* Q4_0 decode: prefetch distance in blocks (216 bytes)    */
 
 static inline float h2f(const void *p) {
     uint16_t h;
@@ -178,10 +181,123 @@ static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, co
     }
 }
 
+/* The fp16 words at base + idx[k] (k < 8), as 8 halves for vcvtph2ps. */
+static inline __m128i f16_gather8(const uint8_t *base, __m256i idx) {
+    const __m256i g = _mm256_i32gather_epi32((const int *)(const void *)base, idx, 1);
+    const __m256i lo16 = _mm256_shuffle_epi8(
+        g, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5,
+                            8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(lo16, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* 4 rows' 16 nibble bytes of one block in the four 128-bit lanes */
+static inline __m512i q4_rows4(const uint8_t *blk, size_t ws) {
+    const __m256i lo = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2))),
+        _mm_loadu_si128((const __m128i *)(blk + ws + 2)), 1);
+    const __m256i hi = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2 * ws + 2))),
+        _mm_loadu_si128((const __m128i *)(blk + 3 * ws + 2)), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* 4 int32 partial sums of q * a for each of 4 rows (one per 128-bit lane) */
+static inline __m512i q4_dot4(const uint8_t *blk, size_t ws, __m512i m4, __m512i alo,
+                              __m512i ahi) {
+    const __m512i v = q4_rows4(blk, ws);
+    const __m512i lo = _mm512_and_si512(v, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo), hi, ahi);
+}
+
+/* Q4_0 decode: one token, 16 rows per pass. Rows 4j..4j+3 of a block go to
+ * the 128-bit lanes of one register; low nibbles (elements 0..15) meet the
+ * activation's first 16 bytes and high nibbles its last 16, both broadcast
+ * to every lane, so each lane holds 4 int32 partial sums of its row. A 4x4
+ * transpose-add of the four registers leaves the 16 exact block sums in
+ * the order element 4L + m = row 4m + L; scales are loaded in that order
+ * and the outputs put back at the end of each K-chunk. Rows beyond a
+ * multiple of 16 run the AVX2 kernel (same bits). */
+static void gemv_q4_0(int64_t n, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *a,
+                      float *y) {
+    const int64_t nb = n / 32, nr16 = nr / 16 * 16;
+    int32_t corr[KB];
+    float da[KB];
+    float part[16] __attribute__((aligned(64)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* byte offsets of the scales of rows 4m + L for elements e = 4L + m */
+    int32_t off[16];
+    for (int e = 0; e < 16; e++) off[e] = (int32_t)((size_t)(4 * (e % 4) + e / 4) * ws);
+    const __m256i sidx0 = _mm256_loadu_si256((const __m256i *)off);
+    const __m256i sidx1 = _mm256_loadu_si256((const __m256i *)(off + 8));
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int i = 0; i < kbn; i++) {
+            corr[i] = 8 * q8_sum(a + (size_t)(kb0 + i) * 34);
+            da[i] = h2f(a + (size_t)(kb0 + i) * 34);
+        }
+        for (int64_t r0 = 0; r0 < nr16; r0 += 16) {
+            /* software prefetch PFD blocks ahead in the 16 rows, and near
+             * the end of the chunk the next 16 rows' first blocks: the
+             * weights stream from memory once per token, and 16 row
+             * streams are more than the hardware prefetchers follow
+             * (decode of a 1B-shape Q4_0 was 2.5x slower without) */
+            const uint8_t *pf = r0 + 16 < nr ? w + (size_t)(r0 + 16) * ws : NULL;
+            const int pfn = (int)LB_MIN(16, nr - r0 - 16);
+            __m512 acc = _mm512_setzero_ps();
+            for (int i = 0; i < kbn; i++) {
+                const int64_t b = kb0 + i;
+                const uint8_t *ap = a + (size_t)b * 34;
+                const uint8_t *blk = w + (size_t)r0 * ws + (size_t)b * 18;
+                if (i % 3 == 0) { /* every 54 bytes: no line skipped */
+                    if (i + PFD < kbn)
+                        for (int r = 0; r < 16; r++)
+                            _mm_prefetch((const char *)(blk + (size_t)r * ws + PFD * 18), _MM_HINT_T0);
+                    else if (pf)
+                        for (int r = 0; r < pfn; r++)
+                            _mm_prefetch((const char *)(pf + (size_t)r * ws + (size_t)(b + PFD - kbn) * 18), _MM_HINT_T0);
+                }
+                const __m256i a0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ap + 2)));
+                const __m256i a1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ap + 18)));
+                const __m512i alo = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a0, 1);
+                const __m512i ahi = _mm512_inserti64x4(_mm512_castsi256_si512(a1), a1, 1);
+                const __m512i s0 = q4_dot4(blk, ws, m4, alo, ahi);
+                const __m512i s1 = q4_dot4(blk + 4 * ws, ws, m4, alo, ahi);
+                const __m512i s2 = q4_dot4(blk + 8 * ws, ws, m4, alo, ahi);
+                const __m512i s3 = q4_dot4(blk + 12 * ws, ws, m4, alo, ahi);
+                const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1),
+                                                    _mm512_unpackhi_epi32(s0, s1));
+                const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s2, s3),
+                                                    _mm512_unpackhi_epi32(s2, s3));
+                const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1),
+                                                   _mm512_unpackhi_epi64(t0, t1));
+                const __m512 dwv = _mm512_insertf32x8(
+                    _mm512_castps256_ps512(_mm256_cvtph_ps(f16_gather8(blk, sidx0))),
+                    _mm256_cvtph_ps(f16_gather8(blk, sidx1)), 1);
+                acc = _mm512_fmadd_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[i])),
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(corr[i]))),
+                                      acc);
+            }
+            _mm512_mask_storeu_ps(part, 0xFFFF, acc);
+            for (int e = 0; e < 16; e++) {
+                float *yr = y + r0 + 4 * (e % 4) + e / 4;
+                *yr = kb0 ? *yr + part[e] : part[e];
+            }
+        }
+    }
+    if (nr16 < nr) lb_mm_q4_0_avx2(n, w + (size_t)nr16 * ws, ws, nr - nr16, a, 0, 1, y + nr16, 0);
+}
+
 static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                 size_t as, int64_t nt, float *y, size_t ldy) {
-    if (nt < LB_VNNI_MIN_TOKENS) lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
-    else mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
+    if (nt >= LB_VNNI_MIN_TOKENS) {
+        mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
+    } else if (nt < 4) {
+        for (int64_t t = 0; t < nt; t++)
+            gemv_q4_0(n, w, ws, nr, (const uint8_t *)a + (size_t)t * as, y + (size_t)t * ldy);
+    } else {
+        lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
+    }
 }
 
 static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,

@@ -211,8 +211,9 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 /* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */
 /* The avx512 (F/BW/VL/DQ, no VNNI) table keeps the AVX2 kernels: without
  * vpdpbusd the u8 x s8 products would go through vpmaddubsw, which saturates.
- * The VNNI kernels run tiles of at least LB_VNNI_MIN_TOKENS tokens and hand
- * smaller ones (decode) to the AVX2 kernels. */
+ * The VNNI kernels repack weights for tiles of at least LB_VNNI_MIN_TOKENS
+ * tokens; Q4_0 decode (1-3 tokens) has its own kernel; other small tiles
+ * run the AVX2 kernels. */
 #define LB_VNNI_MIN_TOKENS 16
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 

@@ -19,6 +19,7 @@
  * checked against them by the builder before any use.
  */
 #include "model/model_internal.h"
+#include "lowbit/file.h"
 #include "lowbit/gguf.h"
 #include "lowbit/kernels.h"
 #include "lowbit/quants.h"
@@ -407,7 +408,7 @@ lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
                              lb_model **out) {
     *out = NULL;
     lb_gguf *g = NULL;
-    LB_TRY(lb_gguf_open(path, &g));
+    LB_TRY(lb_gguf_open_ex(path, opts && opts->mmap_weights ? 0 : LB_MAP_COPY, &g));
     return lb_model_load_gguf_reader(g, true, opts, out);
 }
 

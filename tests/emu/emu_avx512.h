@@ -215,6 +215,28 @@ LB_EMU_FN lb_emu_m512i lb_emu_mm512_i32gather_epi32(lb_emu_m512i idx, void const
         memcpy(&r.u32[i], (const char *)base + (ptrdiff_t)idx.i32[i] * scale, 4);
     return r;
 }
+/* vpunpck{l,h}{dq,qdq}: per 128-bit lane, interleave the low (high) halves */
+LB_EMU_FN lb_emu_m512i lb_emu_unpack32(lb_emu_m512i a, lb_emu_m512i b, int hi) {
+    lb_emu_m512i r;
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < 2; i++) {
+            r.u32[4 * l + 2 * i] = a.u32[4 * l + 2 * hi + i];
+            r.u32[4 * l + 2 * i + 1] = b.u32[4 * l + 2 * hi + i];
+        }
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_unpack64(lb_emu_m512i a, lb_emu_m512i b, int hi) {
+    lb_emu_m512i r;
+    for (int l = 0; l < 4; l++) {
+        r.u64[2 * l] = a.u64[2 * l + hi];
+        r.u64[2 * l + 1] = b.u64[2 * l + hi];
+    }
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_unpacklo_epi32(lb_emu_m512i a, lb_emu_m512i b) { return lb_emu_unpack32(a, b, 0); }
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_unpackhi_epi32(lb_emu_m512i a, lb_emu_m512i b) { return lb_emu_unpack32(a, b, 1); }
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_unpacklo_epi64(lb_emu_m512i a, lb_emu_m512i b) { return lb_emu_unpack64(a, b, 0); }
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_unpackhi_epi64(lb_emu_m512i a, lb_emu_m512i b) { return lb_emu_unpack64(a, b, 1); }
 /* vpabsb: |a| as an unsigned byte (|-128| = 0x80). */
 LB_EMU_FN lb_emu_m512i lb_emu_mm512_abs_epi8(lb_emu_m512i a) {
     lb_emu_m512i r;
@@ -379,6 +401,14 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_srli_epi32 lb_emu_mm512_srli_epi32
 #undef _mm512_i32gather_epi32
 #define _mm512_i32gather_epi32 lb_emu_mm512_i32gather_epi32
+#undef _mm512_unpacklo_epi32
+#define _mm512_unpacklo_epi32 lb_emu_mm512_unpacklo_epi32
+#undef _mm512_unpackhi_epi32
+#define _mm512_unpackhi_epi32 lb_emu_mm512_unpackhi_epi32
+#undef _mm512_unpacklo_epi64
+#define _mm512_unpacklo_epi64 lb_emu_mm512_unpacklo_epi64
+#undef _mm512_unpackhi_epi64
+#define _mm512_unpackhi_epi64 lb_emu_mm512_unpackhi_epi64
 #undef _mm512_abs_epi8
 #define _mm512_abs_epi8 lb_emu_mm512_abs_epi8
 #undef _mm512_mask_sub_epi8
