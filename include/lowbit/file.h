@@ -34,8 +34,9 @@ lb_status lb_map_file(const char *path, lb_mapped_file *out);
  * read-only, so large weight tensors sit on transparent huge pages where
  * the kernel allows them (fewer TLB misses when decode streams every
  * weight once per token; the resident size is the file's, as a fully
- * touched mapping's would be). If that memory cannot be had, the file is
- * mapped as by lb_map_file. Errors: LB_ERR_IO naming the path (also for a
+ * touched mapping's would be). If that memory cannot be had, or the file
+ * is larger than half the machine's physical memory, the file is mapped as
+ * by lb_map_file. Errors: LB_ERR_IO naming the path (also for a
  * short read). */
 lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out);
 /* Unmap and free; safe on a zeroed struct. */

@@ -14,7 +14,11 @@
  * pages, read-only afterwards; NULL (errno set) on failure. */
 static void *copy_to_anon(int fd, size_t size) {
     const size_t huge = (size_t)2 << 20;
-    if (size > SIZE_MAX - huge) {
+    /* a file that would take more than half the machine's memory stays
+     * mapped (pages the kernel can drop and re-read) */
+    const long phys = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (size > SIZE_MAX - huge ||
+        (phys > 0 && psz > 0 && size > (size_t)phys / 2 * (size_t)psz)) {
         errno = ENOMEM;
         return NULL;
     }
