@@ -602,12 +602,17 @@ static void test_emu_vs_hardware(void) {
                 lb_mm_fn fe = batch ? g_emu[e].w[wt].mm_batch : g_emu[e].w[wt].mm;
                 lb_mm_fn fr = batch ? real->w[wt].mm_batch : real->w[wt].mm;
                 if (!fe || !fr) continue;
-                fe(in, w, wrb, out, a, arb, nt, y0, (size_t)out);
-                fr(in, w, wrb, out, a, arb, nt, y1, (size_t)out);
-                TH_CHECK_MSG(memcmp(y0, y1, sizeof(float) * out * nt) == 0,
-                             "%s %s%s: emulated and real kernels differ", g_emu[e].name,
-                             lb_type_name(wt), batch ? " (batch)" : "");
-                compared++;
+                /* nt tokens (prefill tiles) and one token (decode) */
+                for (int one = 0; one < 2; one++) {
+                    const int64_t k_nt = one ? 1 : nt;
+                    fe(in, w, wrb, out, a, arb, k_nt, y0, (size_t)out);
+                    fr(in, w, wrb, out, a, arb, k_nt, y1, (size_t)out);
+                    TH_CHECK_MSG(memcmp(y0, y1, sizeof(float) * out * k_nt) == 0,
+                                 "%s %s%s nt=%lld: emulated and real kernels differ",
+                                 g_emu[e].name, lb_type_name(wt), batch ? " (batch)" : "",
+                                 (long long)k_nt);
+                    compared++;
+                }
             }
             free(w), free(a), free(x), free(y0), free(y1);
         }

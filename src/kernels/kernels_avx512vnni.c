@@ -288,9 +288,14 @@ static void gemv_q4_0(int64_t n, const uint8_t *w, size_t ws, int64_t nr, const 
     if (nr16 < nr) lb_mm_q4_0_avx2(n, w + (size_t)nr16 * ws, ws, nr - nr16, a, 0, 1, y + nr16, 0);
 }
 
+/* Row offsets of 16 rows are gathered with int32 indices. */
+#define WS_OK(ws) ((ws) <= (size_t)INT32_MAX / 16)
+
 static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                 size_t as, int64_t nt, float *y, size_t ldy) {
-    if (nt >= LB_VNNI_MIN_TOKENS) {
+    if (!WS_OK(ws)) {
+        lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
+    } else if (nt >= LB_VNNI_MIN_TOKENS) {
         mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
     } else if (nt < 4) {
         for (int64_t t = 0; t < nt; t++)
@@ -302,7 +307,7 @@ static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
 
 static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                 size_t as, int64_t nt, float *y, size_t ldy) {
-    if (nt < LB_VNNI_MIN_TOKENS) lb_mm_q8_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
+    if (nt < LB_VNNI_MIN_TOKENS || !WS_OK(ws)) lb_mm_q8_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
     else mm_vnni(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
