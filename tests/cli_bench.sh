@@ -2,8 +2,10 @@
 # cli_bench — `lowbit bench` on a small random-weight GGUF made by
 # bench/make_random_gguf (tiny llama shape, Q4_0): JSON fields and values
 # that follow from the file (type, size, parameter count, KV cache size for
-# n_ctx = p + n, test names, one sample per repetition, positive rates), the
-# text table, the f32 KV option, and usage / load errors (exit 2 / 1).
+# n_ctx = max(p, n) (+ depth), test names, one sample per repetition, positive rates), the
+# text table, the f32 KV option, --mmap, llama.cpp's Q4_0 files (type
+# name, default tests on a 512-token model), and usage / load errors
+# (exit 2 / 1).
 set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 : "${LB_BUILD_DIR:?set LB_BUILD_DIR to the build directory}"
@@ -17,6 +19,12 @@ trap 'rm -rf "$T"' EXIT
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 0 -r 1 -t 1 --kv-type f32 --json > "$T/f32.json"
 "$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 2 --no-pin > "$T/table.txt" 2>/dev/null
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -d 20 -r 1 --json > "$T/depth.json"
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -r 1 --mmap --json > "$T/mmap.json"
+# llama.cpp's files: a Q4_0 whose ffn_down stayed F16 is still "Q4_0"; the
+# default pp512 + tg128 fits a 512-token model (each test alone)
+shared=${LB_SHARED:-../shared}
+"$LOWBIT" bench "$shared/models/stories260K/stories260K-Q4_0.gguf" -p 8 -n 2 -r 1 --json > "$T/s260.json"
+"$LOWBIT" bench "$shared/models/tinystories-656k-gguf/ts656k-q4_0.gguf" -r 1 --json > "$T/ts512.json"
 fail=0
 for args in "" "$T/tiny.gguf -p -1" "$T/tiny.gguf --kv-type q4_0" "$T/tiny.gguf -p 0 -n 0" \
             "$T/tiny.gguf --bogus" "$T/tiny.gguf extra"; do
@@ -24,7 +32,7 @@ for args in "" "$T/tiny.gguf -p -1" "$T/tiny.gguf --kv-type q4_0" "$T/tiny.gguf 
     if "$LOWBIT" bench $args >/dev/null 2>&1; then rc=0; else rc=$?; fi
     [ "$rc" -eq 2 ] || { echo "FAIL: 'bench $args' exit $rc, want 2"; fail=1; }
 done
-for args in "$T/missing.gguf" "$T/tiny.gguf -p 4000" "$T/tiny.gguf -p 8 -n 8 -d 2040"; do
+for args in "$T/missing.gguf" "$T/tiny.gguf -p 4000" "$T/tiny.gguf -p 8 -n 9 -d 2040"; do
     # shellcheck disable=SC2086
     if "$LOWBIT" bench $args >/dev/null 2>"$T/err"; then rc=0; else rc=$?; fi
     [ "$rc" -eq 1 ] && [ -s "$T/err" ] || { echo "FAIL: 'bench $args' exit $rc, want 1 + message"; fail=1; }
@@ -43,7 +51,7 @@ want(j["model_type"] == "Q4_0", "model_type")
 norms = 64 + 2 * (64 + 64)  # F32; every matrix Q4_0 (18 bytes per 32)
 want(j["model_size"] == (params - norms) // 32 * 18 + norms * 4, f"model_size {j['model_size']}")
 want(j["arch"] == "llama" and j["kv_type"] == "F16" and j["n_threads"] == 2, "arch/kv/threads")
-want(j["n_ctx"] == 29 and j["kv_cache_bytes"] == 2 * 2 * 2 * 29 * 16 * 2, f"kv {j['kv_cache_bytes']}")
+want(j["n_ctx"] == 24 and j["kv_cache_bytes"] == 2 * 2 * 2 * 24 * 16 * 2, f"kv {j['kv_cache_bytes']}")
 want(j["peak_rss_bytes"] > 0 and j["kernels"] in ("ref", "avx2", "avx512", "avx512_vnni", "amx"), "rss/kernels")
 names = [t["name"] for t in j["tests"]]
 want(names == ["pp24", "tg5"], f"tests {names}")
@@ -59,7 +67,13 @@ want(k["kv_type"] == "F32" and k["n_threads"] == 1 and [t["name"] for t in k["te
 want(k["kv_cache_bytes"] == 2 * 2 * 2 * 8 * 16 * 4, "f32 kv bytes")
 dj = json.load(open(f"{T}/depth.json"))
 want([t["name"] for t in dj["tests"]] == ["pp8 @ d20", "tg3 @ d20"], f"depth names {dj['tests']}")
-want(all(t["n_depth"] == 20 for t in dj["tests"]) and dj["n_ctx"] == 31, "depth context")
+want(all(t["n_depth"] == 20 for t in dj["tests"]) and dj["n_ctx"] == 28, "depth context")
+mm = json.load(open(f"{T}/mmap.json"))
+want(mm["model_type"] == "Q4_0" and [t["name"] for t in mm["tests"]] == ["pp8", "tg3"], "--mmap run")
+s260 = json.load(open(f"{T}/s260.json"))
+want(s260["model_type"] == "Q4_0", f"stories260K-Q4_0 type {s260['model_type']}")
+ts = json.load(open(f"{T}/ts512.json"))
+want(ts["n_ctx"] == 512 and [t["name"] for t in ts["tests"]] == ["pp512", "tg128"], "ts656k defaults")
 table = open(f"{T}/table.txt").read()
 want("| tg3 |" in table and "Q4_0" in table and "pp" not in table.split("|---")[-1], "table")
 for b in bad:

@@ -269,6 +269,11 @@ static void test_files(void) {
     TH_CHECK_FAILS(lb_map_file("/nonexistent/x", &mf), LB_ERR_IO);
     TH_CHECK(strstr(lb_last_error(), "/nonexistent/x") != NULL);
     TH_CHECK_FAILS(lb_map_file_ex("/nonexistent/x", LB_MAP_COPY, &mf), LB_ERR_IO);
+    TH_CHECK_OK(lb_check_regular_file(path));
+    TH_CHECK_FAILS(lb_check_regular_file("/nonexistent/x"), LB_ERR_NOT_FOUND);
+    TH_CHECK_FAILS(lb_check_regular_file("/dev/null"), LB_ERR_IO);
+    TH_CHECK(strstr(lb_last_error(), "not a regular file") != NULL);
+    TH_CHECK_FAILS(lb_check_regular_file(dir), LB_ERR_IO);
     /* LB_MAP_COPY: the same bytes, in a 2 MiB-aligned private copy; a 3 MiB
      * file (more than one huge page, a partial last page) and an empty one */
     {

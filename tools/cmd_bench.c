@@ -13,8 +13,9 @@
  * repetition): the speed deep into a long context, "ppP @ dD".
  * One untimed warm-up of each test, then REPS timed repetitions, each on a
  * cleared KV cache; tokens/s reported as mean ± sample stddev over the
- * repetitions (llama-bench's avg_ts / stddev_ts). The context is D + P + N
- * tokens long (llama-bench's n_ctx = n_depth + n_prompt + n_gen); the KV
+ * repetitions (llama-bench's avg_ts / stddev_ts). The context is
+ * D + max(P, N) tokens long: llama-bench runs ppP and tgN as separate
+ * instances, each with n_ctx = n_depth + n_prompt + n_gen; the KV
  * cache is f16 by default, as llama-bench's type_k/type_v. Threads are
  * pinned to distinct CPUs unless --no-pin (lb_context_params.pin_threads).
  * A GGUF file is read into memory on huge pages (lb_model_load_opts
@@ -110,15 +111,21 @@ static lb_status fill_depth(lb_context *ctx, int depth, int n_batch,
 
 /* The type holding most bytes of the linear weights ("Q4_0"). */
 static const char *main_type(const lb_model *m) {
-    size_t by[LB_TYPE_COUNT_] = {0};
+    /* the type of most per-layer linears (ties: most bytes), so that a
+     * Q4_0 file whose ffn_down stayed F16 (rows not a multiple of 32) is
+     * called Q4_0, as its general.file_type says */
+    size_t count[LB_TYPE_COUNT_] = {0}, by[LB_TYPE_COUNT_] = {0};
     for (int l = 0; l < m->config.n_layers; l++)
         for (int i = 0; i < LB_LINEAR_COUNT; i++) {
             const lb_tensor *t = &m->layers[l].w[i];
-            if ((unsigned)t->type < LB_TYPE_COUNT_) by[t->type] += t->nbytes;
+            if ((unsigned)t->type < LB_TYPE_COUNT_ && t->data) {
+                count[t->type]++;
+                by[t->type] += t->nbytes;
+            }
         }
     int best = 0;
     for (int t = 1; t < LB_TYPE_COUNT_; t++)
-        if (by[t] > by[best]) best = t;
+        if (count[t] > count[best] || (count[t] == count[best] && by[t] > by[best])) best = t;
     return lb_type_name(best);
 }
 
@@ -187,14 +194,15 @@ int cmd_bench(int argc, char **argv) {
     lb_status st = lb_model_load(path, &lo, &m);
     if (st != LB_OK) return cli_fail(cmd, st);
     const int32_t V = m->config.vocab_size;
-    if (depth + p + n > m->config.max_position_embeddings) {
-        fprintf(stderr, "lowbit bench: -d %ld + -p %ld + -n %ld exceeds the "
-                "model's context length %d\n", depth, p, n,
+    const long longest = p > n ? p : n; /* each test starts from an empty cache */
+    if (depth + longest > m->config.max_position_embeddings) {
+        fprintf(stderr, "lowbit bench: -d %ld + %s %ld exceeds the model's context "
+                "length %d\n", depth, p > n ? "-p" : "-n", longest,
                 (int)m->config.max_position_embeddings);
         goto out;
     }
     lb_context_params cp = lb_context_default_params();
-    cp.n_ctx = (int32_t)(depth + p + n);
+    cp.n_ctx = (int32_t)(depth + longest);
     {
         long most = p > depth ? p : depth;
         cp.n_batch = (int32_t)(n_batch < most ? n_batch : (most > 0 ? most : 1));

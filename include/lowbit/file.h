@@ -48,6 +48,12 @@ void lb_unmap_file(lb_mapped_file *mf);
 lb_status lb_read_file(const char *path, size_t max_size, char **data_out,
                        size_t *size_out);
 
+/* LB_OK if `path` names a regular file (after symlinks); otherwise
+ * LB_ERR_NOT_FOUND (missing, "no such file or directory"), or LB_ERR_IO
+ * naming the reason (permission, "not a regular file" for devices, FIFOs,
+ * sockets). */
+lb_status lb_check_regular_file(const char *path);
+
 /* True if `path` names an existing regular file / directory. */
 bool lb_is_file(const char *path);
 bool lb_is_dir(const char *path);

@@ -167,6 +167,19 @@ bool lb_is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+lb_status lb_check_regular_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
+            return lb_set_error(LB_ERR_NOT_FOUND, "%s: no such file or directory", path);
+        return lb_set_error(LB_ERR_IO, "%s: cannot access: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode))
+        return lb_set_error(LB_ERR_IO, "%s: not a regular file", path);
+    return LB_OK;
+}
+
 bool lb_is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);

@@ -8,6 +8,7 @@
 #include "lowbit/safetensors.h"
 #include "core/internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -538,15 +539,13 @@ lb_status lb_model_load(const char *path, const lb_model_load_opts *opts,
                                 path);
         return lb_model_load_hf(path, opts, out);
     }
-    if (!lb_is_file(path))
-        return lb_set_error(LB_ERR_NOT_FOUND, "%s: no such file or directory",
-                            path);
+    LB_TRY(lb_check_regular_file(path));
     bool gguf_magic = false, gguf_ext = false;
     size_t n = strlen(path);
     if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) gguf_ext = true;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return lb_set_error(LB_ERR_IO, "%s: cannot open", path);
+        return lb_set_error(LB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char magic[4];
     if (fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0)
         gguf_magic = true;

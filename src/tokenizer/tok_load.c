@@ -7,6 +7,7 @@
 #include "lowbit/file.h"
 #include "lowbit/tokenizer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,10 +16,10 @@ lb_status lb_tokenizer_load(const char *path, lb_tokenizer **out) {
         return lb_set_error(LB_ERR_INVALID_ARG, "lb_tokenizer_load: NULL argument");
     *out = NULL;
     if (lb_is_dir(path)) return lb_tokenizer_load_hf(path, out);
-    if (!lb_is_file(path))
-        return lb_set_error(LB_ERR_NOT_FOUND, "%s: no such file or directory", path);
+    lb_status cs = lb_check_regular_file(path);
+    if (cs != LB_OK) return cs;
     FILE *f = fopen(path, "rb");
-    if (!f) return lb_set_error(LB_ERR_IO, "%s: cannot open", path);
+    if (!f) return lb_set_error(LB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char magic[4];
     bool gguf = fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
     fclose(f);
