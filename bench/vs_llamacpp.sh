@@ -21,7 +21,8 @@
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
 # of the means and of the bests; then peak RSS of `lowbit bench`
-# (/usr/bin/time -v) against file size + KV cache (f16, n_ctx = p + n).
+# (/usr/bin/time -v) against file size + KV cache (f16, as lowbit bench
+# reports it: n_ctx = depth + max(p, n)).
 # The machine is shared: absolute numbers are noisy, ratios measured in the
 # same run are what counts. Run from the project root (refenv.sh needs
 # ../shared and the current directory visible inside the chroot; DIR must be
