@@ -93,34 +93,34 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
             const int tn = (int)LB_MIN(16, nt - t0);
             __m512 acc[16];
             for (int64_t kb0 = 0; kb0 < nb; kb0 += 256) {
-            const int64_t kb1 = LB_MIN(nb, kb0 + 256);
-            for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
-            for (int64_t b = kb0; b < kb1; b++) {
-                const uint8_t *ab = a + (size_t)t0 * as + (size_t)b * 34;
-                _tile_zero(0);
-                if (tn == 16) {
-                    _tile_loadd(1, ab + 2, (long)as);
-                } else {
-                    memset(apad, 0, sizeof apad);
-                    for (int t = 0; t < tn; t++) memcpy(apad[t], ab + (size_t)t * as + 2, 32);
-                    _tile_loadd(1, apad, 32);
+                const int64_t kb1 = LB_MIN(nb, kb0 + 256);
+                for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+                for (int64_t b = kb0; b < kb1; b++) {
+                    const uint8_t *ab = a + (size_t)t0 * as + (size_t)b * 34;
+                    _tile_zero(0);
+                    if (tn == 16) {
+                        _tile_loadd(1, ab + 2, (long)as);
+                    } else {
+                        memset(apad, 0, sizeof apad);
+                        for (int t = 0; t < tn; t++) memcpy(apad[t], ab + (size_t)t * as + 2, 32);
+                        _tile_loadd(1, apad, 32);
+                    }
+                    _tile_loadd(2, B[b], 64);
+                    _tile_dpbssd(0, 1, 2);
+                    _tile_stored(0, C, 64);
+                    const __m512 dwv = _mm512_load_ps(dw + 16 * b);
+                    for (int t = 0; t < tn; t++) {
+                        const __m512 da = _mm512_set1_ps(h2f(ab + (size_t)t * as));
+                        const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(C[t]));
+                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, da), c, acc[t]);
+                    }
                 }
-                _tile_loadd(2, B[b], 64);
-                _tile_dpbssd(0, 1, 2);
-                _tile_stored(0, C, 64);
-                const __m512 dwv = _mm512_load_ps(dw + 16 * b);
                 for (int t = 0; t < tn; t++) {
-                    const __m512 da = _mm512_set1_ps(h2f(ab + (size_t)t * as));
-                    const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(C[t]));
-                    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, da), c, acc[t]);
+                    float part[16];
+                    _mm512_mask_storeu_ps(part, 0xFFFF, acc[t]);
+                    float *yt = y + (size_t)(t0 + t) * ldy + (size_t)r0;
+                    for (int k = 0; k < rn; k++) yt[k] = kb0 ? yt[k] + part[k] : part[k];
                 }
-            }
-            for (int t = 0; t < tn; t++) {
-                float part[16];
-                _mm512_mask_storeu_ps(part, 0xFFFF, acc[t]);
-                float *yt = y + (size_t)(t0 + t) * ldy + (size_t)r0;
-                for (int k = 0; k < rn; k++) yt[k] = kb0 ? yt[k] + part[k] : part[k];
-            }
             }
         }
     }

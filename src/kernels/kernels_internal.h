@@ -197,8 +197,8 @@ void lb_mm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void
                      size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 
-/* LB_KSYM(name): exported name of a function defined in kernels_avx512.c or
- * kernels_amx.c. Tests compile those two files a second time against
+/* LB_KSYM(name): exported name of a function defined in kernels_avx512vnni.c
+ * or kernels_amx.c. Tests compile those two files a second time against
  * emulated intrinsics (-DLB_EMULATE_SIMD, tests/emu/emu_avx512.h) so they
  * run on CPUs without AVX-512/AMX; that build's names get an _emu suffix so
  * both builds link into one test program. The library never defines it. */
