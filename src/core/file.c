@@ -26,7 +26,7 @@ static void *copy_to_anon(int fd, size_t size) {
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return NULL;
     uint8_t *p = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t page = psz > 0 ? (size_t)psz : 4096;
     const size_t len = (size + page - 1) / page * page;
     if (p > raw) munmap(raw, (size_t)(p - raw));
     if (raw + size + huge > p + len) munmap(p + len, (size_t)(raw + size + huge - (p + len)));

@@ -104,6 +104,29 @@ static inline __m512i block16(const wblock *W, const uint8_t *ap, int32_t corr) 
     return _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(corr));
 }
 
+/* U tokens (activation rows at, at + as, ...) x the 16 rows of W over
+ * blocks [b0, b0 + sn): acc[u] continues from its stored value when cont,
+ * else starts at 0, and goes back to acc[u] (the same float chain whether
+ * a chunk is done in one sub-chunk or several). U tokens share each
+ * block's repacked weights. */
+static inline __attribute__((always_inline)) void
+tokens_pass(const int U, const wblock *W, float (*dw)[16], const uint8_t *at, size_t as,
+            int64_t b0, int sn, int32_t (*corr)[SB], float (*da)[SB], bool cont,
+            float (*acc_out)[16]) {
+    __m512 acc[4];
+    for (int u = 0; u < U; u++) acc[u] = cont ? _mm512_load_ps(acc_out[u]) : _mm512_setzero_ps();
+    for (int i = 0; i < sn; i++) {
+        const __m512 dwv = _mm512_load_ps(dw[i]);
+        for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(b0 + i) * 34;
+            const __m512i s = block16(&W[i], ap, corr[u][i]);
+            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
+                                     _mm512_cvtepi32_ps(s), acc[u]);
+        }
+    }
+    for (int u = 0; u < U; u++) _mm512_mask_storeu_ps(acc_out[u], 0xFFFF, acc[u]);
+}
+
 static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -135,35 +158,12 @@ static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, co
                         const int rn = (int)LB_MIN(16, nr - r0);
                         repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw);
                         int t = 0;
-                        for (; t + 4 <= tn; t += 4) {
-                            __m512 acc[4];
-                            for (int u = 0; u < 4; u++)
-                                acc[u] = s0 ? _mm512_load_ps(acc_buf[g][t + u]) : _mm512_setzero_ps();
-                            for (int i = 0; i < sn; i++) {
-                                const __m512 dwv = _mm512_load_ps(dw[i]);
-                                for (int u = 0; u < 4; u++) {
-                                    const uint8_t *ap =
-                                        at + (size_t)(t + u) * as + (size_t)(b0 + i) * 34;
-                                    const __m512i s = block16(&W[i], ap, corr[t + u][i]);
-                                    acc[u] = _mm512_fmadd_ps(
-                                        _mm512_mul_ps(dwv, _mm512_set1_ps(da[t + u][i])),
-                                        _mm512_cvtepi32_ps(s), acc[u]);
-                                }
-                            }
-                            for (int u = 0; u < 4; u++)
-                                _mm512_mask_storeu_ps(acc_buf[g][t + u], 0xFFFF, acc[u]);
-                        }
-                        for (; t < tn; t++) {
-                            __m512 acc = s0 ? _mm512_load_ps(acc_buf[g][t]) : _mm512_setzero_ps();
-                            for (int i = 0; i < sn; i++) {
-                                const uint8_t *ap = at + (size_t)t * as + (size_t)(b0 + i) * 34;
-                                const __m512i s = block16(&W[i], ap, corr[t][i]);
-                                acc = _mm512_fmadd_ps(
-                                    _mm512_mul_ps(_mm512_load_ps(dw[i]), _mm512_set1_ps(da[t][i])),
-                                    _mm512_cvtepi32_ps(s), acc);
-                            }
-                            _mm512_mask_storeu_ps(acc_buf[g][t], 0xFFFF, acc);
-                        }
+                        for (; t + 4 <= tn; t += 4)
+                            tokens_pass(4, W, dw, at + (size_t)t * as, as, b0, sn, corr + t,
+                                        da + t, s0 > 0, acc_buf[g] + t);
+                        for (; t < tn; t++)
+                            tokens_pass(1, W, dw, at + (size_t)t * as, as, b0, sn, corr + t,
+                                        da + t, s0 > 0, acc_buf[g] + t);
                     }
                 }
                 /* end of a K-chunk: y = part (first chunk) or y + part */
