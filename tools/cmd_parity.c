@@ -1,5 +1,6 @@
 /* lowbit parity — compare two models (A reference) on the same tokens. */
 #include "cli.h"
+#include "cli_lora.h"
 #include "cli_text.h"
 
 #include "lowbit/model.h"
@@ -31,6 +32,8 @@ static void usage(FILE *fp) {
             "  --tokenizer PATH     tokenize with PATH's tokenizer instead of A's\n"
             "  --gptq-mode M        GPTQ checkpoints: auto, f32, f16, fast\n"
             "  -t, --threads N      threads (default: all CPUs)\n"
+            "  --lora ADAPTER       LoRA adapter applied to model B (repeatable;\n"
+            "                       --lora-scale S after it sets its scale)\n"
             "global: --quiet, --json\n");
 }
 
@@ -54,8 +57,14 @@ int cmd_parity(int argc, char **argv) {
     const char *pa = NULL, *pb = NULL, *text = NULL, *tok_path = NULL;
     long ctx_len = 0, windows = 0, threads = 0, prompt = 8, n_greedy = 32;
     lb_model_load_opts lo = {0};
+    cli_lora lora = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        {
+            const int lr = cli_lora_arg(&lora, cmd, argc, argv, &i);
+            if (lr < 0) return 2;
+            if (lr) continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -142,6 +151,11 @@ int cmd_parity(int argc, char **argv) {
     lb_context *ca = NULL, *cb = NULL;
     st = lb_context_create(ma, &cp, &ca);
     if (st == LB_OK) st = lb_context_create(mb, &cp, &cb);
+    if (st == LB_OK && lora.n) { /* --lora: applied to model B */
+        st = cli_lora_load(&lora, mb);
+        lb_lora_set ls = cli_lora_set(&lora);
+        if (st == LB_OK) st = lb_context_set_loras(cb, &ls);
+    }
     cli_progress prog;
     pp.progress = cli_progress_make(&prog);
     lb_parity_result r;
@@ -150,6 +164,7 @@ int cmd_parity(int argc, char **argv) {
     cli_progress_done(&prog);
     lb_context_free(ca);
     lb_context_free(cb);
+    cli_lora_free(&lora);
     lb_model_free(ma);
     lb_model_free(mb);
     free(ids);

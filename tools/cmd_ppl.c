@@ -1,6 +1,7 @@
 /* lowbit ppl — perplexity of a model on a text (or token-id) file, with
  * llama-perplexity's protocol (default) or disjoint full windows. */
 #include "cli.h"
+#include "cli_lora.h"
 #include "cli_text.h"
 
 #include "lowbit/eval.h"
@@ -28,6 +29,7 @@ static void usage(FILE *fp) {
             "(llama-perplexity);\n"
             "                      full: disjoint windows, every position "
             "scored\n"
+            CLI_LORA_USAGE
             "  --ctx N             window / chunk length (default 512, at "
             "most the\n"
             "                      model's max_position_embeddings)\n"
@@ -67,8 +69,14 @@ int cmd_ppl(int argc, char **argv) {
     int protocol = LB_PPL_LLAMA;
     bool no_bos = false;
     lb_model_load_opts lo = {0};
+    cli_lora lora = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        {
+            const int lr = cli_lora_arg(&lora, cmd, argc, argv, &i);
+            if (lr < 0) return 2;
+            if (lr) continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -175,6 +183,11 @@ int cmd_ppl(int argc, char **argv) {
     cp.n_threads = (int)threads;
     lb_context *ctx = NULL;
     st = lb_context_create(m, &cp, &ctx);
+    if (st == LB_OK && lora.n) {
+        st = cli_lora_load(&lora, m);
+        lb_lora_set ls = cli_lora_set(&lora);
+        if (st == LB_OK) st = lb_context_set_loras(ctx, &ls);
+    }
     lb_ppl_params pp = lb_ppl_default_params();
     pp.protocol = (lb_ppl_protocol)protocol;
     pp.n_ctx = (int32_t)ctx_len;
@@ -207,6 +220,7 @@ int cmd_ppl(int argc, char **argv) {
         if (cpr.show) fputc('\n', stderr);
     }
     lb_context_free(ctx);
+    cli_lora_free(&lora);
     lb_model_free(m);
     free(ids);
     if (st != LB_OK) return cli_fail(cmd, st);

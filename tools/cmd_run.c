@@ -1,5 +1,6 @@
 /* lowbit run — generate text from a prompt (streaming). */
 #include "cli.h"
+#include "cli_lora.h"
 
 #include "lowbit/generate.h"
 #include "lowbit/model.h"
@@ -46,6 +47,7 @@ static void usage(FILE *fp) {
             "      --stop STR           stop when STR appears (repeatable)\n"
             "      --ignore-eos         do not stop at end-of-sequence tokens\n"
             "  -t, --threads N          threads (default: all CPUs)\n"
+            CLI_LORA_USAGE
             "  -c, --ctx N              context length (default: min(model max,\n"
             "                           4096))\n"
             "      --no-stream          print the text only at the end\n"
@@ -177,8 +179,14 @@ int cmd_run(int argc, char **argv) {
     long long seed = 0;
     bool stream = true, ignore_eos = false, chat = false, n_set = false;
     const char *system_msg = NULL;
+    cli_lora lora = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        {
+            const int lr = cli_lora_arg(&lora, cmd, argc, argv, &i);
+            if (lr < 0) return 2;
+            if (lr) continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -286,6 +294,17 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail(cmd, st);
         goto out;
     }
+    if (lora.n) {
+        lb_lora_set ls;
+        if ((st = cli_lora_load(&lora, model)) == LB_OK) {
+            ls = cli_lora_set(&lora);
+            st = lb_context_set_loras(ctx, &ls);
+        }
+        if (st != LB_OK) {
+            rc = cli_fail(cmd, st);
+            goto out;
+        }
+    }
     lb_generate_params gp = lb_generate_default_params();
     /* a chat reply runs to EOS (or the context) unless -n is given */
     gp.n_predict = chat && !n_set ? -1 : (int32_t)n_predict;
@@ -353,6 +372,7 @@ out:
     lb_generate_result_free(&res);
     free(ids);
     lb_context_free(ctx);
+    cli_lora_free(&lora);
     lb_tokenizer_free(tok);
     lb_model_free(model);
     return rc;

@@ -6,6 +6,7 @@
  */
 #include "lowbit/batch.h"
 #include "lowbit/kernels.h"
+#include "lowbit/lora.h"
 #include "model/model_internal.h"
 #include "kernels/kernels_internal.h"
 #include "core/internal.h"
@@ -38,7 +39,46 @@ struct lb_multi_ctx {
     /* Attention and elementwise helpers: the start-up kernel table's
      * (forward.c's too; LB_FORCE_REF=1 gives the scalar reference) */
     const lb_vec_kernels *vec;
+    /* LoRA adapters per sequence ([n_seq], allocated on first use) */
+    lb_lora_set *seq_lora;
 };
+
+lb_status lb_multi_set_loras(lb_multi_ctx *mc, int32_t seq,
+                             const lb_lora_set *set) {
+    if (seq < 0 || seq >= mc->n_seq)
+        return lb_set_error(LB_ERR_RANGE, "multi: sequence %d outside [0, %d)",
+                            (int)seq, (int)mc->n_seq);
+    if (set && (set->n < 0 || set->n > LB_LORA_MAX_SET))
+        return lb_set_error(LB_ERR_INVALID_ARG, "multi: %d adapters (at most %d)",
+                            set->n, LB_LORA_MAX_SET);
+    for (int k = 0; set && k < set->n; k++)
+        if (lb_lora_n_layers(set->a[k]) != mc->m->config.n_layers)
+            return lb_set_error(LB_ERR_INVALID_ARG, "multi: adapter %s has %d "
+                                "layers, the model %d", lb_lora_name(set->a[k]),
+                                lb_lora_n_layers(set->a[k]),
+                                mc->m->config.n_layers);
+    if (!mc->seq_lora) {
+        if (!set || set->n == 0) return LB_OK;
+        mc->seq_lora = calloc((size_t)mc->n_seq, sizeof *mc->seq_lora);
+        if (!mc->seq_lora) return lb_set_error(LB_ERR_NOMEM, "multi: out of memory");
+    }
+    if (set)
+        mc->seq_lora[seq] = *set;
+    else
+        memset(&mc->seq_lora[seq], 0, sizeof mc->seq_lora[seq]);
+    return LB_OK;
+}
+
+/* LoRA deltas of linear `which` of layer l, each token with its sequence's
+ * adapters: Y[t] += s B (A X[t]). */
+static void mlora(const lb_multi_ctx *mc, int l, lb_linear_id which,
+                  const float *X, int64_t ldx, float *Y, int64_t ldy, int32_t n,
+                  const int32_t *seq) {
+    if (!mc->seq_lora) return;
+    for (int32_t t = 0; t < n; t++)
+        lb_lora_set_apply_rows(&mc->seq_lora[seq[t]], l, which, X, (size_t)ldx,
+                               Y, (size_t)ldy, (size_t)t, (size_t)t + 1);
+}
 
 lb_multi_params lb_multi_default_params(void) {
     lb_multi_params p;
@@ -169,6 +209,7 @@ fail:
 
 void lb_multi_free(lb_multi_ctx *mc) {
     if (!mc) return;
+    free(mc->seq_lora);
     free_scratch(mc);
     lb_free(mc->k_cache);
     lb_free(mc->v_cache);
@@ -292,6 +333,9 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_Q], mc->xn, mc->q, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_K], mc->xn, mc->k, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_V], mc->xn, mc->v, n));
+    mlora(mc, l, LB_LINEAR_Q, mc->xn, dim, mc->q, qd, n, seq);
+    mlora(mc, l, LB_LINEAR_K, mc->xn, dim, mc->k, kvd, n, seq);
+    mlora(mc, l, LB_LINEAR_V, mc->xn, dim, mc->v, kvd, n, seq);
     add_bias(mc->vec, mc->q, &L->bq, n, qd);
     add_bias(mc->vec, mc->k, &L->bk, n, kvd);
     add_bias(mc->vec, mc->v, &L->bv, n, kvd);
@@ -318,6 +362,7 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
     lb_pool_run(work < 65536.0 ? NULL : pool, mattn_worker, &aj);
     /* hidden += att Wo^T                                    [n, dim]     */
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_O], mc->att, mc->o, n));
+    mlora(mc, l, LB_LINEAR_O, mc->att, qd, mc->o, dim, n, seq);
     mc->vec->add(hidden, mc->o, (int64_t)n * dim);
     /* MLP (SwiGLU) */
     for (int32_t t = 0; t < n; t++)
@@ -325,8 +370,11 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
                    c->rms_norm_eps);
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_GATE], mc->xn, mc->gate, n));
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_UP], mc->xn, mc->up, n));
+    mlora(mc, l, LB_LINEAR_GATE, mc->xn, dim, mc->gate, ff, n, seq);
+    mlora(mc, l, LB_LINEAR_UP, mc->xn, dim, mc->up, ff, n, seq);
     mc->vec->silu_mul(mc->gate, mc->up, (int64_t)n * ff);
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_DOWN], mc->gate, mc->o, n));
+    mlora(mc, l, LB_LINEAR_DOWN, mc->gate, ff, mc->o, dim, n, seq);
     mc->vec->add(hidden, mc->o, (int64_t)n * dim);
     return LB_OK;
 }

@@ -25,6 +25,7 @@
 #include "model/model_internal.h"
 #include "kernels/kernels_internal.h"
 #include "lowbit/kernels.h"
+#include "lowbit/lora.h"
 #include "core/internal.h"
 
 #include <math.h>
@@ -98,7 +99,28 @@ struct lb_context {
     bool f16_act;
 
     lb_forward_hook hook;
+    /* LoRA adapters added beside the linears (lowbit/lora.h); a layer with
+     * an adapter runs its MLP unfused (gate/up outputs whole before
+     * SwiGLU, down_proj input in f32) */
+    lb_lora_set lora;
 };
+
+lb_status lb_context_set_loras(lb_context *ctx, const lb_lora_set *set) {
+    if (set && (set->n < 0 || set->n > LB_LORA_MAX_SET))
+        return lb_set_error(LB_ERR_INVALID_ARG, "context: %d adapters (at most "
+                            "%d)", set->n, LB_LORA_MAX_SET);
+    for (int k = 0; set && k < set->n; k++)
+        if (lb_lora_n_layers(set->a[k]) != ctx->m->config.n_layers)
+            return lb_set_error(LB_ERR_INVALID_ARG, "context: adapter %s has %d "
+                                "layers, the model %d", lb_lora_name(set->a[k]),
+                                lb_lora_n_layers(set->a[k]),
+                                ctx->m->config.n_layers);
+    if (set)
+        ctx->lora = *set;
+    else
+        memset(&ctx->lora, 0, sizeof ctx->lora);
+    return LB_OK;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Building blocks                                                           */
@@ -493,6 +515,16 @@ static bool hook_phase(fwd_job *j, int ith, int l, lb_linear_id first,
     return atomic_load(&j->status) == LB_OK;
 }
 
+/* LoRA deltas of linear `which` of layer l for token rows [t0, t1) (the
+ * caller's own rows: no barrier needed before it uses them). */
+static void lora_rows(lb_context *ctx, int l, lb_linear_id which,
+                      const float *X, int64_t ldx, float *Y, int64_t ldy,
+                      size_t t0, size_t t1) {
+    if (ctx->lora.n)
+        lb_lora_set_apply_rows(&ctx->lora, l, which, X, (size_t)ldx, Y,
+                               (size_t)ldy, t0, t1);
+}
+
 /* Quantize token rows [t0, t1) of X for the plans `p[0..np)`, sharing one
  * buffer between plans with the same activation type; *bufs receives each
  * plan's activation pointer (X itself for f32 activations). */
@@ -647,6 +679,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
             }
         }
         lb_pool_barrier(pool);
+        /*    + LoRA: q, k, v += s B (A xn) on this thread's token rows */
+        lora_rows(ctx, l, LB_LINEAR_Q, ctx->xn, dim, ctx->q, qd, tb, te);
+        lora_rows(ctx, l, LB_LINEAR_K, ctx->xn, dim, ctx->k, kvd, tb, te);
+        lora_rows(ctx, l, LB_LINEAR_V, ctx->xn, dim, ctx->v, kvd, tb, te);
 
         /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
          *    cache at positions pos + t */
@@ -693,6 +729,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 lb_mm_plan_chunk(po[0], ao[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
+        lora_rows(ctx, l, LB_LINEAR_O, att, qd, o, dim, tb, te);
 
         /* 6. hidden += o; xn = RMSNorm(hidden) * post_attention_layernorm */
         const lb_mm_plan *pgu[2] = {&P[LB_LINEAR_GATE], &P[LB_LINEAR_UP]};
@@ -715,7 +752,8 @@ static void fwd_worker(void *arg, int ith, int nth) {
         {
             const lb_mm_plan *pg = pgu[0], *pu = pgu[1];
             const bool fused = pg->n_chunks == pu->n_chunks &&
-                               pg->row_chunk == pu->row_chunk;
+                               pg->row_chunk == pu->row_chunk &&
+                               !lb_lora_set_layer_active(&ctx->lora, l);
             if (fused) {
                 const size_t gsz = (size_t)n * (size_t)pg->row_chunk;
                 float *g = ctx->mlpc + (size_t)ith * ctx->mlpc_per_thread;
@@ -750,6 +788,8 @@ static void fwd_worker(void *arg, int ith, int nth) {
                                          ch - pg->n_chunks);
                 }
                 lb_pool_barrier(pool);
+                lora_rows(ctx, l, LB_LINEAR_GATE, ctx->xn, dim, ctx->gate, ff, tb, te);
+                lora_rows(ctx, l, LB_LINEAR_UP, ctx->xn, dim, ctx->up, ff, tb, te);
                 for (size_t t = tb; t < te; t++)
                     kt->vec.silu_mul(ctx->gate + t * ff, ctx->up + t * ff, ff);
                 lb_pool_barrier(pool);
@@ -773,6 +813,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 lb_mm_plan_chunk(pd, ad[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
+        if (!stream) lora_rows(ctx, l, LB_LINEAR_DOWN, ctx->gate, ff, o, dim, tb, te);
         for (size_t t = tb; t < te; t++)
             kt->vec.add(hidden + t * dim, o + t * dim, dim);
         /* the rows each thread adds are the rows it normalizes next */
@@ -833,7 +874,9 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
         }
         const lb_mm_plan *pg = &P[LB_LINEAR_GATE], *pu = &P[LB_LINEAR_UP],
                          *pd = &P[LB_LINEAR_DOWN];
-        const bool fused = pg->n_chunks == pu->n_chunks && pg->row_chunk == pu->row_chunk;
+        const bool fused = pg->n_chunks == pu->n_chunks &&
+                           pg->row_chunk == pu->row_chunk &&
+                           !lb_lora_set_layer_active(&ctx->lora, l);
         ctx->stream[l] = fused && !ctx->hook.linear_input && pd->qact &&
                          !f16_rounded(ctx, pd) && pg->row_chunk % align == 0;
         if (fused)
