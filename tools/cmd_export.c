@@ -24,6 +24,7 @@ static void usage(FILE *fp, const char *cmd) {
             "--qtype mix), keep (F32/F16/BF16).\n"
             "\n"
             "%s"
+            "  (IN a PEFT LoRA directory: llama.cpp LoRA GGUF; --base MODEL)\n"
             "  --mode M              auto (default) | direct | mixed | dequantize\n"
             "  --qtype T             Q4_0 Q4_1 Q8_0 Q2_K Q6_K Q3_K_M Q4_K_M Q5_K_M\n"
             "                        F16 BF16 F32 (llama-quantize file types and\n"
@@ -306,5 +307,11 @@ done:
     return rc;
 }
 
-int cmd_export(int argc, char **argv) { return export_main(argc, argv, false); }
+int cli_export_adapter(int argc, char **argv);
+bool cli_is_adapter_export(int argc, char **argv);
+int cmd_export(int argc, char **argv) {
+    /* a PEFT LoRA directory: llama.cpp LoRA GGUF (cmd_export_lora.c) */
+    if (cli_is_adapter_export(argc, argv)) return cli_export_adapter(argc, argv);
+    return export_main(argc, argv, false);
+}
 int cmd_plan(int argc, char **argv) { return export_main(argc, argv, true); }
