@@ -1,5 +1,6 @@
 /* lowbit serve — an OpenAI-compatible HTTP server (lowbit/server.h). */
 #include "cli.h"
+#include "cli_lora.h"
 
 #include "lowbit/server.h"
 
@@ -37,6 +38,11 @@ static void usage(FILE *fp) {
             "      --drain S         on shutdown, let requests finish for up\n"
             "                        to S seconds (default 5)\n"
             "  -t, --threads N       compute threads (default: all CPUs)\n"
+            "      --lora ADAPTER    LoRA adapter (PEFT dir or LoRA .gguf), listed\n"
+            "                        in /v1/models; requests pick adapters with\n"
+            "                        \"lora\": [{\"id\"|\"name\", \"scale\"}] or\n"
+            "                        \"model\": NAME (repeatable; default: all)\n"
+            "      --lora-scale S    default scale of the preceding --lora\n"
             "      --no-cache        serve a GPTQ checkpoint directory as it\n"
             "                        is, without its GGUF cache\n"
             "\n"
@@ -81,8 +87,14 @@ int cmd_serve(int argc, char **argv) {
     bool no_cache = false;
     cfg.api_key = getenv("LOWBIT_API_KEY");
     long v, drain = 5;
+    cli_lora lora = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *s;
+        {
+            const int lr = cli_lora_arg(&lora, cmd, argc, argv, &i);
+            if (lr < 0) return 2;
+            if (lr) continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -162,8 +174,13 @@ int cmd_serve(int argc, char **argv) {
     cli_progress_done(&prog);
     if (st != LB_OK) return cli_fail(cmd, st);
     lb_server *srv = NULL;
-    if ((st = lb_server_start(model, tok, &cfg, &srv)) != LB_OK) {
+    if ((st = cli_lora_load(&lora, model)) == LB_OK) {
+        cfg.loras = cli_lora_set(&lora);
+        st = lb_server_start(model, tok, &cfg, &srv);
+    }
+    if (st != LB_OK) {
         int rc = cli_fail(cmd, st);
+        cli_lora_free(&lora);
         lb_tokenizer_free(tok);
         lb_model_free(model);
         return rc;
@@ -196,6 +213,7 @@ int cmd_serve(int argc, char **argv) {
                 (unsigned long long)stats.cancelled,
                 (unsigned long long)stats.rejected_busy,
                 (unsigned long long)stats.tokens_generated);
+    cli_lora_free(&lora);
     lb_tokenizer_free(tok);
     lb_model_free(model);
     return 0;

@@ -72,6 +72,7 @@
 #define LOWBIT_SERVER_H
 
 #include "lowbit/core.h"
+#include "lowbit/lora.h"
 #include "lowbit/model.h"
 #include "lowbit/tokenizer.h"
 
@@ -205,6 +206,16 @@ typedef struct lb_server_config {
     const char *model_name; /* id in responses and /v1/models (NULL:
                                "lowbit")                                    */
     unsigned timeout_s;     /* idle connection timeout (0: 600)             */
+    /* LoRA adapters (lowbit/lora.h; borrowed, must outlive the server),
+     * applied to every request at their scales unless the request says
+     * otherwise: "lora": [{"id": N | "name": NAME, "scale": S}, ...] as
+     * llama-server (adapters not listed get scale 0; [] = none), or
+     * "model": NAME selects adapter NAME alone at scale 1 (vLLM's LoRA
+     * modules). GET /v1/models lists each adapter after the base model
+     * (id = its name, "parent" = the model, meta.lora_id, meta.scale).
+     * A slot's cached prefix is reused only by a request with the same
+     * adapters and scales. */
+    lb_lora_set loras;
 } lb_server_config;
 
 lb_server_config lb_server_default_config(void);

@@ -30,7 +30,49 @@ struct lb_server {
     time_t created;
     uint64_t seed_base;
     atomic_uint_fast64_t requests, counter;
+    lb_lora_set loras; /* lb_server_config.loras */
 };
+
+/* The adapters of a request (lb_server_config.loras): its "lora" list, or
+ * "model" naming an adapter, else the server's defaults. */
+static bool request_loras(const lb_server *srv, const srv_request *rq,
+                          lb_lora_set *out, srv_error *err) {
+    *out = srv->loras;
+    if (rq->has_lora) {
+        for (int k = 0; k < out->n; k++) out->scale[k] = 0.0f;
+        for (int i = 0; i < rq->n_lora; i++) {
+            int id = rq->lora_id[i];
+            if (id < 0)
+                for (int k = 0; k < srv->loras.n; k++)
+                    if (!strcmp(lb_lora_name(srv->loras.a[k]), rq->lora_name[i])) id = k;
+            if (id < 0 || id >= srv->loras.n)
+                return srv_fail(err, 400, NULL, NULL, "lora",
+                                "'lora'[%d]: no adapter %s%s (the server has %d; "
+                                "GET /v1/models lists them)", i,
+                                rq->lora_id[i] < 0 ? "named " : "",
+                                rq->lora_id[i] < 0 ? rq->lora_name[i] : "with this id",
+                                srv->loras.n);
+            out->scale[id] = rq->lora_scale[i];
+        }
+    } else if (rq->model[0]) {
+        for (int k = 0; k < srv->loras.n; k++)
+            if (!strcmp(lb_lora_name(srv->loras.a[k]), rq->model)) {
+                memset(out, 0, sizeof *out);
+                out->n = 1;
+                out->a[0] = srv->loras.a[k];
+                out->scale[0] = 1.0f;
+            }
+    }
+    /* drop adapters at scale 0 (they add nothing) */
+    lb_lora_set s = {0};
+    for (int k = 0; k < out->n; k++)
+        if (out->scale[k] != 0.0f) {
+            s.a[s.n] = out->a[k];
+            s.scale[s.n++] = out->scale[k];
+        }
+    *out = s;
+    return true;
+}
 
 lb_server_config lb_server_default_config(void) {
     lb_server_config c;
@@ -237,6 +279,24 @@ static enum MHD_Result handle_models(lb_server *srv, struct MHD_Connection *c) {
                                 lb_chat_prompt_is_fallback(srv->chat)
                                     ? "chatml-fallback" : "model");
     }
+    for (int k = 0; k < srv->loras.n; k++) {
+        cJSON *a = cJSON_CreateObject();
+        if (!a) break;
+        cJSON_AddItemToArray(data, a);
+        cJSON_AddStringToObject(a, "id", lb_lora_name(srv->loras.a[k]));
+        cJSON_AddStringToObject(a, "object", "model");
+        cJSON_AddNumberToObject(a, "created", (double)srv->created);
+        cJSON_AddStringToObject(a, "owned_by", "lowbit");
+        cJSON_AddStringToObject(a, "parent", srv->model_name);
+        cJSON *am = cJSON_AddObjectToObject(a, "meta");
+        if (am) {
+            cJSON_AddStringToObject(am, "type", "lora");
+            cJSON_AddNumberToObject(am, "lora_id", k);
+            cJSON_AddNumberToObject(am, "scale", srv->loras.scale[k]);
+            cJSON_AddNumberToObject(am, "rank", lb_lora_rank(srv->loras.a[k]));
+            cJSON_AddNumberToObject(am, "alpha", lb_lora_alpha(srv->loras.a[k]));
+        }
+    }
     return send_json(c, 200, root);
 }
 
@@ -329,6 +389,10 @@ static srv_task *make_task(lb_server *srv, const srv_request *rq,
                    ? rq->seed
                    : splitmix64(srv->seed_base +
                                 atomic_fetch_add(&srv->counter, 1));
+    if (!request_loras(srv, rq, &t->lora, err)) {
+        srv_task_release(t);
+        return NULL;
+    }
     bool ok = true;
     for (int i = 0; ok && i < rq->n_stop; i++)
         ok = (t->stop[t->n_stop++] = lb_strdup(rq->stop[i])) != NULL;
@@ -780,7 +844,18 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     srv->api_key = cfg.api_key && cfg.api_key[0] ? lb_strdup(cfg.api_key)
                                                  : NULL;
     srv->model_name = lb_strdup(cfg.model_name ? cfg.model_name : "lowbit");
+    srv->loras = cfg.loras;
     lb_status st = LB_OK;
+    if (cfg.loras.n < 0 || cfg.loras.n > LB_LORA_MAX_SET) {
+        st = lb_set_error(LB_ERR_INVALID_ARG, "server: %d adapters", cfg.loras.n);
+        goto fail;
+    }
+    for (int k = 0; k < cfg.loras.n; k++)
+        if (!cfg.loras.a[k] || lb_lora_n_layers(cfg.loras.a[k]) != model->config.n_layers) {
+            st = lb_set_error(LB_ERR_INVALID_ARG, "server: adapter %d is not for "
+                              "this model", k);
+            goto fail;
+        }
     if ((cfg.api_key && cfg.api_key[0] && !srv->api_key) || !srv->model_name) {
         st = lb_set_error(LB_ERR_NOMEM, "server: out of memory");
         goto fail;

@@ -326,6 +326,47 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
     const cJSON *f;
     if ((f = field(root, "model")) && !cJSON_IsString(f))
         return BAD("model", "'model' must be a string");
+    if (f) snprintf(r->model, sizeof r->model, "%s", f->valuestring);
+    if ((f = field(root, "lora")) && !cJSON_IsNull(f)) {
+        if (!cJSON_IsArray(f))
+            return BAD("lora", "'lora' must be an array of {\"id\" or \"name\", "
+                       "\"scale\"}");
+        const cJSON *e;
+        r->has_lora = true;
+        cJSON_ArrayForEach(e, f) {
+            if (r->n_lora >= LB_LORA_MAX_SET)
+                return BAD("lora", "'lora': at most %d entries", LB_LORA_MAX_SET);
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"),
+                        *nm = cJSON_GetObjectItemCaseSensitive(e, "name"),
+                        *sc = cJSON_GetObjectItemCaseSensitive(e, "scale");
+            const int k = r->n_lora;
+            if (!cJSON_IsObject(e) || (!id == !nm))
+                return BAD("lora", "'lora'[%d] must be an object with \"id\" or "
+                           "\"name\"", k);
+            if (id) {
+                if (!cJSON_IsNumber(id) || id->valuedouble < 0 ||
+                    id->valuedouble >= LB_LORA_MAX_SET ||
+                    id->valuedouble != floor(id->valuedouble))
+                    return BAD("lora", "'lora'[%d].id must be an integer in [0, %d)",
+                               k, LB_LORA_MAX_SET);
+                r->lora_id[k] = (int)id->valuedouble;
+            } else {
+                if (!cJSON_IsString(nm) || strlen(nm->valuestring) >= sizeof r->lora_name[k])
+                    return BAD("lora", "'lora'[%d].name must be a string", k);
+                r->lora_id[k] = -1;
+                snprintf(r->lora_name[k], sizeof r->lora_name[k], "%s", nm->valuestring);
+            }
+            r->lora_scale[k] = 1.0f;
+            if (sc) {
+                if (!cJSON_IsNumber(sc) || !isfinite(sc->valuedouble) ||
+                    fabs(sc->valuedouble) > 1e4)
+                    return BAD("lora", "'lora'[%d].scale must be a number in "
+                               "[-1e4, 1e4]", k);
+                r->lora_scale[k] = (float)sc->valuedouble;
+            }
+            r->n_lora++;
+        }
+    }
     if (kind == SRV_COMPLETION) {
         if (!parse_prompt(root, r, err)) return false;
     } else if (!parse_messages(root, r, err)) {

@@ -158,7 +158,16 @@ typedef struct srv_slot {
     int32_t n_done;    /* prompt tokens in the cache */
     int32_t next;      /* token to feed (decode) */
     uint64_t order;    /* assignment order (prefill fairness) */
+    lb_lora_set lora;  /* adapters the cached positions were computed with */
 } srv_slot;
+
+/* Same adapters with the same scales, in the same order. */
+static bool same_loras(const lb_lora_set *a, const lb_lora_set *b) {
+    if (a->n != b->n) return false;
+    for (int k = 0; k < a->n; k++)
+        if (a->a[k] != b->a[k] || a->scale[k] != b->scale[k]) return false;
+    return true;
+}
 
 struct srv_sched {
     const lb_model *m;
@@ -235,6 +244,8 @@ static void slot_assign(srv_sched *s, srv_task *t) {
         if (sl->state != SLOT_FREE) continue;
         const int32_t *cached;
         int32_t n = lb_multi_cached_tokens(s->mc, sl->id, &cached), k = 0;
+        /* positions computed with other adapters cannot be reused */
+        if (!same_loras(&sl->lora, &t->lora)) n = 0;
         while (k < n && k < t->n_prompt - 1 && cached[k] == t->prompt[k]) k++;
         if (k > best_keep) {
             best_keep = k;
@@ -243,6 +254,12 @@ static void slot_assign(srv_sched *s, srv_task *t) {
     }
     /* the caller checked that a slot is free */
     lb_multi_truncate(s->mc, best->id, best_keep);
+    best->lora = t->lora;
+    lb_status lst = lb_multi_set_loras(s->mc, best->id, &t->lora);
+    if (lst != LB_OK) { /* nothing cached is trusted then */
+        lb_multi_truncate(s->mc, best->id, 0);
+        best->lora.n = -1;
+    }
     best->task = t;
     best->n_done = best_keep;
     best->order = s->order++;
@@ -258,8 +275,9 @@ static void slot_assign(srv_sched *s, srv_task *t) {
     gp.detok = (lb_detok){detok, (void *)s->tok};
     gp.on_token = slot_on_token;
     gp.user = best;
-    lb_status st = lb_gen_create(s->m, t->prompt, t->n_prompt,
-                                 lb_multi_n_ctx(s->mc), &gp, &best->gen);
+    lb_status st = lst != LB_OK ? lst
+                   : lb_gen_create(s->m, t->prompt, t->n_prompt,
+                                   lb_multi_n_ctx(s->mc), &gp, &best->gen);
     if (st != LB_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", lb_last_error());

@@ -5,6 +5,7 @@
 #ifndef LB_SERVER_INTERNAL_H
 #define LB_SERVER_INTERNAL_H
 
+#include "lowbit/lora.h"
 #include "lowbit/server.h"
 
 #include <stdbool.h>
@@ -36,6 +37,14 @@ typedef struct srv_request {
     int n_stop;
     bool stream, include_usage;
     bool ignore_eos; /* llama.cpp's extension */
+    /* "model" (copied, "" when absent) and llama-server's "lora" list:
+     * entries by id (lora_name[i][0] == 0) or by name */
+    char model[128];
+    bool has_lora;
+    int n_lora;
+    int lora_id[LB_LORA_MAX_SET];
+    char lora_name[LB_LORA_MAX_SET][128];
+    float lora_scale[LB_LORA_MAX_SET];
 } srv_request;
 
 /* An OpenAI-shaped error. */
@@ -87,6 +96,7 @@ typedef struct srv_task {
     lb_sampler_params sampling;
     char *stop[SRV_MAX_STOP + 2];
     int n_stop;
+    lb_lora_set lora;   /* adapters of this request */
     /* (out) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
