@@ -23,20 +23,22 @@ nq=$(python3 -c "
 import json; c=json.load(open('$M/config.json')); d=c['hidden_size']; f=c['intermediate_size']; h=c['num_attention_heads']; kv=c.get('num_key_value_heads',h); hd=d//h
 print(c['num_hidden_layers']*(d*h*hd*2 + 2*d*kv*hd + 3*d*f))")
 pd=$(ppl "$M")
-echo "| bits | EoRA rank | adapter bits/weight (F32 / as F16) | perplexity | gap to dense closed |"
-echo "|---|---|---|---|---|"
-echo "| dense F32 | - | - | $pd | - |"
+# base bits/weight of a GPTQ g128 linear: codes + f16 scale and packed zero per group
+echo "| bits | EoRA rank | adapter bits/weight (F32 / as F16) | total bits/weight (F16 adapter) | perplexity | gap to dense closed |"
+echo "|---|---|---|---|---|---|"
+echo "| dense F32 | - | - | 32 | $pd | - |"
 for b in 4 3 2; do
   "$LB" --quiet quantize "$M" -o "$W/g$b" --method gptq --bits $b --group-size 128 --calib-ids "$IDS" --seqlen 128 --force >/dev/null
   p0=$(ppl "$W/g$b")
-  echo "| $b | - | - | $p0 | - |"
+  bb=$(python3 -c "print('%.3f' % ($b + (16 + $b) / 128))")
+  echo "| $b | - | - | $bb | $p0 | - |"
   for r in 8 16 32; do
     "$LB" --quiet eora "$M" "$W/g$b" -o "$W/e${b}r$r" --rank $r --calib-ids "$IDS" --seqlen 128
     pr=$(ppl "$W/g$b" --lora "$W/e${b}r$r")
     np=$("$LB" --json eora "$M" "$W/g$b" -o "$W/e${b}r$r" --rank $r --calib-ids "$IDS" --seqlen 128 | python3 -c "import json,sys; print(json.load(sys.stdin)['params'])")
     python3 -c "
 pd,p0,pr,np,nq=$pd,$p0,$pr,$np,$nq
-print('| $b | $r | %.2f / %.2f | $pr | %.1f%% |' % (np*32/nq, np*16/nq, 100*(p0-pr)/(p0-pd)))"
+print('| $b | $r | %.2f / %.2f | %.2f | $pr | %.1f%% |' % (np*32/nq, np*16/nq, $bb + np*16/nq, 100*(p0-pr)/(p0-pd)))"
   done
 done
 # GGUF route, 3-bit rank 16 (llama-perplexity protocol: BOS per chunk, second half scored)
@@ -48,7 +50,13 @@ echo "GGUF route (llama protocol, ctx 256, text file):"
 echo "lowbit: GGUF $(lp "$W/g3-f32.gguf")  GGUF + GGUF adapter $(lp "$W/g3-f32.gguf" --lora "$W/e3r16.gguf")  checkpoint + PEFT adapter $(lp "$W/g3" --lora "$W/e3r16")"
 if [ -n "${REFENV:-}" ]; then
   for l in "" "--lora $W/e3r16.gguf"; do
-    sh "$REFENV" run llama-perplexity -m "$W/g3-f32.gguf" -f "$TXT" -c 256 -b 256 -t 2 $l > "$W/lp.log" 2>&1 || true
-    echo "llama-perplexity ${l:-(no adapter)}: $(grep -o 'Final estimate: PPL = [0-9.]*' "$W/lp.log" || echo 'no result, see '"$W/lp.log")"
+    r=""
+    for try in 1 2 3 4; do # llama.cpp 0.7.0's tools sometimes lose their output
+      sh "$REFENV" run llama-perplexity -m "$W/g3-f32.gguf" -f "$TXT" -c 256 -b 256 -t 2 $l > "$W/lp.log" 2>&1 || true
+      r=$(grep -o 'Final estimate: PPL = [0-9.]*' "$W/lp.log" || true)
+      [ -n "$r" ] && break
+      echo "(llama-perplexity gave no estimate, try $try)" >&2
+    done
+    echo "llama-perplexity ${l:-(no adapter)}: ${r:-no result, see $W/lp.log}"
   done
 fi
