@@ -23,14 +23,14 @@ nq=$(python3 -c "
 import json; c=json.load(open('$M/config.json')); d=c['hidden_size']; f=c['intermediate_size']; h=c['num_attention_heads']; kv=c.get('num_key_value_heads',h); hd=d//h
 print(c['num_hidden_layers']*(d*h*hd*2 + 2*d*kv*hd + 3*d*f))")
 pd=$(ppl "$M")
-# base bits/weight of a GPTQ g128 linear: codes + f16 scale and packed zero per group
+# base bits/weight: lowbit quantize's (qweight + qzeros + scales + g_idx) / weights
 echo "| bits | EoRA rank | adapter bits/weight (F32 / as F16) | total bits/weight (F16 adapter) | perplexity | gap to dense closed |"
 echo "|---|---|---|---|---|---|"
 echo "| dense F32 | - | - | 32 | $pd | - |"
 for b in 4 3 2; do
-  "$LB" --quiet quantize "$M" -o "$W/g$b" --method gptq --bits $b --group-size 128 --calib-ids "$IDS" --seqlen 128 --force >/dev/null
+  bb=$("$LB" --json quantize "$M" -o "$W/g$b" --method gptq --bits $b --group-size 128 --calib-ids "$IDS" --seqlen 128 --force |
+    python3 -c "import json,sys; print('%.3f' % json.load(sys.stdin)['bits_per_weight'])")
   p0=$(ppl "$W/g$b")
-  bb=$(python3 -c "print('%.3f' % ($b + (16 + $b) / 128))")
   echo "| $b | - | - | $bb | $p0 | - |"
   for r in 8 16 32; do
     "$LB" --quiet eora "$M" "$W/g$b" -o "$W/e${b}r$r" --rank $r --calib-ids "$IDS" --seqlen 128

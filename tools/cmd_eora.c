@@ -34,6 +34,43 @@ static void usage(FILE *fp) {
             "global: --quiet, --json\n");
 }
 
+/* quantize --eora-rank: fit the adapter to the checkpoint just written
+ * (calibration `cal` of the quantization) and write it to qdir-eora-rR. */
+lb_status cli_eora_write(const char *dense_dir, const char *qdir,
+                         const lb_calib *cal, int rank, int threads);
+lb_status cli_eora_write(const char *dense_dir, const char *qdir,
+                         const lb_calib *cal, int rank, int threads) {
+    lb_model *dense = NULL, *quant = NULL;
+    lb_lora *ad = NULL;
+    lb_model_load_opts lo = {0};
+    char out[4200];
+    snprintf(out, sizeof out, "%s-eora-r%d", qdir, rank);
+    lb_status st = lb_model_load(dense_dir, &lo, &dense);
+    lo.gptq_mode = LB_GPTQ_LOAD_F32;
+    if (st == LB_OK) st = lb_model_load(qdir, &lo, &quant);
+    lb_eora_report rep;
+    cli_progress prog;
+    if (st == LB_OK) {
+        lb_eora_params p = {0};
+        p.rank = rank;
+        p.n_threads = threads;
+        p.progress = cli_progress_make(&prog);
+        const char *nm = strrchr(out, '/');
+        st = lb_eora_generate(dense, quant, cal, &p, nm ? nm + 1 : out, &ad, &rep);
+        cli_progress_done(&prog);
+    }
+    if (st == LB_OK) st = lb_lora_write_peft(ad, out, qdir);
+    if (st == LB_OK && !g_cli.quiet && !g_cli.json)
+        printf("eora: rank %d on %d linears (%.1f%% of the H-weighted residual "
+               "removed) -> %s\n", rank, rep.n_linears,
+               rep.err_before > 0 ? 100.0 * (1 - rep.err_after / rep.err_before) : 0.0,
+               out);
+    lb_lora_free(ad);
+    lb_model_free(quant);
+    lb_model_free(dense);
+    return st;
+}
+
 int cmd_eora(int argc, char **argv) {
     const char *cmd = "eora";
     const char *dense_dir = NULL, *quant_dir = NULL, *out = NULL,

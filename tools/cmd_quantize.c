@@ -2,6 +2,10 @@
  * into a GPTQ checkpoint (AutoGPTQ layout), with calibration on the CPU.
  * Thin wrapper over lb_quantize_model (lowbit/quantize.h). */
 #include "cli.h"
+
+struct lb_calib;
+lb_status cli_eora_write(const char *dense, const char *qdir, const struct lb_calib *cal,
+                         int rank, int threads);
 #include "cli_text.h"
 
 #include "lowbit/config.h"
@@ -54,6 +58,8 @@ static void usage(FILE *fp) {
         "max positions))\n"
         "  --seed S                window sampling seed (default 0)\n"
         "  --act-f16               keep calibration activations in f16\n"
+        "  --eora-rank R           also fit a rank-R EoRA adapter to the result,\n"
+        "                          written to OUT_DIR-eora-rR (docs/lora.md)\n"
         "  --hessian-f64           accumulate Hessians in double\n"
         "output:\n"
         "  -o, --output OUT_DIR    written atomically (OUT_DIR.tmp-* until "
@@ -138,7 +144,7 @@ int cmd_quantize(int argc, char **argv) {
     strlist calib = {0}, rules = {0};
     lb_quantize_params p;
     lb_quantize_default_params(&p);
-    long nsamples = 128, seqlen = 0, threads = 0;
+    long nsamples = 128, seqlen = 0, threads = 0, eora_rank = 0;
     unsigned long long seed = 0;
     bool write_report = false;
     int rc = 2;
@@ -238,6 +244,9 @@ int cmd_quantize(int argc, char **argv) {
                 cli_usage_error(cmd, "--seed: expected an unsigned integer");
                 goto out;
             }
+        } else if (!strcmp(a, "--eora-rank")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 1, 4096, &eora_rank)) goto out;
         } else if (!strcmp(a, "--act-f16")) {
             p.act_f16 = true;
         } else if (!strcmp(a, "--hessian-f64")) {
@@ -296,6 +305,10 @@ int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     const bool gptq = p.method == LB_QUANT_GPTQ;
+    if (eora_rank && !gptq) {
+        cli_usage_error(cmd, "--eora-rank needs --method gptq (calibration)");
+        goto out;
+    }
     if (gptq && !calib.n && !calib_ids) {
         cli_usage_error(cmd, "GPTQ needs calibration data: --calib FILE or "
                         "--calib-ids FILE.i32 (or use --method rtn)");
@@ -353,6 +366,9 @@ int cmd_quantize(int argc, char **argv) {
     lb_quantize_report rep;
     st = lb_quantize_model(model, out, &p, gptq ? &cal : NULL, &rep);
     cli_progress_done(&prog);
+    /* --eora-rank: an EoRA adapter beside the checkpoint (cmd_eora.c) */
+    if (st == LB_OK && eora_rank)
+        st = cli_eora_write(model, out, &cal, (int)eora_rank, (int)threads);
     lb_calib_free(&cal);
     if (st != LB_OK) {
         rc = cli_fail(cmd, st);
