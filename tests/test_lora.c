@@ -492,6 +492,79 @@ static void eora_case(int64_t out, int64_t in, int64_t nx, int64_t xrank) {
     free(dW); free(H); free(X); free(E); free(A); free(B); free(sig); free(G); free(P);
 }
 
+/* lb_eora_generate end to end: a "quantized" copy = dense + a known
+ * perturbation; at full rank (128 >= min(out, in) of every linear, so k/v
+ * ranks are cut to 64 and listed apart) the adapter restores the dense
+ * logits, and at rank 8 it is between the two. */
+static void test_eora_generate(void) {
+    const char *dir = model_dir();
+    const char *ids = th_shared("reference/gptq_model/calib_ids.i32");
+    if (!lb_is_file(ids)) th_skip("calib ids not found");
+    lb_model *d = NULL, *q = NULL;
+    TH_CHECK_OK(lb_model_load(dir, NULL, &d));
+    TH_CHECK_OK(lb_model_load(dir, NULL, &q));
+    if (!d || !q) return;
+    for (int l = 0; l < q->config.n_layers; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+            const lb_tensor *w = &q->layers[l].w[i];
+            const int64_t n = w->shape[0] * w->shape[1];
+            float *nw = lb_alloc((size_t)n * 4);
+            for (int64_t k = 0; k < n; k++)
+                nw[k] = ((const float *)w->data)[k] + (float)(0.02 * urand());
+            lb_tensor t = *w;
+            t.data = nw;
+            TH_CHECK_OK(lb_model_set_linear(q, l, (lb_linear_id)i, &t, nw));
+        }
+    lb_calib cal = {0};
+    TH_CHECK_OK(lb_calib_load_ids(ids, 128, 4, &cal));
+    lb_eora_params p = {0};
+    p.rank = 128;
+    p.n_threads = 2;
+    lb_eora_report rep;
+    lb_lora *full = NULL, *r8 = NULL;
+    TH_CHECK_OK(lb_eora_generate(d, q, &cal, &p, "full", &full, &rep));
+    TH_CHECK_INT(rep.n_linears, 14);
+    TH_CHECK_MSG(rep.err_after <= 1e-9 * rep.err_before, "full rank leaves %g of %g",
+                 rep.err_after, rep.err_before);
+    TH_CHECK_INT(lb_lora_get(full, 0, LB_LINEAR_K)->rank, 64);
+    p.rank = 8;
+    TH_CHECK_OK(lb_eora_generate(d, q, &cal, &p, "r8", &r8, &rep));
+    TH_CHECK(rep.err_after < rep.err_before && rep.err_after > 0);
+    /* no difference at all: an error */
+    lb_lora *none = NULL;
+    TH_CHECK_FAILS(lb_eora_generate(d, d, &cal, &p, "x", &none, &rep), LB_ERR_INVALID_ARG);
+    enum { N = 32 };
+    const size_t V = (size_t)d->config.vocab_size;
+    float *ld = malloc(N * V * 4), *lq = malloc(N * V * 4), *lf = malloc(N * V * 4),
+          *l8 = malloc(N * V * 4);
+    lb_context *cd = NULL, *cq = NULL;
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = N;
+    cp.n_threads = 2;
+    TH_CHECK_OK(lb_context_create(d, &cp, &cd));
+    TH_CHECK_OK(lb_context_create(q, &cp, &cq));
+    const int32_t *tok = cal.ids + 3 * 128;
+    TH_CHECK_OK(lb_model_forward(cd, tok, N, 0, ld, LB_LOGITS_ALL));
+    TH_CHECK_OK(lb_model_forward(cq, tok, N, 0, lq, LB_LOGITS_ALL));
+    lb_lora_set s1 = {1, {full}, {1.0f}}, s2 = {1, {r8}, {1.0f}};
+    TH_CHECK_OK(lb_context_set_loras(cq, &s1));
+    TH_CHECK_OK(lb_model_forward(cq, tok, N, 0, lf, LB_LOGITS_ALL));
+    TH_CHECK_OK(lb_context_set_loras(cq, &s2));
+    TH_CHECK_OK(lb_model_forward(cq, tok, N, 0, l8, LB_LOGITS_ALL));
+    const double dq = max_diff(lq, ld, N * V), df = max_diff(lf, ld, N * V),
+                 d8 = max_diff(l8, ld, N * V);
+    TH_CHECK_MSG(df < 1e-3 && df < 0.01 * dq, "full-rank EoRA: %g (perturbed %g)", df, dq);
+    TH_CHECK_MSG(d8 < dq, "rank 8: %g, perturbed %g", d8, dq);
+    lb_context_free(cd);
+    lb_context_free(cq);
+    free(ld); free(lq); free(lf); free(l8);
+    lb_calib_free(&cal);
+    lb_lora_free(full);
+    lb_lora_free(r8);
+    lb_model_free(d);
+    lb_model_free(q);
+}
+
 static void test_eora_factor(void) {
     eora_case(24, 20, 60, 20); /* out > in, full-rank H */
     eora_case(9, 31, 80, 31);  /* out < in */
@@ -501,6 +574,7 @@ static void test_eora_factor(void) {
 int main(void) {
     TH_RUN(test_kernel_vs_ref);
     TH_RUN(test_eora_factor);
+    TH_RUN(test_eora_generate);
     TH_RUN(test_adapter_equals_merged);
     TH_RUN(test_q4_gguf_paths);
     TH_RUN(test_roundtrips);

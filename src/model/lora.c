@@ -401,6 +401,24 @@ static int peft_rank(const peft_cfg *pc, const char *path) {
     return pc->r;
 }
 
+/* "<prefix>N." at the start of s with 0 <= N < 1e6 (no sscanf: its %d
+ * overflow is undefined): *layer = N, returns the length consumed, or 0. */
+static size_t parse_layer(const char *s, const char *prefix, int *layer) {
+    const size_t pl = strlen(prefix);
+    if (strncmp(s, prefix, pl)) return 0;
+    size_t i = pl;
+    long v = 0;
+    if (s[i] < '0' || s[i] > '9') return 0;
+    while (s[i] >= '0' && s[i] <= '9') {
+        v = v * 10 + (s[i] - '0');
+        if (v >= 1000000) return 0;
+        i++;
+    }
+    if (s[i] != '.') return 0;
+    *layer = (int)v;
+    return i + 1;
+}
+
 /* Parse "NAME" of a factor: returns 0 A, 1 B, -1 not a LoRA factor; fills
  * layer, which and the module path. */
 static int peft_name(const char *name, int *layer, int *which, char *path,
@@ -417,9 +435,8 @@ static int peft_name(const char *name, int *layer, int *which, char *path,
     if (pl + 1 > path_len) return -1;
     memcpy(path, p, pl);
     path[pl] = 0;
-    int n = 0;
-    if (sscanf(path, "model.layers.%d.%n", layer, &n) != 1 || n <= 0 || *layer < 0)
-        return -1;
+    const size_t n = parse_layer(path, "model.layers.", layer);
+    if (!n) return -1;
     for (int i = 0; i < LB_LINEAR_COUNT; i++)
         if (!strcmp(path + n, lb_linear_name((lb_linear_id)i))) {
             *which = i;
@@ -590,15 +607,16 @@ static lb_status lora_from_gguf(const lb_gguf *g, const char *name,
                              "lora_a/lora_b factor", lb_gguf_path(g), ta.name);
             break;
         }
-        int layer = -1, nn = 0, which = -1;
+        int layer = -1, which = -1;
         char mod[64] = {0};
-        if (sscanf(ta.name, "blk.%d.%n", &layer, &nn) != 1 || nn <= 0 || layer < 0) {
+        const size_t nn = parse_layer(ta.name, "blk.", &layer);
+        if (!nn || nn + 7 > ln) {
             s = lb_set_error(LB_ERR_UNSUPPORTED, "lora: %s: tensor %s: only "
                              "blk.N.* linears can be adapted", lb_gguf_path(g),
                              ta.name);
             break;
         }
-        const size_t ml = ln - 7 - (size_t)nn;
+        const size_t ml = ln - 7 - nn;
         if (ml < sizeof mod) memcpy(mod, ta.name + nn, ml);
         for (int k = 0; k < LB_LINEAR_COUNT; k++) {
             char full[64];

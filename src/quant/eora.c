@@ -219,7 +219,11 @@ static lb_status factor_layer(const lb_model *dense, const lb_model *quant,
                 rep->n_clamped += nc;
                 rep->n_linears++;
                 for (int64_t k = 0; k < R * in; k++) Af[k] = (float)A[k];
-                for (int64_t k = 0; k < out * R; k++) Bf[k] = (float)B[k];
+                /* the runtime scales by alpha / R_linear (alpha = rank):
+                 * where the rank was cut to min(out, in), B is divided by
+                 * that scale so that the product stays B A */
+                const double inv = (double)R / (double)rank;
+                for (int64_t k = 0; k < out * R; k++) Bf[k] = (float)(B[k] * inv);
                 s = lb_lora_set_linear(ad, layer, (lb_linear_id)i, out, in, R, Af, Bf);
             }
         }
