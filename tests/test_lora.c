@@ -308,6 +308,24 @@ static void test_roundtrips(void) {
         TH_CHECK(0);
     }
     lb_gguf_close(gg);
+    /* F16 factors: converted, written, read back as F16 (same bytes) */
+    TH_CHECK_OK(lb_lora_convert(a, LB_TYPE_F16));
+    TH_CHECK(lb_lora_get(a, 0, LB_LINEAR_Q)->type == LB_TYPE_F16);
+    snprintf(pdir, sizeof pdir, "%s/peft16", th_tmpdir());
+    TH_CHECK_OK(lb_lora_write_peft(a, pdir, "base"));
+    TH_CHECK_OK(lb_lora_write_gguf(a, &m->config, gpath));
+    lb_lora_free(p);
+    lb_lora_free(g);
+    p = g = NULL;
+    TH_CHECK_OK(lb_lora_load(pdir, m, &p));
+    TH_CHECK_OK(lb_lora_load(gpath, m, &g));
+    if (p && g)
+        for (int l = 0; l < m->config.n_layers; l++)
+            for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+                TH_CHECK(same_linear(lb_lora_get(a, l, i), lb_lora_get(p, l, i)));
+                TH_CHECK(same_linear(lb_lora_get(a, l, i), lb_lora_get(g, l, i)));
+            }
+    TH_CHECK_FAILS(lb_lora_convert(a, LB_TYPE_Q8_0), LB_ERR_INVALID_ARG);
 out:
     lb_lora_free(p);
     lb_lora_free(g);

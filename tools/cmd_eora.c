@@ -30,6 +30,7 @@ static void usage(FILE *fp) {
             "  --seqlen N          tokens per sequence (default min(2048, "
             "model max))\n"
             "  --seed S            text window sampling seed (default 0)\n"
+            "  --dtype f32|f16     factor precision written (default f32)\n"
             "  -t, --threads N     threads (default: all CPUs)\n"
             "global: --quiet, --json\n");
 }
@@ -79,6 +80,7 @@ int cmd_eora(int argc, char **argv) {
     int n_calib = 0;
     long rank = 0, nsamples = 128, seqlen = 0, threads = 0, seed = 0;
     bool ns_given = false;
+    lb_type dtype = LB_TYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
 #define VAL()                                                                  \
@@ -114,6 +116,11 @@ int cmd_eora(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_parse_int(cmd, a, v, 1, 1024, &threads)) return 2;
+        } else if (!strcmp(a, "--dtype")) {
+            VAL();
+            if (!strcmp(v, "f32") || !strcmp(v, "F32")) dtype = LB_TYPE_F32;
+            else if (!strcmp(v, "f16") || !strcmp(v, "F16")) dtype = LB_TYPE_F16;
+            else return cli_usage_error(cmd, "--dtype: f32 or f16, got '%s'", v);
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!dense_dir) {
@@ -168,6 +175,7 @@ int cmd_eora(int argc, char **argv) {
                               &ad, &rep);
         cli_progress_done(&prog);
     }
+    if (st == LB_OK && dtype != LB_TYPE_F32) st = lb_lora_convert(ad, dtype);
     if (st == LB_OK) st = lb_lora_write_peft(ad, out, quant_dir);
     int rc = 0;
     if (st != LB_OK) {
@@ -182,7 +190,7 @@ int cmd_eora(int argc, char **argv) {
                    rep.err_before, rep.err_after, (long long)rep.n_clamped,
                    rep.n_passes);
         else if (!g_cli.quiet)
-            printf("eora: rank %ld on %d linears, %.0f parameters (%zu bytes F32); "
+            printf("eora: rank %ld on %d linears, %.0f parameters (%zu bytes); "
                    "H-weighted residual %.4g -> %.4g (%.1f%% removed); %lld "
                    "eigenvalues clamped; wrote %s\n",
                    rank, rep.n_linears, params, lb_lora_bytes(ad), rep.err_before,

@@ -164,6 +164,10 @@ lb_status lb_lora_write_peft(const lb_lora *a, const char *dir,
  * linear's F32 factors A [rank, in], B [out, rank]. */
 lb_status lb_lora_create(const char *name, const lb_model_config *cfg, int r,
                          float alpha, lb_lora **out);
+/* Convert every factor to `type` (LB_TYPE_F32 or LB_TYPE_F16; F16 rounds
+ * to nearest even, values beyond the f16 range are an LB_ERR_RANGE naming
+ * the layer and linear, and leave the adapter unchanged there). */
+lb_status lb_lora_convert(lb_lora *a, lb_type type);
 lb_status lb_lora_set_linear(lb_lora *a, int layer, lb_linear_id which,
                              int64_t out, int64_t in, int64_t rank,
                              const float *A, const float *B);

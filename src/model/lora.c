@@ -777,6 +777,46 @@ lb_status lb_lora_set_linear(lb_lora *a, int layer, lb_linear_id which,
     return LB_OK;
 }
 
+lb_status lb_lora_convert(lb_lora *a, lb_type type) {
+    if (type != LB_TYPE_F32 && type != LB_TYPE_F16)
+        return lb_set_error(LB_ERR_INVALID_ARG, "lora: convert to %s (F32 or F16)",
+                            lb_type_name((int)type));
+    for (int li = 0; li < a->n_layers * LB_LINEAR_COUNT; li++) {
+        lb_lora_linear *l = &a->lin[li];
+        if (!l->rank || l->type == type) continue;
+        const size_t n[2] = {(size_t)(l->rank * l->in), (size_t)(l->out * l->rank)};
+        void *nb[2] = {lb_alloc(n[0] * (type == LB_TYPE_F16 ? 2 : 4)),
+                       lb_alloc(n[1] * (type == LB_TYPE_F16 ? 2 : 4))};
+        lb_status s = nb[0] && nb[1] ? LB_OK : lb_set_error(LB_ERR_NOMEM, "lora: out of memory");
+        for (int k = 0; k < 2 && s == LB_OK; k++) {
+            const void *src = k ? l->B : l->A;
+            for (size_t i = 0; i < n[k] && s == LB_OK; i++) {
+                if (type == LB_TYPE_F16) {
+                    const float v = ((const float *)src)[i];
+                    if (fabsf(v) > 65504.0f)
+                        s = lb_set_error(LB_ERR_RANGE, "lora: layer %d %s: factor "
+                                         "value %g beyond the F16 range", li / LB_LINEAR_COUNT,
+                                         k_short[li % LB_LINEAR_COUNT], (double)v);
+                    ((uint16_t *)nb[k])[i] = lb_f32_to_f16(v);
+                } else {
+                    ((float *)nb[k])[i] = lb_f16_to_f32(((const uint16_t *)src)[i]);
+                }
+            }
+        }
+        if (s != LB_OK) {
+            lb_free(nb[0]);
+            lb_free(nb[1]);
+            return s;
+        }
+        lb_free((void *)l->A);
+        lb_free((void *)l->B);
+        l->A = nb[0];
+        l->B = nb[1];
+        l->type = type;
+    }
+    return LB_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Writers                                                                   */
 /* ------------------------------------------------------------------------ */
