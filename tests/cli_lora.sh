@@ -1,6 +1,7 @@
 #!/bin/sh
-# LoRA / EoRA end to end on tinystories-656k: lowbit eora writes a PEFT
-# adapter that lowers the 3-bit GPTQ checkpoint's perplexity; the adapter
+# LoRA / EoRA end to end on tinystories-656k: lowbit eora (and quantize
+# --eora-rank) writes a PEFT adapter that lowers the 3-bit GPTQ checkpoint's
+# perplexity (also with F16 factors); the adapter
 # exported to a llama.cpp LoRA GGUF gives the same perplexity in lowbit (on
 # the HF-order checkpoint and on a llama-order GGUF base); llama-perplexity
 # --lora agrees within 0.5% when the reference chroot is there; bad
@@ -21,7 +22,8 @@ trap '[ -n "$SRV" ] && kill $SRV 2>/dev/null; rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 ppl() { "$LOWBIT" ppl "$@" --text-file "$TXT" --ctx 256 --json -q | python3 -c "import json,sys; print(json.load(sys.stdin)['ppl'])"; }
 
-"$LOWBIT" -q quantize "$M" -o "$W/g3" --method gptq --bits 3 --group-size 128 --calib-ids "$IDS" --seqlen 128 --nsamples 32 >/dev/null
+"$LOWBIT" -q quantize "$M" -o "$W/g3" --method gptq --bits 3 --group-size 128 --calib-ids "$IDS" --seqlen 128 --nsamples 32 --eora-rank 16 >/dev/null
+[ -f "$W/g3-eora-r16/adapter_model.safetensors" ] || fail "quantize --eora-rank wrote no adapter"
 "$LOWBIT" -q eora "$M" "$W/g3" -o "$W/ad" --rank 16 --calib-ids "$IDS" --seqlen 128 --nsamples 32
 [ -f "$W/ad/adapter_config.json" ] && [ -f "$W/ad/adapter_model.safetensors" ] || fail "no PEFT files"
 python3 -c "
@@ -32,6 +34,12 @@ assert sorted(c['target_modules'])==sorted(['q_proj','k_proj','v_proj','o_proj',
 pd=$(ppl "$M"); p0=$(ppl "$W/g3"); p1=$(ppl "$W/g3" --lora "$W/ad")
 echo "dense $pd, 3-bit $p0, 3-bit + EoRA r16 $p1"
 python3 -c "import sys; pd,p0,p1=$pd,$p0,$p1; sys.exit(0 if (p0-p1) >= 0.3*(p0-pd) else 1)" || fail "EoRA r16 closed less than 30% of the gap"
+# quantize --eora-rank (same calibration) gives the same adapter; F16 factors nearly the same figure
+pq=$(ppl "$W/g3" --lora "$W/g3-eora-r16")
+[ "$pq" = "$p1" ] || fail "quantize --eora-rank: $pq != $p1"
+"$LOWBIT" -q eora "$M" "$W/g3" -o "$W/ad16" --rank 16 --calib-ids "$IDS" --seqlen 128 --nsamples 32 --dtype f16
+ph=$(ppl "$W/g3" --lora "$W/ad16")
+python3 -c "import sys; sys.exit(0 if abs($ph-$p1) <= 1e-4*$p1 else 1)" || fail "F16 adapter $ph vs $p1"
 # --lora-scale 0 is the base
 p00=$(ppl "$W/g3" --lora "$W/ad" --lora-scale 0)
 [ "$p00" = "$p0" ] || fail "scale 0: $p00 != $p0"
