@@ -198,13 +198,36 @@ typedef struct lb_server_config {
     int n_threads;          /* compute threads (<= 0: all CPUs)             */
     int max_queue;          /* waiting requests beyond the slots (< 0: 0;
                                default in lb_server_default_config: 64)    */
-    int max_connections;    /* concurrent HTTP connections (<= 0: 256)      */
+    int max_connections;    /* live HTTP connections (<= 0: 256), see the
+                               connection guard below                      */
     size_t max_body_bytes;  /* request body limit (0: 1 MiB)                */
     const char *api_key;    /* NULL/"": none; else "Authorization: Bearer
                                KEY" required (except /health)              */
     const char *model_name; /* id in responses and /v1/models (NULL:
                                "lowbit")                                    */
-    unsigned timeout_s;     /* idle connection timeout (0: 600)             */
+    unsigned timeout_s;     /* libmicrohttpd's inactivity timeout: a socket
+                               that neither sends nor takes bytes while a
+                               request is read or an answer written is
+                               closed (0: 60). Handlers that wait on a
+                               generation restart it.                     */
+    /* Connection guard (src/server/guard.h, docs/server.md "Connections"):
+     * at most max_connections live connections and max_connections_per_ip
+     * from one client address; a new one beyond a cap closes the oldest
+     * idle one (a connection with no request in flight; never-served ones
+     * first), or itself when all others are busy. */
+    int max_connections_per_ip; /* <= 0: max_connections / 2 (at least 1) */
+    unsigned idle_timeout_s;    /* no request line for this long after the
+                                   connect or the last answer: closed
+                                   (0: 10)                                 */
+    unsigned read_timeout_s;    /* request line to the end of the body:
+                                   closed when longer (slowloris) (0: 30)  */
+    /* Chat message content may produce special (control) tokens: text such
+     * as "<|im_end|>" in a message becomes that control token, as
+     * transformers' apply_chat_template(tokenize=True) does. false
+     * (default): message content is tokenized as plain text and only the
+     * template's own text produces special tokens
+     * (lb_chat_prompt_apply_ex, LB_CHAT_SPECIAL_IN_CONTENT). */
+    bool special_in_content;
 } lb_server_config;
 
 lb_server_config lb_server_default_config(void);
@@ -239,6 +262,12 @@ typedef struct lb_server_stats {
     uint64_t tokens_prompt;     /* prompt tokens evaluated (not reused)   */
     uint64_t steps;             /* scheduler forward calls                */
     int active_slots, queued;   /* now                                    */
+    /* connection guard (docs/server.md "Connections") */
+    uint64_t conn_open;         /* live connections now                   */
+    uint64_t conn_evicted;      /* idle ones closed to make room          */
+    uint64_t conn_timed_out;    /* closed at the idle / read deadline     */
+    uint64_t conn_refused;      /* new ones closed: all others were busy  */
+    uint64_t http_errors;       /* malformed HTTP answered with JSON 4xx  */
 } lb_server_stats;
 
 void lb_server_get_stats(lb_server *srv, lb_server_stats *out);
