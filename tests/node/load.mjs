@@ -11,7 +11,20 @@
 // With --ignore-eos 1 (default) every reply has exactly max_tokens tokens
 // (llama.cpp's ignore_eos extension), which is checked, so throughput
 // figures compare equal work.
+//
+// --attack 1 adds, during every round, on loopback: an idle flood
+// (--idle-flood N TCP connections that never send a byte, reopened when the
+// server closes them) and a slowloris (--slowloris N connections sending a
+// request's header lines one byte every 200 ms, reopened when closed), plus
+// a /health probe every 100 ms on a fresh connection. The server runs with
+// --idle-timeout 3 --read-timeout 4; each round lasts at least
+// --attack-min-s (6) seconds. Fails when a probe fails or takes more than
+// --max-health-ms (default 2000), or when the server's connection guard
+// did not both evict (cap reached) and time out (deadline reached)
+// connections (/health connections_evicted, connections_timed_out).
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import http from 'node:http';
 import OpenAI from 'openai';
 import { startServer, stopServer } from './serve.lib.mjs';
 
@@ -24,6 +37,10 @@ const MAXTOK = +(args['max-tokens'] || 32), ROUNDS = +(args.rounds || 2);
 const CTX = +(args.ctx || 512), THREADS = +(args.threads || 2);
 const MAXGROW = +(args['max-growth-kib'] || 4096);
 const IGNORE_EOS = (args['ignore-eos'] || '1') !== '0'; // exact token counts
+const ATTACK = (args.attack || '0') !== '0';
+const IDLE_FLOOD = +(args['idle-flood'] || 260), SLOWLORIS = +(args.slowloris || 32);
+const MAX_HEALTH_MS = +(args['max-health-ms'] || 2000);
+const ATTACK_MIN_S = +(args['attack-min-s'] || 6);
 const MODEL = args.model || `${process.env.LB_SHARED || '../shared'}/models/tinystories-656k`;
 
 const rssKiB = (pid) => +readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1];
@@ -45,6 +62,83 @@ async function one(client, i) {
   if (IGNORE_EOS && (usage.completion_tokens !== MAXTOK || finish !== 'length'))
     throw new Error(`stream ${i}: ${usage.completion_tokens} tokens, ${finish}`);
   return usage.completion_tokens;
+}
+
+// ---- attack (loopback only, bounded: it stops when the round ends) ----
+function attack(port) {
+  let stop = false;
+  const socks = new Set(), timers = new Set();
+  let opened = 0;
+  function idle() {
+    if (stop) return;
+    const s = net.connect(port, '127.0.0.1');
+    opened++;
+    socks.add(s);
+    s.on('error', () => {});
+    s.on('close', () => { socks.delete(s); if (!stop) setTimeout(idle, 250); });
+  }
+  const slowText = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ' + 'a'.repeat(4000);
+  function slow() {
+    if (stop) return;
+    const s = net.connect(port, '127.0.0.1');
+    opened++;
+    socks.add(s);
+    let i = 0;
+    const t = setInterval(() => {
+      if (s.destroyed || i >= slowText.length) return;
+      s.write(slowText[i++]);
+    }, 200);
+    timers.add(t);
+    s.on('error', () => {});
+    s.on('close', () => {
+      clearInterval(t); timers.delete(t); socks.delete(s);
+      if (!stop) setTimeout(slow, 250);
+    });
+  }
+  for (let i = 0; i < IDLE_FLOOD; i++) idle();
+  for (let i = 0; i < SLOWLORIS; i++) slow();
+  // /health on a fresh connection every 100 ms
+  const lat = [];
+  let healthFailed = 0, probing = true, last = null;
+  const probe = () => new Promise((resolve) => {
+    const t0 = performance.now();
+    const req = http.get({ host: '127.0.0.1', port, path: '/health', agent: false, timeout: 10000 }, (res) => {
+      let d = '';
+      res.on('data', (x) => { d += x; });
+      res.on('end', () => {
+        const ms = performance.now() - t0;
+        try { last = JSON.parse(d); } catch { healthFailed++; }
+        if (res.statusCode !== 200) healthFailed++;
+        lat.push(ms);
+        resolve();
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', () => { healthFailed++; lat.push(performance.now() - t0); resolve(); });
+  });
+  const loop = (async () => {
+    while (probing) {
+      await probe();
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const t0 = performance.now();
+  return async () => {
+    // long enough for the idle / read deadlines (3 s / 4 s) to act
+    const left = ATTACK_MIN_S * 1000 - (performance.now() - t0);
+    if (left > 0) await new Promise((r) => setTimeout(r, left));
+    probing = false;
+    await loop;
+    stop = true;
+    for (const t of timers) clearInterval(t);
+    for (const s of socks) s.destroy();
+    lat.sort((a, b) => a - b);
+    const q = (p) => +(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] || 0).toFixed(1);
+    return { attack_connections_opened: opened, health_probes: lat.length, health_failed: healthFailed,
+      health_ms_p50: q(0.5), health_ms_p99: q(0.99), health_ms_max: +(lat[lat.length - 1] || 0).toFixed(1),
+      guard: last && { open: last.connections_open, evicted: last.connections_evicted,
+        timed_out: last.connections_timed_out, refused: last.connections_refused } };
+  };
 }
 
 async function round(client, r) {
@@ -71,18 +165,27 @@ async function round(client, r) {
 }
 
 const srv = await startServer(MODEL, ['-np', String(P), '-c', String(CTX), '-t', String(THREADS),
-  '--queue', String(Math.max(64, C))]);
+  '--queue', String(Math.max(64, C)), ...(ATTACK ? ['--idle-timeout', '3', '--read-timeout', '4'] : [])]);
 const client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 600000 });
 const rounds = [];
 const rss = [rssKiB(srv.proc.pid)];
+let attackBad = false;
 for (let r = 0; r < ROUNDS; r++) {
-  rounds.push(await round(client, r));
+  const stopAttack = ATTACK ? attack(srv.port) : null;
+  const res = await round(client, r);
+  if (stopAttack) {
+    res.attack = await stopAttack();
+    const a = res.attack;
+    if (a.health_failed > 0 || a.health_probes === 0 || a.health_ms_max > MAX_HEALTH_MS ||
+        !a.guard || a.guard.evicted === 0 || a.guard.timed_out === 0) attackBad = true;
+  }
+  rounds.push(res);
   rss.push(rssKiB(srv.proc.pid));
 }
 const code = await stopServer(srv);
 const failed = rounds.reduce((a, r) => a + r.failed, 0);
 const growth = rss[rss.length - 1] - rss[rss.length - 2];
-const out = { parallel: P, threads: THREADS, requests_per_round: N, concurrency: C, max_tokens: MAXTOK,
+const out = { attack: ATTACK, parallel: P, threads: THREADS, requests_per_round: N, concurrency: C, max_tokens: MAXTOK,
   rounds, failed, rss_kib: rss, rss_growth_last_round_kib: growth, server_exit: code };
 console.log(JSON.stringify(out));
-process.exit(failed === 0 && growth <= MAXGROW && code === 0 ? 0 : 1);
+process.exit(failed === 0 && growth <= MAXGROW && code === 0 && !attackBad ? 0 : 1);
