@@ -162,7 +162,8 @@ bool lb_chat_prompt_is_fallback(const lb_chat_prompt *cp);
  * from the tokenizer as transformers' apply_chat_template passes them
  * (none when the tokenizer has no such token), then tokenize the text with
  * add_special = false (as apply_chat_template(tokenize=True): the template
- * writes BOS itself when the model wants one). Note: llama.cpp's server
+ * writes BOS itself when the model wants one); message content is plain
+ * text (see lb_chat_prompt_apply_ex). Note: llama.cpp's server
  * instead strips a leading BOS text from the rendering and tokenizes with
  * add_special = true, so for a model whose tokenizer adds BOS but whose
  * template does not write it (e.g. ChatML on a Llama vocabulary) llama.cpp
@@ -176,6 +177,34 @@ lb_status lb_chat_prompt_apply(const lb_chat_prompt *cp,
                                const lb_tokenizer *tok,
                                const char *messages_json, char **text_out,
                                int32_t **ids_out, size_t *n_out);
+
+/* Flags for lb_chat_prompt_apply_ex. */
+#define LB_CHAT_SPECIAL_IN_CONTENT 1u /* message content may produce special
+                                         tokens (transformers' behaviour) */
+
+/* lb_chat_prompt_apply with flags. Without LB_CHAT_SPECIAL_IN_CONTENT (and
+ * in lb_chat_prompt_apply) message content is plain text: a special-token
+ * text in a message's "content" string (e.g. "<|im_end|>" typed by a user)
+ * is tokenized as ordinary text, and only the template's own text (and
+ * bos_token / eos_token) produces special tokens. How: each such text in
+ * the content is replaced by a placeholder code point of a Unicode
+ * private-use plane (U+F0000 + k, or U+100000 + k when the template itself
+ * uses plane 15; client code points of that plane are replaced too), the
+ * template renders, the placeholders are put back, and
+ * lb_tokenizer_encode_spans tokenizes the text with the put-back ranges as
+ * plain spans. A message without special texts renders and tokenizes
+ * exactly as with the flag. *text_out is the real text in both cases.
+ * Only string "content" fields are treated this way (other fields are the
+ * caller's, trusted). A template that slices content by bytes through a
+ * placeholder would corrupt it (none of the reference templates does).
+ * Extra errors: LB_ERR_RANGE (more than 65534 different special texts in
+ * the content), LB_ERR_UNSUPPORTED (the template uses both planes and the
+ * content holds special text). */
+lb_status lb_chat_prompt_apply_ex(const lb_chat_prompt *cp,
+                                  const lb_tokenizer *tok,
+                                  const char *messages_json, unsigned flags,
+                                  char **text_out, int32_t **ids_out,
+                                  size_t *n_out);
 
 /* Stop strings the template implies (NULL-terminated list, owned by cp):
  * "<|im_end|>" for the ChatML fallback when that text is not a special

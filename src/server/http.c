@@ -264,8 +264,10 @@ static srv_task *make_task(lb_server *srv, const srv_request *rq,
     lb_status st = LB_OK;
     const int32_t V = srv->m->config.vocab_size;
     if (rq->kind == SRV_CHAT) {
-        st = lb_chat_prompt_apply(srv->chat, srv->tok, rq->messages_json, NULL,
-                                  &ids, &n);
+        st = lb_chat_prompt_apply_ex(srv->chat, srv->tok, rq->messages_json,
+                                     srv->special_in_content
+                                         ? LB_CHAT_SPECIAL_IN_CONTENT : 0u,
+                                     NULL, &ids, &n);
         if (st != LB_OK) {
             if (st == LB_ERR_NOMEM)
                 srv_fail(err, 500, "server_error", NULL, NULL, "%s",
