@@ -222,9 +222,11 @@ typedef struct lb_text_span {
  * Non-special added tokens still match. Special tokens elsewhere match as
  * usual, so with n_plain = 0 the ids equal lb_tokenizer_encode_ex's. For
  * added tokens matched after normalization (tokenizer.json normalized =
- * true), offsets cannot be followed through the normalizer: a segment
- * between two raw-matched added tokens that holds a span then matches no
- * special token. Invalid UTF-8 is replaced as in lb_tokenizer_encode (the
+ * true) the spans are moved onto the normalized text (a span's range is
+ * that of normalize(prefix) .. normalize(prefix + span), checked to be
+ * prefixes of the normalized segment); where that check fails, or beyond
+ * 64 spans in one segment, the segment between two raw-matched added
+ * tokens that holds a span matches no special token. Invalid UTF-8 is replaced as in lb_tokenizer_encode (the
  * spans follow). Errors: those of lb_tokenizer_encode_ex, and
  * LB_ERR_INVALID_ARG for spans out of order or outside the text. */
 lb_status lb_tokenizer_encode_spans(const lb_tokenizer *tok, const char *text,

@@ -191,6 +191,58 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
     return LB_OK;
 }
 
+/* The plain spans inside raw segment text[a, b), moved onto its normalized
+ * text norm[0, nn): a span's normalized range is [|N(prefix)|,
+ * |N(prefix + span)|), valid when N(prefix) and N(prefix + span) are
+ * byte-prefixes of N(segment) (checked; true of NFC/NFKC away from
+ * combining marks, Replace, Lowercase, Prepend). *ok false: cannot be
+ * followed (or too many spans to follow cheaply); the caller then matches
+ * no special token in the segment. */
+static lb_status tok_norm_spans(const lb_tokenizer *tok, const char *text, size_t a,
+                                size_t b, const tok_plain *sp, const char *norm,
+                                size_t nn, lb_text_span **out, size_t *n_out, bool *ok) {
+    *out = NULL;
+    *n_out = 0;
+    *ok = false;
+    size_t cnt = 0;
+    for (size_t i = 0; i < sp->n; i++)
+        if (sp->v[i].begin < b && a < sp->v[i].end) cnt++;
+    if (cnt > 64) return LB_OK;
+    lb_text_span *v = malloc((cnt ? cnt : 1) * sizeof *v);
+    if (!v) return tok_nomem();
+    tok_buf tmp = {0};
+    size_t k = 0;
+    lb_status st = LB_OK;
+    bool good = true;
+    for (size_t i = 0; good && i < sp->n; i++) {
+        if (!(sp->v[i].begin < b && a < sp->v[i].end)) continue;
+        size_t lo = sp->v[i].begin > a ? sp->v[i].begin : a;
+        size_t hi = sp->v[i].end < b ? sp->v[i].end : b;
+        size_t ends[2] = {lo, hi}, at[2];
+        for (int e = 0; good && e < 2; e++) {
+            if (!tok->normalizer) {
+                at[e] = ends[e] - a;
+                continue;
+            }
+            st = tok_norm_apply(tok->normalizer, text + a, ends[e] - a, &tmp);
+            if (st != LB_OK) break;
+            good = tmp.n <= nn && (tmp.n == 0 || !memcmp(tmp.p, norm, tmp.n));
+            at[e] = tmp.n;
+        }
+        if (st != LB_OK) break;
+        if (good) v[k++] = (lb_text_span){at[0], at[1]};
+    }
+    tok_buf_free(&tmp);
+    if (st != LB_OK || !good) {
+        free(v);
+        return st;
+    }
+    *out = v;
+    *n_out = k;
+    *ok = true;
+    return LB_OK;
+}
+
 /* Pre-tokenize and run the model over one normalized text segment. */
 static lb_status tok_hf_model(const lb_tokenizer *tok, const char *s, size_t n,
                               bool origin, tok_pieces *pcs, tok_out *out,
@@ -235,10 +287,21 @@ lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
             seg = norm.p ? norm.p : "";
             seglen = norm.n;
         }
-        /* normalized offsets no longer map onto the spans: a segment that
-         * holds one matches no special token at all */
-        st = tok_find_matches(tok, &tok->trie_norm, seg, seglen,
-                              plain || tok_in_plain(sp, sg->s, sg->e), NULL, &sub);
+        /* the spans moved onto the normalized segment; where they cannot be
+         * followed, the segment matches no special token at all */
+        bool seg_plain = plain;
+        lb_text_span *nv = NULL;
+        size_t nnv = 0;
+        if (!plain && tok_in_plain(sp, sg->s, sg->e)) {
+            bool ok = false;
+            st = tok_norm_spans(tok, text, sg->s, sg->e, sp, seg, seglen, &nv, &nnv, &ok);
+            if (st != LB_OK) break;
+            seg_plain = !ok;
+        }
+        tok_plain nsp = {nv, nnv};
+        st = tok_find_matches(tok, &tok->trie_norm, seg, seglen, seg_plain,
+                              nv ? &nsp : NULL, &sub);
+        free(nv);
         for (size_t k = 0; st == LB_OK && k < sub.n; k++) {
             const tok_seg *ss = &sub.v[k];
             if (ss->added >= 0) {
