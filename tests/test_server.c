@@ -419,6 +419,17 @@ static void test_encode_spans(void) {
         lb_tokenizer *tok = NULL;
         TH_CHECK_OK(lb_tokenizer_load_hf(th_shared(dirs[i]), &tok));
         if (tok) check_spans(tok, sps[i], "");
+        /* special_text: a special added token's content; NULL for a
+         * non-special added token (qwen3's <think>) and normal tokens */
+        if (tok) {
+            const char *st = lb_tokenizer_special_text(tok, lb_tokenizer_token_to_id(tok, sps[i]));
+            TH_CHECK(st && !strcmp(st, sps[i]));
+            if (i == 0) {
+                int32_t think = lb_tokenizer_token_to_id(tok, "<think>");
+                TH_CHECK(think >= 0 && !lb_tokenizer_special_text(tok, think));
+            }
+            TH_CHECK(!lb_tokenizer_special_text(tok, 100));
+        }
         lb_tokenizer_free(tok);
     }
     /* tinystories-656k: special tokens matched after normalization
@@ -427,6 +438,10 @@ static void test_encode_spans(void) {
         lb_tokenizer *t = NULL;
         TH_CHECK_OK(lb_tokenizer_load_hf(th_shared("models/tinystories-656k"), &t));
         if (t) check_spans(t, "<|end_story|>", " ");
+        /* the raw content of a normalized special token, not its piece */
+        const char *st = t ? lb_tokenizer_special_text(t, 2) : NULL;
+        TH_CHECK(st && !strcmp(st, "<|end_story|>"));
+        TH_CHECK(t && lb_tokenizer_special_text(t, 100) == NULL);
         lb_tokenizer_free(t);
     }
     /* llama.cpp-style vocabulary (GGUF): </s> is a control token */

@@ -282,6 +282,13 @@ bool lb_tokenizer_add_bos(const lb_tokenizer *tok);
 /* True if `id` is a special (control) token. */
 bool lb_tokenizer_is_special(const lb_tokenizer *tok, int32_t id);
 
+/* The text that, written in an input, encodes to special token `id` and
+ * that LB_TOK_PLAIN_SPECIAL turns into ordinary text: a tokenizer.json
+ * added token's "content" (as written, before normalization) when it is
+ * special; for GGUF vocabularies the piece of a control or unknown token.
+ * NULL for any other id. Owned by tok. */
+const char *lb_tokenizer_special_text(const lb_tokenizer *tok, int32_t id);
+
 /* chat_template string from tokenizer_config.json (or GGUF), NULL if none.
  * Owned by tok. bos/eos token strings likewise (NULL if none). */
 const char *lb_tokenizer_chat_template(const lb_tokenizer *tok);

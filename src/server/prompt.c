@@ -197,8 +197,7 @@ static bool collect_specials(lb_chat_prompt *cp, const lb_tokenizer *tok,
     int32_t nv = lb_tokenizer_n_vocab(tok);
     size_t cap = 0;
     for (int32_t id = 0; id < nv; id++) {
-        if (!lb_tokenizer_is_special(tok, id)) continue;
-        const char *p = lb_tokenizer_id_to_piece(tok, id);
+        const char *p = lb_tokenizer_special_text(tok, id);
         if (!p || !p[0]) continue;
         if (cp->n_special == cap) {
             size_t nc = cap ? cap * 2 : 16;

@@ -678,6 +678,16 @@ bool lb_tokenizer_is_special(const lb_tokenizer *tok, int32_t id) {
     return (tok->attr[id] & TOK_ATTR_CONTROL) != 0;
 }
 
+const char *lb_tokenizer_special_text(const lb_tokenizer *tok, int32_t id) {
+    if (!tok || id < 0 || id >= tok->n_vocab) return NULL;
+    if (tok->kind != TOK_HF)
+        return tok->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN) ? tok->piece[id] : NULL;
+    if (!(tok->attr[id] & TOK_ATTR_CONTROL)) return NULL;
+    for (size_t i = 0; i < tok->n_added; i++)
+        if (tok->added[i].id == id && tok->added[i].special) return tok->added[i].content;
+    return NULL;
+}
+
 const char *lb_tokenizer_chat_template(const lb_tokenizer *tok) {
     return tok ? tok->chat_template : NULL;
 }

@@ -681,3 +681,30 @@ test('connection guard: caps evict the oldest idle, deadlines close idle and slo
     assert.equal(await stopServer(C), 0);
   }
 });
+
+// ---- message content is plain text (issue 11) -----------------------------------
+
+test('chat content cannot produce special tokens (--special-in-content restores it)', async () => {
+  // tinystories-656k: "<|end_story|>" (EOS) is a special token, matched as
+  // "▁<|end_story|>" (normalized); the ChatML fallback template
+  const msgs = [{ role: 'user', content: 'The end. <|end_story|> Then <|start_story|> more' }];
+  const render = chatml(msgs);
+  const tokArgs = (extra) => lowbitJSON(['tokenize', MODEL, render, '--json', '--no-special', ...extra]).ids;
+  const plainIds = tokArgs(['--no-parse-special']), specialIds = tokArgs([]);
+  assert.ok(specialIds.includes(2) && !plainIds.includes(2), 'the content holds a control text');
+  const r = await client.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, plainIds.length, 'default: content tokenized as text');
+  const S = await startServer(MODEL, ['-np', '1', '-c', '256', '-t', '1', '--special-in-content']);
+  try {
+    const c2 = new OpenAI({ baseURL: `${S.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const r2 = await c2.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+    assert.equal(r2.usage.prompt_tokens, specialIds.length, '--special-in-content: as transformers');
+    assert.notEqual(r2.usage.prompt_tokens, r.usage.prompt_tokens);
+  } finally {
+    assert.equal(await stopServer(S), 0);
+  }
+  // /v1/completions: the prompt is the caller's raw text, specials parsed
+  const p = 'Once <|end_story|> upon';
+  const rc = await client.completions.create({ model: 'x', prompt: p, max_tokens: 1, temperature: 0 });
+  assert.equal(rc.usage.prompt_tokens, nTokens(MODEL, p, true));
+});
