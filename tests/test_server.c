@@ -82,6 +82,68 @@ static void test_defaults_and_fields(void) {
     srv_request_free(&r);
 }
 
+/* Fields lowbit cannot honour are refused by name; their no-op values and
+ * output-neutral fields pass; \u0000 never truncates a string (issue 11). */
+static void test_unsupported_fields(void) {
+    const srv_kind C = SRV_COMPLETION, H = SRV_CHAT;
+#define CH(extra) "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]," extra "}"
+#define CO(extra) "{\"prompt\":\"x\"," extra "}"
+    expect_bad(H, CH("\"logit_bias\":{\"5\":10}"), "logit_bias");
+    expect_bad(C, CO("\"logit_bias\":{\"5\":-100}"), "logit_bias");
+    expect_bad(H, CH("\"logit_bias\":[1]"), "logit_bias");
+    expect_bad(H, CH("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
+               "tools");
+    expect_bad(H, CH("\"tools\":{}"), "tools");
+    expect_bad(H, CH("\"tool_choice\":\"required\""), "tool_choice");
+    expect_bad(H, CH("\"tool_choice\":{\"type\":\"function\"}"), "tool_choice");
+    expect_bad(H, CH("\"functions\":[]"), "functions");
+    expect_bad(H, CH("\"function_call\":\"auto\""), "function_call");
+    expect_bad(H, CH("\"response_format\":{\"type\":\"json_object\"}"), "response_format");
+    expect_bad(H, CH("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+               "response_format");
+    expect_bad(H, CH("\"response_format\":\"json\""), "response_format");
+    expect_bad(H, CH("\"modalities\":[\"text\",\"audio\"]"), "modalities");
+    expect_bad(H, CH("\"audio\":{\"voice\":\"x\"}"), "audio");
+    expect_bad(H, CH("\"prediction\":{\"type\":\"content\"}"), "prediction");
+    expect_bad(H, CH("\"reasoning_effort\":\"low\""), "reasoning_effort");
+    expect_bad(C, CO("\"grammar\":\"root ::= x\""), "grammar");
+    expect_bad(H, CH("\"json_schema\":{}"), "json_schema");
+    expect_bad(H, CH("\"guided_json\":{}"), "guided_json");
+    /* logprobs: the values the API reference forbids */
+    expect_bad(H, CH("\"logprobs\":0"), "logprobs");
+    expect_bad(H, CH("\"logprobs\":\"yes\""), "logprobs");
+    expect_bad(C, CO("\"logprobs\":true"), "logprobs");
+    expect_bad(C, CO("\"logprobs\":6"), "logprobs");
+    expect_bad(C, CO("\"logprobs\":-1"), "logprobs");
+    expect_bad(H, CH("\"top_logprobs\":21"), "top_logprobs");
+    expect_bad(H, CH("\"top_logprobs\":1.5"), "top_logprobs");
+    expect_bad(C, CO("\"echo\":1"), "echo");
+    /* no-op values and output-neutral fields pass */
+    srv_request r;
+    srv_error e;
+    TH_CHECK(parse(H, CH("\"tools\":[],\"tool_choice\":\"none\",\"logit_bias\":{},"
+                         "\"response_format\":{\"type\":\"text\"},\"modalities\":[\"text\"],"
+                         "\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,"
+                         "\"service_tier\":\"auto\",\"parallel_tool_calls\":true,"
+                         "\"logit_bias\":null,\"logprobs\":false"),
+                   &r, &e));
+    srv_request_free(&r);
+    TH_CHECK(parse(C, CO("\"logit_bias\":{},\"echo\":false"), &r, &e));
+    srv_request_free(&r);
+    /* \u0000 anywhere in a string: refused, not cut */
+    expect_bad(C, "{\"prompt\":\"abc\\u0000def\"}", "");
+    expect_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "");
+    expect_bad(C, "{\"prompt\":\"x\",\"stop\":[\"\\u0000\"]}", "");
+    /* ... but an escaped backslash before "u0000" is text, and \u00001 is
+     * still a NUL */
+    TH_CHECK(parse(C, "{\"prompt\":\"a\\\\u0000b\"}", &r, &e));
+    TH_CHECK(r.prompt && r.prompt_len == 8 && !strcmp(r.prompt, "a\\u0000b"));
+    srv_request_free(&r);
+    expect_bad(C, "{\"prompt\":\"a\\u00001\"}", "");
+#undef CH
+#undef CO
+}
+
 static void test_messages_normalised(void) {
     srv_request r;
     srv_error e;
@@ -526,6 +588,7 @@ int main(void) {
     TH_RUN(test_chat_prompt_reference);
     TH_RUN(test_chatml_fallback);
     TH_RUN(test_server_start_errors);
+    TH_RUN(test_unsupported_fields);
     TH_RUN(test_encode_spans);
     TH_RUN(test_chat_content_plain);
     return th_report();

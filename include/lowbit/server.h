@@ -31,7 +31,16 @@
  * absent; unknown fields are ignored; a field of the wrong type or out of
  * range is a 400 naming it in error.param. Features lowbit cannot honour
  * are rejected (400), not ignored: logprobs / top_logprobs, echo, best_of
- * > 1, suffix, n != 1, more than one prompt.
+ * > 1, suffix, n != 1, more than one prompt, logit_bias (non-empty),
+ * tools (non-empty) / tool_choice (other than "none"/"auto") / functions /
+ * function_call, response_format other than {"type":"text"}, modalities
+ * other than ["text"], audio, prediction, web_search_options,
+ * reasoning_effort, and the constrained-decoding extensions grammar,
+ * json_schema, guided_json/regex/choice/grammar; logprobs of the wrong
+ * type or range (chat: a boolean; completions: an integer 0..5;
+ * top_logprobs 0..20) likewise. Output-neutral fields (user, metadata,
+ * store, service_tier, parallel_tool_calls) are ignored. A JSON string
+ * holding \u0000 is refused (400): it cannot be passed on uncut.
  * Responses: id, object ("text_completion" / "chat.completion" /
  * "chat.completion.chunk"), created, model, choices [{index 0, text or
  * message {role "assistant", content}, logprobs null, finish_reason "stop"
@@ -44,9 +53,16 @@
  * Errors: {"error": {"message", "type", "param", "code"}} with status 400
  * (malformed JSON, missing/mistyped fields, code
  * "context_length_exceeded" for a prompt that leaves no room in the
- * context), 401 ("invalid_api_key"), 404 (unknown route), 405 (method;
- * Allow header), 413 (body over max_body_bytes), 503 (queue full;
- * Retry-After: 1), 500 (internal).
+ * context; code "malformed_request" for broken HTTP framing such as a
+ * negative or non-numeric Content-Length or a bad chunk size), 401
+ * ("invalid_api_key"), 404 (unknown route), 405 (method; Allow header),
+ * 413 (body over max_body_bytes, or a Content-Length beyond 2^64), 431
+ * ("request_header_too_large": request line + headers over 32 KiB), 503
+ * (queue full; Retry-After: 1), 500 (internal). Framing errors and 431
+ * are detected by libmicrohttpd before any handler runs: the connection
+ * guard writes the JSON answer in place of MHD's HTML page (one response,
+ * "Connection: close"); a request line alone over 32 KiB (414) still gets
+ * MHD's page, as no callback has run for it yet.
  *
  * Concurrency: n_parallel slots, each with its own KV cache region of n_ctx
  * positions (lowbit/batch.h). One scheduler thread owns the model: each
@@ -60,7 +76,8 @@
  * only the rest is evaluated. Requests beyond the slots wait in a FIFO of
  * max_queue entries; beyond that: 503.
  * HTTP: libmicrohttpd with a thread per connection (at most
- * max_connections). Connection threads parse, render the chat template,
+ * max_connections live; the connection guard closes the oldest idle one
+ * to make room, and enforces idle / read deadlines). Connection threads parse, render the chat template,
  * tokenize and validate (all thread-safe), then enqueue a task and wait on
  * it; the scheduler sends text through a per-task buffer and condition
  * variable. Streaming bodies are produced by a MHD content-reader callback
