@@ -708,3 +708,27 @@ test('chat content cannot produce special tokens (--special-in-content restores 
   const rc = await client.completions.create({ model: 'x', prompt: p, max_tokens: 1, temperature: 0 });
   assert.equal(rc.usage.prompt_tokens, nTokens(MODEL, p, true));
 });
+
+test('400 for fields lowbit cannot honour; \\u0000 never truncates a prompt', async () => {
+  const M = [{ role: 'user', content: 'Hi' }];
+  for (const [path, extra, param] of [
+    ['/v1/chat/completions', { logit_bias: { 5: 10 } }, 'logit_bias'],
+    ['/v1/chat/completions', { tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+    ['/v1/chat/completions', { response_format: { type: 'json_object' } }, 'response_format'],
+    ['/v1/chat/completions', { logprobs: 0 }, 'logprobs'],
+    ['/v1/completions', { logit_bias: { 5: -100 } }, 'logit_bias'],
+    ['/v1/completions', { logprobs: 9 }, 'logprobs'],
+  ]) {
+    const body = path.includes('chat') ? { messages: M, max_tokens: 1, ...extra }
+      : { prompt: 'Hi', max_tokens: 1, ...extra };
+    assertError(await post(A.port, path, body), 400, param);
+  }
+  // the no-op values clients send by default are accepted
+  const ok = await post(A.port, '/v1/chat/completions', { messages: M, max_tokens: 1, tools: [],
+    tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {}, user: 'u' });
+  assert.equal(ok.status, 200, ok.body);
+  // \u0000: refused, never cut at the NUL
+  assertError(await post(A.port, '/v1/completions', '{"prompt":"Once\\u0000 upon","max_tokens":1}'), 400);
+  assertError(await post(A.port, '/v1/chat/completions',
+    '{"messages":[{"role":"user","content":"a\\u0000b"}],"max_tokens":1}'), 400);
+});
