@@ -669,12 +669,15 @@ test('connection guard: caps evict the oldest idle, deadlines close idle and slo
       });
       s.on('close', () => { clearInterval(timer); resolve(performance.now() - start); });
     });
-    const [msLine, msHead] = await Promise.all([
+    const [msLine, msHead, msBody] = await Promise.all([
       slow('', 'GET /health HTTP/1.1\r\nHost: x\r\n'),
       slow('GET /health HTTP/1.1\r\n', 'Host: x\r\nX-Slow: ' + 'a'.repeat(100)),
+      slow('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+           'Content-Length: 300\r\n\r\n', '{"prompt":"' + 'a'.repeat(300)),
     ]);
     assert.ok(msLine > 1900 && msLine < 3500, `slow request line closed after ${msLine} ms`);
     assert.ok(msHead > 2900 && msHead < 4500, `slow headers closed after ${msHead} ms`);
+    assert.ok(msBody > 2900 && msBody < 4500, `slow body closed after ${msBody} ms`);
     const h2 = await raw(C.port, 'GET', '/health');
     assert.ok(h2.json.connections_timed_out >= 1, h2.body);
   } finally {
