@@ -29,6 +29,8 @@ typedef struct g_conn {
     bool served;  /* completed at least one request */
     bool closing; /* shut down by the guard */
     bool answered; /* srv_guard_take_error answered the current request */
+    bool pending;  /* IDLE but bytes wait in the socket: a client whose
+                      request line our (CPU-starved) thread has not read */
     double since; /* monotonic seconds of the last state change */
 } g_conn;
 
@@ -72,18 +74,37 @@ static void close_conn(srv_guard *g, g_conn *c) {
     shutdown(c->fd, SHUT_RDWR);
 }
 
+/* Eviction order: idle before reading (a request under way is worth
+ * more), never-served before keep-alive, then the oldest. */
+static int victim_rank(const g_conn *c) {
+    return (c->state == G_READING || c->pending ? 2 : 0) + (c->served ? 1 : 0);
+}
+
+static bool has_pending(int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 /* The connection to close to make room (lock held): not busy, not
- * `except`, of `like`'s address when like != NULL; never-served ones
- * first, then the oldest. NULL when every candidate is busy. */
+ * `except`, of `like`'s address when like != NULL, lowest victim_rank,
+ * then the oldest. NULL when every candidate is busy. */
 static g_conn *pick_victim(srv_guard *g, const g_conn *except,
                            const g_conn *like) {
     g_conn *best = NULL;
-    for (g_conn *c = g->head; c; c = c->next) {
-        if (c == except || c->closing || c->state == G_BUSY) continue;
-        if (like && !same_addr(c, like)) continue;
-        if (!best || (best->served && !c->served) ||
-            (best->served == c->served && c->since < best->since))
-            best = c;
+    for (int tries = 0; tries < 8; tries++) {
+        best = NULL;
+        for (g_conn *c = g->head; c; c = c->next) {
+            if (c == except || c->closing || c->state == G_BUSY) continue;
+            if (like && !same_addr(c, like)) continue;
+            int rc = victim_rank(c), rb = best ? victim_rank(best) : 0;
+            if (!best || rc < rb || (rc == rb && c->since < best->since)) best = c;
+        }
+        /* an "idle" connection whose client has already sent bytes is a
+         * request our thread has not read yet (a loaded machine), not an
+         * idle client: rank it as reading and look again */
+        if (!best || best->state != G_IDLE || best->pending || !has_pending(best->fd))
+            return best;
+        best->pending = true;
     }
     return best;
 }
@@ -174,6 +195,7 @@ static void set_state(struct MHD_Connection *mc, int state) {
     if (!c) return;
     pthread_mutex_lock(&c->g->mu);
     if (state == G_READING) c->answered = false;
+    c->pending = false;
     if (state == G_IDLE && c->state != G_IDLE) c->served = true;
     c->state = state;
     c->since = now_s();

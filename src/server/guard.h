@@ -13,9 +13,10 @@
  *   BUSY     the whole request is here and is being answered (a generation
  *            in flight, a stream): never closed by the guard.
  * A new connection beyond max_conn (or beyond max_conn_per_ip from the same
- * address) shuts down the oldest IDLE/READING connection — those that have
- * never completed a request first, then keep-alive ones — or, when every
- * other connection is BUSY, the new connection itself.
+ * address) shuts down the oldest IDLE connection — never-served ones first,
+ * then keep-alive ones; an IDLE one with bytes waiting in its socket counts
+ * as READING —, else the oldest READING one (never-served first),
+ * or, when every other connection is BUSY, the new connection itself.
  * "Closing" is shutdown(fd, SHUT_RDWR) under the guard's lock: the
  * connection's own MHD thread then sees EOF and closes it; MHD reports the
  * close (NOTIFY_CLOSED, which takes the lock) before it closes the fd, so

@@ -3,7 +3,8 @@
 // a time; counts failures, checks every stream ended with a finish_reason
 // and usage, and reads the server's VmRSS (/proc/PID/status) after each
 // round. Prints one JSON line; exits 1 on any failed request or when RSS
-// grew by more than --max-growth-kib between the last two rounds.
+// grew by more than --max-growth-kib between the last two rounds (with
+// --attack: between the end of the first round and the end of the last).
 //
 //   LOWBIT=build/lowbit node tests/node/load.mjs [--parallel 4] [--requests 500]
 //     [--concurrency 64] [--max-tokens 32] [--rounds 2] [--ctx 512]
@@ -15,13 +16,17 @@
 // --attack 1 adds, during every round, on loopback: an idle flood
 // (--idle-flood N TCP connections that never send a byte, reopened when the
 // server closes them) and a slowloris (--slowloris N connections sending a
-// request's header lines one byte every 200 ms, reopened when closed), plus
-// a /health probe every 100 ms on a fresh connection. The server runs with
-// --idle-timeout 3 --read-timeout 4; each round lasts at least
-// --attack-min-s (6) seconds. Fails when a probe fails or takes more than
-// --max-health-ms (default 2000), or when the server's connection guard
-// did not both evict (cap reached) and time out (deadline reached)
-// connections (/health connections_evicted, connections_timed_out).
+// request line, then header bytes one every 200 ms, reopened when closed), plus
+// /health probes every 100 ms on fresh connections from 127.0.0.2 (another
+// client) and from 127.0.0.1 (the flood's own address). The server runs
+// with --idle-timeout 3 --read-timeout 4; each round lasts at least
+// --attack-min-s (6) seconds. Fails when a probe from the other client
+// fails or takes more than --max-health-ms (default 2000), when more than
+// 10% of the same-address probes fail (they compete with the flood for its
+// address's cap: one whose request our loaded client sends late can be the
+// oldest idle connection), or when the server's connection guard did not
+// both evict (cap reached) and time out (deadline reached) connections
+// (/health connections_evicted, connections_timed_out).
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import http from 'node:http';
@@ -77,13 +82,16 @@ function attack(port) {
     s.on('error', () => {});
     s.on('close', () => { socks.delete(s); if (!stop) setTimeout(idle, 250); });
   }
-  const slowText = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ' + 'a'.repeat(4000);
+  // a slowloris sends its request line at once, then the headers slowly
+  const slowLine = 'POST /v1/chat/completions HTTP/1.1\r\n';
+  const slowText = 'Host: x\r\nX-Slow: ' + 'a'.repeat(4000);
   function slow() {
     if (stop) return;
     const s = net.connect(port, '127.0.0.1');
     opened++;
     socks.add(s);
     let i = 0;
+    s.on('connect', () => s.write(slowLine));
     const t = setInterval(() => {
       if (s.destroyed || i >= slowText.length) return;
       s.write(slowText[i++]);
@@ -98,44 +106,60 @@ function attack(port) {
   for (let i = 0; i < IDLE_FLOOD; i++) idle();
   for (let i = 0; i < SLOWLORIS; i++) slow();
   // /health on a fresh connection every 100 ms
-  const lat = [];
-  let healthFailed = 0, probing = true, last = null;
-  const probe = () => new Promise((resolve) => {
+  // /health probes on fresh connections, one every 100 ms from each of two
+  // client addresses: 127.0.0.2 (another client: the flood's per-address
+  // cap leaves it room) and 127.0.0.1 (the flood's own address: it competes
+  // with the flood's connections for that address's cap)
+  const probes = { other: { lat: [], failed: 0, errors: {} }, same: { lat: [], failed: 0, errors: {} } };
+  let probing = true, last = null;
+  const probe = (st, localAddress) => new Promise((resolve) => {
     const t0 = performance.now();
-    const req = http.get({ host: '127.0.0.1', port, path: '/health', agent: false, timeout: 10000 }, (res) => {
+    const fail = (k) => {
+      st.failed++;
+      st.errors[k] = (st.errors[k] || 0) + 1;
+      st.lat.push(performance.now() - t0);
+      resolve();
+    };
+    const req = http.get({ host: '127.0.0.1', port, path: '/health', agent: false, timeout: 10000,
+      localAddress }, (res) => {
       let d = '';
       res.on('data', (x) => { d += x; });
       res.on('end', () => {
-        const ms = performance.now() - t0;
-        try { last = JSON.parse(d); } catch { healthFailed++; }
-        if (res.statusCode !== 200) healthFailed++;
-        lat.push(ms);
+        let j = null;
+        try { j = JSON.parse(d); } catch { /* not JSON */ }
+        if (res.statusCode !== 200 || !j) return fail(`status ${res.statusCode}`);
+        last = j;
+        st.lat.push(performance.now() - t0);
         resolve();
       });
     });
     req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', () => { healthFailed++; lat.push(performance.now() - t0); resolve(); });
+    req.on('error', (e) => fail(String(e.code || e.message).slice(0, 60)));
   });
-  const loop = (async () => {
+  const loops = [['other', '127.0.0.2'], ['same', '127.0.0.1']].map(([k, addr]) => (async () => {
     while (probing) {
-      await probe();
+      await probe(probes[k], addr);
       await new Promise((r) => setTimeout(r, 100));
     }
-  })();
+  })());
   const t0 = performance.now();
   return async () => {
     // long enough for the idle / read deadlines (3 s / 4 s) to act
     const left = ATTACK_MIN_S * 1000 - (performance.now() - t0);
     if (left > 0) await new Promise((r) => setTimeout(r, left));
     probing = false;
-    await loop;
+    await Promise.all(loops);
     stop = true;
     for (const t of timers) clearInterval(t);
     for (const s of socks) s.destroy();
-    lat.sort((a, b) => a - b);
-    const q = (p) => +(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] || 0).toFixed(1);
-    return { attack_connections_opened: opened, health_probes: lat.length, health_failed: healthFailed,
-      health_ms_p50: q(0.5), health_ms_p99: q(0.99), health_ms_max: +(lat[lat.length - 1] || 0).toFixed(1),
+    const stats = (st) => {
+      const lat = st.lat.sort((a, b) => a - b);
+      const q = (p) => +(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] || 0).toFixed(1);
+      return { probes: lat.length, failed: st.failed, errors: st.errors, ms_p50: q(0.5), ms_p99: q(0.99),
+        ms_max: +(lat[lat.length - 1] || 0).toFixed(1) };
+    };
+    return { attack_connections_opened: opened, health_other_client: stats(probes.other),
+      health_same_address: stats(probes.same),
       guard: last && { open: last.connections_open, evicted: last.connections_evicted,
         timed_out: last.connections_timed_out, refused: last.connections_refused } };
   };
@@ -176,16 +200,24 @@ for (let r = 0; r < ROUNDS; r++) {
   if (stopAttack) {
     res.attack = await stopAttack();
     const a = res.attack;
-    if (a.health_failed > 0 || a.health_probes === 0 || a.health_ms_max > MAX_HEALTH_MS ||
-        !a.guard || a.guard.evicted === 0 || a.guard.timed_out === 0) attackBad = true;
+    const o = a.health_other_client, m = a.health_same_address;
+    if (o.failed > 0 || o.probes === 0 || o.ms_max > MAX_HEALTH_MS || m.probes === 0 ||
+        m.failed > 0.1 * m.probes || !a.guard || a.guard.evicted === 0 || a.guard.timed_out === 0)
+      attackBad = true;
   }
   rounds.push(res);
   rss.push(rssKiB(srv.proc.pid));
 }
 const code = await stopServer(srv);
+if (process.env.LB_LOAD_STDERR) console.error(srv.stderr().split('\n').slice(-20).join('\n'));
 const failed = rounds.reduce((a, r) => a + r.failed, 0);
-const growth = rss[rss.length - 1] - rss[rss.length - 2];
+// without attack: growth over the last round; under attack (thousands of
+// connection threads per round move RSS by a few MiB either way: glibc's
+// arenas and stack cache): growth from the end of the first round to the
+// end of the last, which a per-connection leak would make grow every round
+const growth = ATTACK && rss.length > 2 ? rss[rss.length - 1] - rss[1]
+  : rss[rss.length - 1] - rss[rss.length - 2];
 const out = { attack: ATTACK, parallel: P, threads: THREADS, requests_per_round: N, concurrency: C, max_tokens: MAXTOK,
-  rounds, failed, rss_kib: rss, rss_growth_last_round_kib: growth, server_exit: code };
+  rounds, failed, rss_kib: rss, rss_growth_kib: growth, server_exit: code };
 console.log(JSON.stringify(out));
 process.exit(failed === 0 && growth <= MAXGROW && code === 0 && !attackBad ? 0 : 1);
