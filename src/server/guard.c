@@ -270,13 +270,19 @@ lb_status srv_guard_create(const srv_guard_config *cfg, srv_guard **out) {
     return LB_OK;
 }
 
-void srv_guard_free(srv_guard *g) {
+void srv_guard_stop(srv_guard *g) {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
+    bool was = g->stop;
     g->stop = true;
     pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    pthread_join(g->thread, NULL);
+    if (!was) pthread_join(g->thread, NULL);
+}
+
+void srv_guard_free(srv_guard *g) {
+    if (!g) return;
+    srv_guard_stop(g);
     for (g_conn *c = g->head, *n; c; c = n) {
         n = c->next;
         free(c);

@@ -51,6 +51,9 @@ typedef struct srv_guard_stats {
 
 /* Starts the watchdog thread. Errors: LB_ERR_NOMEM, LB_ERR_IO (thread). */
 lb_status srv_guard_create(const srv_guard_config *cfg, srv_guard **out);
+/* Stops the watchdog (no more deadline closes; idempotent): call before
+ * MHD_stop_daemon, which closes every connection itself. */
+void srv_guard_stop(srv_guard *g);
 /* Stops the watchdog and frees what is left; call after MHD_stop_daemon. */
 void srv_guard_free(srv_guard *g);
 void srv_guard_stats_get(srv_guard *g, srv_guard_stats *out);

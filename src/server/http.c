@@ -929,6 +929,8 @@ void lb_server_stop(lb_server *srv, unsigned drain_ms) {
     MHD_quiesce_daemon(srv->d);
     /* drain, then cancel: waiting connection threads wake up and answer */
     srv_sched_stop(srv->sched, drain_ms);
+    /* no deadline closes while MHD closes the connections itself */
+    srv_guard_stop(srv->guard);
     /* joins the connection threads (they hold no scheduler state) */
     MHD_stop_daemon(srv->d);
     srv_guard_free(srv->guard);
