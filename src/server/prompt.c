@@ -291,8 +291,11 @@ static char *mask_content(const lb_chat_prompt *cp, const char *s, ph_table *t,
         size_t ml = 0;
         if (cp->first_byte[c >> 3] & (1u << (c & 7))) {
             if (c == pb && i + 3 < n && (unsigned char)s[i + 1] >= lo &&
-                (unsigned char)s[i + 1] <= hi)
-                ml = 4; /* a plane code point of the client's: escaped too */
+                (unsigned char)s[i + 1] <= hi && ((unsigned char)s[i + 2] & 0xC0) == 0x80 &&
+                ((unsigned char)s[i + 3] & 0xC0) == 0x80)
+                ml = 4; /* a plane code point of the client's: escaped too
+                           (only a valid one: invalid UTF-8 stays as it is,
+                           for the template to judge) */
             for (size_t k = 0; !ml && k < cp->n_special; k++)
                 if (cp->special_len[k] <= n - i &&
                     !memcmp(s + i, cp->special[k], cp->special_len[k]))
