@@ -2,7 +2,10 @@
 # lowbit serve: the OpenAI client (npm package openai, tests/node) drives
 # completions and chat, streaming and not, against lowbit run / lowbit
 # tokenize; raw HTTP checks every error status and shape (400, 401, 404,
-# 405, 413, 503), disconnect cancellation and SSE framing.
+# 405, 413, 503), disconnect cancellation and SSE framing; malformed HTTP
+# framing and oversized headers (one JSON response), the connection guard
+# (caps, eviction order, deadlines), chat content with special-token text
+# (plain by default, --special-in-content), refused fields and \u0000.
 # Needs node and tests/node/node_modules (npm ci, done by scripts/test.sh);
 # skipped (77) without them.
 set -eu

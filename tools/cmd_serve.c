@@ -43,6 +43,20 @@ static void usage(FILE *fp) {
             "                        \"lora\": [{\"id\"|\"name\", \"scale\"}] or\n"
             "                        \"model\": NAME (repeatable; default: all)\n"
             "      --lora-scale S    default scale of the preceding --lora\n"
+            "      --max-conn N      live connections (default 256); a new\n"
+            "                        one beyond it closes the oldest idle one\n"
+            "      --max-conn-per-ip N  the same per client address (default:\n"
+            "                        --max-conn / 2)\n"
+            "      --idle-timeout S  close a connection without a request for\n"
+            "                        S seconds (default 10)\n"
+            "      --read-timeout S  a request's headers and body must arrive\n"
+            "                        within S seconds (default 30)\n"
+            "      --timeout S       close a socket that stalls for S seconds\n"
+            "                        while a request or answer is in transit\n"
+            "                        (default 60)\n"
+            "      --special-in-content  let chat message text produce\n"
+            "                        special tokens (e.g. <|im_end|>) as\n"
+            "                        transformers does; default: plain text\n"
             "      --no-cache        serve a GPTQ checkpoint directory as it\n"
             "                        is, without its GGUF cache\n"
             "\n"
@@ -138,6 +152,23 @@ int cmd_serve(int argc, char **argv) {
             cfg.n_threads = (int)v;
         } else if (!strcmp(a, "--no-cache")) {
             no_cache = true;
+        } else if (!strcmp(a, "--max-conn")) {
+            INT(1, 65536);
+            cfg.max_connections = (int)v;
+        } else if (!strcmp(a, "--max-conn-per-ip")) {
+            INT(1, 65536);
+            cfg.max_connections_per_ip = (int)v;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            INT(1, 86400);
+            cfg.idle_timeout_s = (unsigned)v;
+        } else if (!strcmp(a, "--read-timeout")) {
+            INT(1, 86400);
+            cfg.read_timeout_s = (unsigned)v;
+        } else if (!strcmp(a, "--timeout")) {
+            INT(1, 86400);
+            cfg.timeout_s = (unsigned)v;
+        } else if (!strcmp(a, "--special-in-content")) {
+            cfg.special_in_content = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!model_path) {

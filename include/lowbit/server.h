@@ -31,7 +31,16 @@
  * absent; unknown fields are ignored; a field of the wrong type or out of
  * range is a 400 naming it in error.param. Features lowbit cannot honour
  * are rejected (400), not ignored: logprobs / top_logprobs, echo, best_of
- * > 1, suffix, n != 1, more than one prompt.
+ * > 1, suffix, n != 1, more than one prompt, logit_bias (non-empty),
+ * tools (non-empty) / tool_choice (other than "none"/"auto") / functions /
+ * function_call, response_format other than {"type":"text"}, modalities
+ * other than ["text"], audio, prediction, web_search_options,
+ * reasoning_effort, and the constrained-decoding extensions grammar,
+ * json_schema, guided_json/regex/choice/grammar; logprobs of the wrong
+ * type or range (chat: a boolean; completions: an integer 0..5;
+ * top_logprobs 0..20) likewise. Output-neutral fields (user, metadata,
+ * store, service_tier, parallel_tool_calls) are ignored. A JSON string
+ * holding \u0000 is refused (400): it cannot be passed on uncut.
  * Responses: id, object ("text_completion" / "chat.completion" /
  * "chat.completion.chunk"), created, model, choices [{index 0, text or
  * message {role "assistant", content}, logprobs null, finish_reason "stop"
@@ -44,9 +53,16 @@
  * Errors: {"error": {"message", "type", "param", "code"}} with status 400
  * (malformed JSON, missing/mistyped fields, code
  * "context_length_exceeded" for a prompt that leaves no room in the
- * context), 401 ("invalid_api_key"), 404 (unknown route), 405 (method;
- * Allow header), 413 (body over max_body_bytes), 503 (queue full;
- * Retry-After: 1), 500 (internal).
+ * context; code "malformed_request" for broken HTTP framing such as a
+ * negative or non-numeric Content-Length or a bad chunk size), 401
+ * ("invalid_api_key"), 404 (unknown route), 405 (method; Allow header),
+ * 413 (body over max_body_bytes, or a Content-Length beyond 2^64), 431
+ * ("request_header_too_large": request line + headers over 32 KiB), 503
+ * (queue full; Retry-After: 1), 500 (internal). Framing errors and 431
+ * are detected by libmicrohttpd before any handler runs: the connection
+ * guard writes the JSON answer in place of MHD's HTML page (one response,
+ * "Connection: close"); a request line alone over 32 KiB (414) still gets
+ * MHD's page, as no callback has run for it yet.
  *
  * Concurrency: n_parallel slots, each with its own KV cache region of n_ctx
  * positions (lowbit/batch.h). One scheduler thread owns the model: each
@@ -60,7 +76,8 @@
  * only the rest is evaluated. Requests beyond the slots wait in a FIFO of
  * max_queue entries; beyond that: 503.
  * HTTP: libmicrohttpd with a thread per connection (at most
- * max_connections). Connection threads parse, render the chat template,
+ * max_connections live; the connection guard closes the oldest idle one
+ * to make room, and enforces idle / read deadlines). Connection threads parse, render the chat template,
  * tokenize and validate (all thread-safe), then enqueue a task and wait on
  * it; the scheduler sends text through a per-task buffer and condition
  * variable. Streaming bodies are produced by a MHD content-reader callback
@@ -163,7 +180,8 @@ bool lb_chat_prompt_is_fallback(const lb_chat_prompt *cp);
  * from the tokenizer as transformers' apply_chat_template passes them
  * (none when the tokenizer has no such token), then tokenize the text with
  * add_special = false (as apply_chat_template(tokenize=True): the template
- * writes BOS itself when the model wants one). Note: llama.cpp's server
+ * writes BOS itself when the model wants one); message content is plain
+ * text (see lb_chat_prompt_apply_ex). Note: llama.cpp's server
  * instead strips a leading BOS text from the rendering and tokenizes with
  * add_special = true, so for a model whose tokenizer adds BOS but whose
  * template does not write it (e.g. ChatML on a Llama vocabulary) llama.cpp
@@ -177,6 +195,34 @@ lb_status lb_chat_prompt_apply(const lb_chat_prompt *cp,
                                const lb_tokenizer *tok,
                                const char *messages_json, char **text_out,
                                int32_t **ids_out, size_t *n_out);
+
+/* Flags for lb_chat_prompt_apply_ex. */
+#define LB_CHAT_SPECIAL_IN_CONTENT 1u /* message content may produce special
+                                         tokens (transformers' behaviour) */
+
+/* lb_chat_prompt_apply with flags. Without LB_CHAT_SPECIAL_IN_CONTENT (and
+ * in lb_chat_prompt_apply) message content is plain text: a special-token
+ * text in a message's "content" string (e.g. "<|im_end|>" typed by a user)
+ * is tokenized as ordinary text, and only the template's own text (and
+ * bos_token / eos_token) produces special tokens. How: each such text in
+ * the content is replaced by a placeholder code point of a Unicode
+ * private-use plane (U+F0000 + k, or U+100000 + k when the template itself
+ * uses plane 15; client code points of that plane are replaced too), the
+ * template renders, the placeholders are put back, and
+ * lb_tokenizer_encode_spans tokenizes the text with the put-back ranges as
+ * plain spans. A message without special texts renders and tokenizes
+ * exactly as with the flag. *text_out is the real text in both cases.
+ * Only string "content" fields are treated this way (other fields are the
+ * caller's, trusted). A template that slices content by bytes through a
+ * placeholder would corrupt it (none of the reference templates does).
+ * Extra errors: LB_ERR_RANGE (more than 65534 different special texts in
+ * the content), LB_ERR_UNSUPPORTED (the template uses both planes and the
+ * content holds special text). */
+lb_status lb_chat_prompt_apply_ex(const lb_chat_prompt *cp,
+                                  const lb_tokenizer *tok,
+                                  const char *messages_json, unsigned flags,
+                                  char **text_out, int32_t **ids_out,
+                                  size_t *n_out);
 
 /* Stop strings the template implies (NULL-terminated list, owned by cp):
  * "<|im_end|>" for the ChatML fallback when that text is not a special
@@ -199,13 +245,36 @@ typedef struct lb_server_config {
     int n_threads;          /* compute threads (<= 0: all CPUs)             */
     int max_queue;          /* waiting requests beyond the slots (< 0: 0;
                                default in lb_server_default_config: 64)    */
-    int max_connections;    /* concurrent HTTP connections (<= 0: 256)      */
+    int max_connections;    /* live HTTP connections (<= 0: 256), see the
+                               connection guard below                      */
     size_t max_body_bytes;  /* request body limit (0: 1 MiB)                */
     const char *api_key;    /* NULL/"": none; else "Authorization: Bearer
                                KEY" required (except /health)              */
     const char *model_name; /* id in responses and /v1/models (NULL:
                                "lowbit")                                    */
-    unsigned timeout_s;     /* idle connection timeout (0: 600)             */
+    unsigned timeout_s;     /* libmicrohttpd's inactivity timeout: a socket
+                               that neither sends nor takes bytes while a
+                               request is read or an answer written is
+                               closed (0: 60). Handlers that wait on a
+                               generation restart it.                     */
+    /* Connection guard (src/server/guard.h, docs/server.md "Connections"):
+     * at most max_connections live connections and max_connections_per_ip
+     * from one client address; a new one beyond a cap closes the oldest
+     * idle one (a connection with no request in flight; never-served ones
+     * first), or itself when all others are busy. */
+    int max_connections_per_ip; /* <= 0: max_connections / 2 (at least 1) */
+    unsigned idle_timeout_s;    /* no request line for this long after the
+                                   connect or the last answer: closed
+                                   (0: 10)                                 */
+    unsigned read_timeout_s;    /* request line to the end of the body:
+                                   closed when longer (slowloris) (0: 30)  */
+    /* Chat message content may produce special (control) tokens: text such
+     * as "<|im_end|>" in a message becomes that control token, as
+     * transformers' apply_chat_template(tokenize=True) does. false
+     * (default): message content is tokenized as plain text and only the
+     * template's own text produces special tokens
+     * (lb_chat_prompt_apply_ex, LB_CHAT_SPECIAL_IN_CONTENT). */
+    bool special_in_content;
     /* LoRA adapters (lowbit/lora.h; borrowed, must outlive the server),
      * applied to every request at their scales unless the request says
      * otherwise: "lora": [{"id": N | "name": NAME, "scale": S}, ...] as
@@ -250,6 +319,12 @@ typedef struct lb_server_stats {
     uint64_t tokens_prompt;     /* prompt tokens evaluated (not reused)   */
     uint64_t steps;             /* scheduler forward calls                */
     int active_slots, queued;   /* now                                    */
+    /* connection guard (docs/server.md "Connections") */
+    uint64_t conn_open;         /* live connections now                   */
+    uint64_t conn_evicted;      /* idle ones closed to make room          */
+    uint64_t conn_timed_out;    /* closed at the idle / read deadline     */
+    uint64_t conn_refused;      /* new ones closed: all others were busy  */
+    uint64_t http_errors;       /* malformed HTTP answered with JSON 4xx  */
 } lb_server_stats;
 
 void lb_server_get_stats(lb_server *srv, lb_server_stats *out);

@@ -208,6 +208,32 @@ lb_status lb_tokenizer_encode_ex(const lb_tokenizer *tok, const char *text,
                                  size_t len, unsigned flags, int32_t **ids_out,
                                  char ***tokens_out, size_t *n_out);
 
+/* A byte range [begin, end) of a text. */
+typedef struct lb_text_span {
+    size_t begin, end;
+} lb_text_span;
+
+/* Like lb_tokenizer_encode_ex (no token strings), for a text assembled from
+ * trusted and untrusted parts, e.g. a chat template's rendering (trusted)
+ * around message content (untrusted): no special token is matched where its
+ * match would overlap one of the n_plain `plain` spans (sorted, disjoint,
+ * byte offsets into text); those bytes are tokenized as ordinary text with
+ * the text around them, as LB_TOK_PLAIN_SPECIAL does for a whole text.
+ * Non-special added tokens still match. Special tokens elsewhere match as
+ * usual, so with n_plain = 0 the ids equal lb_tokenizer_encode_ex's. For
+ * added tokens matched after normalization (tokenizer.json normalized =
+ * true) the spans are moved onto the normalized text (a span's range is
+ * that of normalize(prefix) .. normalize(prefix + span), checked to be
+ * prefixes of the normalized segment); where that check fails, or beyond
+ * 64 spans in one segment, the segment between two raw-matched added
+ * tokens that holds a span matches no special token. Invalid UTF-8 is replaced as in lb_tokenizer_encode (the
+ * spans follow). Errors: those of lb_tokenizer_encode_ex, and
+ * LB_ERR_INVALID_ARG for spans out of order or outside the text. */
+lb_status lb_tokenizer_encode_spans(const lb_tokenizer *tok, const char *text,
+                                    size_t len, unsigned flags,
+                                    const lb_text_span *plain, size_t n_plain,
+                                    int32_t **ids_out, size_t *n_out);
+
 /* ---- decoding ------------------------------------------------------------ */
 
 /* Decode ids to UTF-8 text (malloc'd, NUL-terminated; *len_out optional),
@@ -255,6 +281,13 @@ int32_t lb_tokenizer_eos(const lb_tokenizer *tok);
 bool lb_tokenizer_add_bos(const lb_tokenizer *tok);
 /* True if `id` is a special (control) token. */
 bool lb_tokenizer_is_special(const lb_tokenizer *tok, int32_t id);
+
+/* The text that, written in an input, encodes to special token `id` and
+ * that LB_TOK_PLAIN_SPECIAL turns into ordinary text: a tokenizer.json
+ * added token's "content" (as written, before normalization) when it is
+ * special; for GGUF vocabularies the piece of a control or unknown token.
+ * NULL for any other id. Owned by tok. */
+const char *lb_tokenizer_special_text(const lb_tokenizer *tok, int32_t id);
 
 /* chat_template string from tokenizer_config.json (or GGUF), NULL if none.
  * Owned by tok. bos/eos token strings likewise (NULL if none). */

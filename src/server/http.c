@@ -5,6 +5,7 @@
  * lowbit/server.h for the contract.
  */
 #include "server/server_internal.h"
+#include "server/guard.h"
 #include "core/internal.h"
 
 #include <cjson/cJSON.h>
@@ -24,6 +25,9 @@ struct lb_server {
     lb_chat_prompt *chat;
     srv_sched *sched;
     struct MHD_Daemon *d;
+    srv_guard *guard;
+    unsigned timeout_s; /* MHD inactivity timeout */
+    bool special_in_content;
     char *api_key, *model_name;
     size_t max_body;
     int port;
@@ -239,19 +243,27 @@ static cJSON *response_head(const lb_server *srv, const char *id,
 static enum MHD_Result handle_health(lb_server *srv, struct MHD_Connection *c) {
     lb_server_stats st;
     lb_server_get_stats(srv, &st);
-    char *s = malloc(512);
+    char *s = malloc(768);
     if (s)
-        snprintf(s, 512,
+        snprintf(s, 768,
                  "{\"status\":\"ok\",\"slots_total\":%d,"
                  "\"slots_processing\":%d,\"requests_queued\":%d,"
                  "\"generations_completed\":%llu,"
                  "\"generations_cancelled\":%llu,\"requests_rejected\":%llu,"
-                 "\"tokens_generated\":%llu}",
+                 "\"tokens_generated\":%llu,\"connections_open\":%llu,"
+                 "\"connections_evicted\":%llu,"
+                 "\"connections_timed_out\":%llu,"
+                 "\"connections_refused\":%llu,\"http_errors\":%llu}",
                  srv_sched_n_slots(srv->sched), st.active_slots, st.queued,
                  (unsigned long long)st.completed,
                  (unsigned long long)st.cancelled,
                  (unsigned long long)st.rejected_busy,
-                 (unsigned long long)st.tokens_generated);
+                 (unsigned long long)st.tokens_generated,
+                 (unsigned long long)st.conn_open,
+                 (unsigned long long)st.conn_evicted,
+                 (unsigned long long)st.conn_timed_out,
+                 (unsigned long long)st.conn_refused,
+                 (unsigned long long)st.http_errors);
     return send_text(c, 200, s, NULL, NULL);
 }
 
@@ -312,8 +324,10 @@ static srv_task *make_task(lb_server *srv, const srv_request *rq,
     lb_status st = LB_OK;
     const int32_t V = srv->m->config.vocab_size;
     if (rq->kind == SRV_CHAT) {
-        st = lb_chat_prompt_apply(srv->chat, srv->tok, rq->messages_json, NULL,
-                                  &ids, &n);
+        st = lb_chat_prompt_apply_ex(srv->chat, srv->tok, rq->messages_json,
+                                     srv->special_in_content
+                                         ? LB_CHAT_SPECIAL_IN_CONTENT : 0u,
+                                     NULL, &ids, &n);
         if (st != LB_OK) {
             if (st == LB_ERR_NOMEM)
                 srv_fail(err, 500, "server_error", NULL, NULL, "%s",
@@ -422,6 +436,7 @@ typedef struct stream_state {
     srv_task *task;
     srv_kind kind;
     int fd;
+    struct MHD_Connection *conn; /* its own thread calls stream_cb */
     bool include_usage;
     int phase; /* 0 head, 1 content, 2 end written */
     char id[64];
@@ -544,6 +559,8 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             if (n > max) n = max;
             memcpy(buf, ss->pend + ss->pend_off, n);
             ss->pend_off += n;
+            /* the wait for these bytes may have outlasted MHD's timeout */
+            srv_guard_touch(ss->conn, ss->srv->timeout_s);
             return (ssize_t)n;
         }
         if (ss->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -626,6 +643,7 @@ static enum MHD_Result handle_completion(lb_server *srv,
         ss->task = t;
         ss->kind = kind;
         ss->fd = fd;
+        ss->conn = c;
         ss->include_usage = include_usage;
         snprintf(ss->id, sizeof ss->id, "%s", id);
         ss->created = created;
@@ -649,6 +667,8 @@ static enum MHD_Result handle_completion(lb_server *srv,
             srv_task_release(t);
             return MHD_NO; /* nobody to answer */
         }
+    /* the wait may have outlasted MHD's inactivity timeout */
+    srv_guard_touch(c, srv->timeout_s);
     size_t text_len = 0;
     bool done;
     char *text = srv_task_take(t, 0, &text_len, &done);
@@ -789,6 +809,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     }
     /* the whole body is here */
     cr->responded = true;
+    srv_guard_busy(c);
     if (cr->too_large) {
         srv_fail(&err, 413, NULL, "request_too_large", NULL,
                  "the request body is larger than %zu bytes", srv->max_body);
@@ -800,8 +821,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     lb_server *srv = cls;
-    (void)c;
     (void)toe;
+    srv_guard_done(c);
     conn_req *cr = *con_cls;
     if (!cr) return;
     atomic_fetch_add(&srv->requests, 1);
@@ -810,8 +831,45 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* lowbit's JSON error for an HTTP-level failure libmicrohttpd detected
+ * (before any handler ran): srv_guard_take_error sends it instead of
+ * MHD's HTML page. */
+static char *http_error_json(unsigned status) {
+    srv_error e;
+    switch (status) {
+    case 400:
+        srv_fail(&e, 400, NULL, "malformed_request", NULL,
+                 "malformed HTTP request framing (e.g. an invalid "
+                 "Content-Length, Transfer-Encoding or chunk size)");
+        break;
+    case 413:
+        srv_fail(&e, 413, NULL, "request_too_large", NULL,
+                 "the request body is too large (Content-Length or chunk "
+                 "size out of range)");
+        break;
+    case 414:
+        srv_fail(&e, 414, NULL, "request_header_too_large", NULL,
+                 "the request URI is too long");
+        break;
+    case 431:
+        srv_fail(&e, 431, NULL, "request_header_too_large", NULL,
+                 "the request headers are too large (request line + headers "
+                 "must fit in %u bytes)",
+                 (unsigned)SRV_MAX_HEADER_BYTES);
+        break;
+    default:
+        srv_fail(&e, (int)status, NULL, NULL, NULL,
+                 "the HTTP request cannot be processed (status %u)", status);
+        break;
+    }
+    return srv_error_json(&e);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    lb_server *srv = cls;
+    if (srv && srv_guard_take_error(srv->guard, fmt, ap, http_error_json))
+        return;
+    if (srv_guard_quiet()) return;
     char buf[512];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
@@ -837,6 +895,8 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     srv->m = model;
     srv->tok = tok;
     srv->max_body = cfg.max_body_bytes ? cfg.max_body_bytes : 1u << 20;
+    srv->timeout_s = cfg.timeout_s ? cfg.timeout_s : 60;
+    srv->special_in_content = cfg.special_in_content;
     srv->created = time(NULL);
     srv->seed_base = splitmix64((uint64_t)time(NULL) ^
                                 ((uint64_t)getpid() << 32) ^
@@ -887,15 +947,31 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     unsigned max_conn = cfg.max_connections > 0 ? (unsigned)cfg.max_connections
                                                 : 256;
+    srv_guard_config gc = {
+        .max_conn = (int)max_conn,
+        .max_conn_per_ip = cfg.max_connections_per_ip > 0
+                               ? cfg.max_connections_per_ip
+                               : (int)(max_conn / 2 ? max_conn / 2 : 1),
+        .idle_timeout_s = cfg.idle_timeout_s ? cfg.idle_timeout_s : 10,
+        .read_timeout_s = cfg.read_timeout_s ? cfg.read_timeout_s : 30,
+    };
+    if ((st = srv_guard_create(&gc, &srv->guard)) != LB_OK) {
+        freeaddrinfo(ai);
+        goto fail;
+    }
     /* the port argument is ignored with MHD_OPTION_SOCK_ADDR but appears
      * in libmicrohttpd's bind-failure message */
     srv->d = MHD_start_daemon(
         flags, (uint16_t)cfg.port, NULL, NULL, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(cfg.timeout_s ? cfg.timeout_s : 600),
+        mhd_log, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        /* the guard keeps max_conn live; MHD's hard limit leaves room for
+         * the ones it is closing */
+        MHD_OPTION_CONNECTION_LIMIT, max_conn + 64,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_MAX_HEADER_BYTES,
+        MHD_OPTION_CONNECTION_TIMEOUT, srv->timeout_s,
+        MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, srv->guard,
+        MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, srv->guard,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->d) {
@@ -911,6 +987,7 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     *out = srv;
     return LB_OK;
 fail:
+    srv_guard_free(srv->guard);
     srv_sched_free(srv->sched);
     lb_chat_prompt_free(srv->chat);
     free(srv->api_key);
@@ -927,8 +1004,11 @@ void lb_server_stop(lb_server *srv, unsigned drain_ms) {
     MHD_quiesce_daemon(srv->d);
     /* drain, then cancel: waiting connection threads wake up and answer */
     srv_sched_stop(srv->sched, drain_ms);
+    /* no deadline closes while MHD closes the connections itself */
+    srv_guard_stop(srv->guard);
     /* joins the connection threads (they hold no scheduler state) */
     MHD_stop_daemon(srv->d);
+    srv_guard_free(srv->guard);
     srv_sched_free(srv->sched);
     lb_chat_prompt_free(srv->chat);
     free(srv->api_key);
@@ -940,4 +1020,13 @@ void lb_server_get_stats(lb_server *srv, lb_server_stats *out) {
     memset(out, 0, sizeof *out);
     if (srv->sched) srv_sched_stats(srv->sched, out);
     out->requests = atomic_load(&srv->requests);
+    if (srv->guard) {
+        srv_guard_stats gs;
+        srv_guard_stats_get(srv->guard, &gs);
+        out->conn_open = gs.open;
+        out->conn_evicted = gs.evicted;
+        out->conn_timed_out = gs.timed_out;
+        out->conn_refused = gs.refused;
+        out->http_errors = gs.http_errors;
+    }
 }

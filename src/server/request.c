@@ -321,6 +321,104 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err) {
     return true;
 }
 
+/* OpenAI request fields that would change what the server returns but
+ * that lowbit does not implement: a 400 naming the field, never a silent
+ * ignore. The no-op values clients send by default pass (tools [],
+ * tool_choice "none", response_format {"type":"text"}, logit_bias {},
+ * modalities ["text"]). Fields without an effect on the output (user,
+ * metadata, store, service_tier, parallel_tool_calls) are ignored as
+ * other unknown fields are. logprobs / top_logprobs / echo: only values
+ * the API reference forbids are refused here (see check_logprobs_spec). */
+static bool check_unsupported(srv_kind kind, const cJSON *root, srv_error *err) {
+    const cJSON *f;
+    if ((f = field(root, "logit_bias"))) {
+        if (!cJSON_IsObject(f))
+            return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+        if (f->child) return BAD("logit_bias", "logit_bias is not supported");
+    }
+    if ((f = field(root, "tools"))) {
+        if (!cJSON_IsArray(f)) return BAD("tools", "'tools' must be a list");
+        if (cJSON_GetArraySize(f) > 0)
+            return BAD("tools", "tools (function calling) are not supported");
+    }
+    if ((f = field(root, "tool_choice")) &&
+        !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") ||
+                                !strcmp(f->valuestring, "auto"))))
+        return BAD("tool_choice", "tool_choice is not supported (only \"none\" or \"auto\" without tools)");
+    if ((f = field(root, "functions")))
+        return BAD("functions", "functions (function calling) are not supported");
+    if ((f = field(root, "function_call")) &&
+        !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
+        return BAD("function_call", "function_call is not supported");
+    if ((f = field(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        if (!cJSON_IsObject(f) || !cJSON_IsString(t))
+            return BAD("response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(t->valuestring, "text"))
+            return BAD("response_format",
+                       "response_format type '%.64s' is not supported (only \"text\")",
+                       t->valuestring);
+    }
+    if ((f = field(root, "modalities"))) {
+        const cJSON *m;
+        if (!cJSON_IsArray(f)) return BAD("modalities", "'modalities' must be a list");
+        cJSON_ArrayForEach(m, f) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
+            return BAD("modalities", "only the \"text\" modality is supported");
+    }
+    static const char *const refused[] = {
+        "audio", "prediction", "web_search_options", "reasoning_effort",
+        /* constrained decoding (llama.cpp / vLLM extensions) */
+        "grammar", "json_schema", "guided_json", "guided_regex", "guided_choice",
+        "guided_grammar",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (field(root, refused[i]))
+            return BAD(refused[i], "'%s' is not supported", refused[i]);
+    (void)kind;
+    return true;
+}
+
+/* logprobs / top_logprobs values the OpenAI API reference forbids (types
+ * and ranges; whether logprobs are returned is decided elsewhere):
+ * completions: logprobs an integer 0..5; chat: logprobs a boolean,
+ * top_logprobs an integer 0..20. */
+static bool check_logprobs_spec(srv_kind kind, const cJSON *root, srv_error *err) {
+    const cJSON *f;
+    double v;
+    if ((f = field(root, "logprobs"))) {
+        if (kind == SRV_CHAT && !cJSON_IsBool(f))
+            return BAD("logprobs", "'logprobs' must be a boolean");
+        if (kind == SRV_COMPLETION && !is_int(f, 0, 5, &v))
+            return BAD("logprobs", "'logprobs' must be an integer between 0 and 5");
+    }
+    if ((f = field(root, "top_logprobs")) && !is_int(f, 0, 20, &v))
+        return BAD("top_logprobs", "'top_logprobs' must be an integer between 0 and 20");
+    if ((f = field(root, "echo")) && !cJSON_IsBool(f))
+        return BAD("echo", "'echo' must be a boolean");
+    return true;
+}
+
+/* True when a JSON string in body holds the escape \u0000: cJSON would
+ * cut that string at the NUL (a prompt silently truncated). */
+static bool has_nul_escape(const char *body, size_t len) {
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = body[i];
+        if (!in_str) {
+            if (c == '"') in_str = true;
+            continue;
+        }
+        if (c == '"') {
+            in_str = false;
+        } else if (c == '\\' && i + 1 < len) {
+            if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4))
+                return true;
+            i++; /* the escaped character */
+        }
+    }
+    return false;
+}
+
 static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
                          srv_error *err) {
     const cJSON *f;
@@ -414,6 +512,8 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
                        "'stream_options.include_usage' must be a boolean");
         r->include_usage = iu && cJSON_IsTrue(iu);
     }
+    if (!check_unsupported(kind, root, err) || !check_logprobs_spec(kind, root, err))
+        return false;
     /* features lowbit does not provide: reject rather than ignore */
     if ((f = field(root, "logprobs")) && !cJSON_IsFalse(f) &&
         !(cJSON_IsNumber(f) && f->valuedouble == 0))
@@ -443,6 +543,9 @@ bool srv_request_parse(srv_kind kind, const char *body, size_t len,
         return BAD(NULL, "the request body is empty (expected a JSON object)");
     if (memchr(body, 0, len))
         return BAD(NULL, "the request body contains a NUL byte");
+    if (has_nul_escape(body, len))
+        return BAD(NULL, "a string in the request body contains the NUL character "
+                         "(\\u0000), which would cut the text short: remove it");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {

@@ -15,6 +15,9 @@
 #define SRV_MAX_STOP 16
 #define SRV_MAX_STOP_BYTES 256
 #define SRV_MAX_MESSAGES 4096
+/* MHD_OPTION_CONNECTION_MEMORY_LIMIT: request line + headers must fit in
+ * it (with MHD's bookkeeping); beyond: 431 request_header_too_large */
+#define SRV_MAX_HEADER_BYTES (32u * 1024u)
 
 typedef enum srv_kind { SRV_COMPLETION = 0, SRV_CHAT = 1 } srv_kind;
 

@@ -494,13 +494,21 @@ lb_status tok_bpe_word(const lb_tokenizer *tok, const char *w, size_t n,
 lb_status tok_spm_fragment(const lb_tokenizer *tok, const char *w, size_t n,
                            tok_out *out, tok_scratch *sc);
 
+/* Byte ranges of the text in which no special token may match
+ * (lb_tokenizer_encode_spans): sorted, disjoint. NULL = none. */
+typedef struct tok_plain {
+    const lb_text_span *v;
+    size_t n;
+} tok_plain;
+
 /* Encoders / decoders per family (out->ids appended). */
 lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
-                        unsigned flags, tok_out *out);
+                        unsigned flags, const tok_plain *plain, tok_out *out);
 lb_status tok_hf_decode(const lb_tokenizer *tok, const int32_t *ids, size_t n,
                         bool skip_special, tok_buf *out);
 lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text,
-                           size_t len, unsigned flags, tok_out *out);
+                           size_t len, unsigned flags, const tok_plain *plain,
+                           tok_out *out);
 lb_status tok_llama_decode(const lb_tokenizer *tok, const int32_t *ids,
                            size_t n, bool skip_special, tok_buf *out);
 /* One token's text as llama.cpp's token_to_piece (special = true) would

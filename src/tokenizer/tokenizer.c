@@ -123,10 +123,19 @@ static bool tok_segs_push(tok_segs *a, size_t s, size_t e, int32_t added) {
     return true;
 }
 
-/* AddedVocabulary::find_matches over s[0..n). */
+/* True when [a, b) overlaps one of the plain spans. */
+static bool tok_in_plain(const tok_plain *p, size_t a, size_t b) {
+    if (!p) return false;
+    for (size_t i = 0; i < p->n; i++)
+        if (a < p->v[i].end && p->v[i].begin < b) return true;
+    return false;
+}
+
+/* AddedVocabulary::find_matches over s[0..n). A special token whose match
+ * overlaps a plain span (offsets in s) is not matched there. */
 static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
                                   const char *s, size_t n, bool plain_special,
-                                  tok_segs *out) {
+                                  const tok_plain *plain, tok_segs *out) {
     out->n = 0;
     if (n == 0) return tok_segs_push(out, 0, 0, -1) ? LB_OK : tok_nomem();
     size_t start_offset = 0, i = 0;
@@ -140,7 +149,8 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
         const tok_added *ad = &tok->added[a];
         size_t start = i, stop = i + ml;
         i = stop;
-        if (plain_special && ad->special) continue;
+        if (ad->special && (plain_special || tok_in_plain(plain, start, stop)))
+            continue;
         if (ad->single_word) {
             uint32_t cp;
             size_t ps;
@@ -181,6 +191,58 @@ static lb_status tok_find_matches(const lb_tokenizer *tok, const tok_trie *trie,
     return LB_OK;
 }
 
+/* The plain spans inside raw segment text[a, b), moved onto its normalized
+ * text norm[0, nn): a span's normalized range is [|N(prefix)|,
+ * |N(prefix + span)|), valid when N(prefix) and N(prefix + span) are
+ * byte-prefixes of N(segment) (checked; true of NFC/NFKC away from
+ * combining marks, Replace, Lowercase, Prepend). *ok false: cannot be
+ * followed (or too many spans to follow cheaply); the caller then matches
+ * no special token in the segment. */
+static lb_status tok_norm_spans(const lb_tokenizer *tok, const char *text, size_t a,
+                                size_t b, const tok_plain *sp, const char *norm,
+                                size_t nn, lb_text_span **out, size_t *n_out, bool *ok) {
+    *out = NULL;
+    *n_out = 0;
+    *ok = false;
+    size_t cnt = 0;
+    for (size_t i = 0; i < sp->n; i++)
+        if (sp->v[i].begin < b && a < sp->v[i].end) cnt++;
+    if (cnt > 64) return LB_OK;
+    lb_text_span *v = malloc((cnt ? cnt : 1) * sizeof *v);
+    if (!v) return tok_nomem();
+    tok_buf tmp = {0};
+    size_t k = 0;
+    lb_status st = LB_OK;
+    bool good = true;
+    for (size_t i = 0; good && i < sp->n; i++) {
+        if (!(sp->v[i].begin < b && a < sp->v[i].end)) continue;
+        size_t lo = sp->v[i].begin > a ? sp->v[i].begin : a;
+        size_t hi = sp->v[i].end < b ? sp->v[i].end : b;
+        size_t ends[2] = {lo, hi}, at[2];
+        for (int e = 0; good && e < 2; e++) {
+            if (!tok->normalizer) {
+                at[e] = ends[e] - a;
+                continue;
+            }
+            st = tok_norm_apply(tok->normalizer, text + a, ends[e] - a, &tmp);
+            if (st != LB_OK) break;
+            good = tmp.n <= nn && (tmp.n == 0 || !memcmp(tmp.p, norm, tmp.n));
+            at[e] = tmp.n;
+        }
+        if (st != LB_OK) break;
+        if (good) v[k++] = (lb_text_span){at[0], at[1]};
+    }
+    tok_buf_free(&tmp);
+    if (st != LB_OK || !good) {
+        free(v);
+        return st;
+    }
+    *out = v;
+    *n_out = k;
+    *ok = true;
+    return LB_OK;
+}
+
 /* Pre-tokenize and run the model over one normalized text segment. */
 static lb_status tok_hf_model(const lb_tokenizer *tok, const char *s, size_t n,
                               bool origin, tok_pieces *pcs, tok_out *out,
@@ -202,13 +264,14 @@ static lb_status tok_hf_model(const lb_tokenizer *tok, const char *s, size_t n,
 }
 
 lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
-                        unsigned flags, tok_out *out) {
+                        unsigned flags, const tok_plain *plain_arg, tok_out *out) {
     bool plain = (flags & LB_TOK_PLAIN_SPECIAL) != 0;
+    const tok_plain *sp = plain_arg;
     tok_segs raw = {0}, sub = {0};
     tok_buf norm = {0};
     tok_pieces pcs = {0};
     tok_scratch sc = {0};
-    lb_status st = tok_find_matches(tok, &tok->trie_raw, text, len, plain, &raw);
+    lb_status st = tok_find_matches(tok, &tok->trie_raw, text, len, plain, sp, &raw);
     for (size_t r = 0; st == LB_OK && r < raw.n; r++) {
         const tok_seg *sg = &raw.v[r];
         if (sg->added >= 0) {
@@ -224,7 +287,21 @@ lb_status tok_hf_encode(const lb_tokenizer *tok, const char *text, size_t len,
             seg = norm.p ? norm.p : "";
             seglen = norm.n;
         }
-        st = tok_find_matches(tok, &tok->trie_norm, seg, seglen, plain, &sub);
+        /* the spans moved onto the normalized segment; where they cannot be
+         * followed, the segment matches no special token at all */
+        bool seg_plain = plain;
+        lb_text_span *nv = NULL;
+        size_t nnv = 0;
+        if (!plain && tok_in_plain(sp, sg->s, sg->e)) {
+            bool ok = false;
+            st = tok_norm_spans(tok, text, sg->s, sg->e, sp, seg, seglen, &nv, &nnv, &ok);
+            if (st != LB_OK) break;
+            seg_plain = !ok;
+        }
+        tok_plain nsp = {nv, nnv};
+        st = tok_find_matches(tok, &tok->trie_norm, seg, seglen, seg_plain,
+                              nv ? &nsp : NULL, &sub);
+        free(nv);
         for (size_t k = 0; st == LB_OK && k < sub.n; k++) {
             const tok_seg *ss = &sub.v[k];
             if (ss->added >= 0) {
@@ -269,7 +346,8 @@ static bool tok_frags_push(tok_frags *f, size_t off, size_t len, int32_t token) 
 /* tokenizer_st_partition: for each special token (longest first), split
  * every raw fragment at each occurrence, left to right. */
 static lb_status tok_partition(const lb_tokenizer *tok, const char *text, size_t len,
-                               bool parse_special, tok_frags *frags) {
+                               bool parse_special, const tok_plain *plain,
+                               tok_frags *frags) {
     frags->n = 0;
     if (len && !tok_frags_push(frags, 0, len, -1)) return tok_nomem();
     tok_frags next = {0};
@@ -287,14 +365,18 @@ static lb_status tok_partition(const lb_tokenizer *tok, const char *text, size_t
                 if (!tok_frags_push(&next, fr.off, fr.len, fr.token)) goto nomem;
                 continue;
             }
-            size_t pos = fr.off, end = fr.off + fr.len;
+            size_t pos = fr.off, end = fr.off + fr.len, from = pos;
             for (;;) {
-                const char *m = end - pos >= tl ? memmem(text + pos, end - pos, t, tl) : NULL;
+                const char *m = end - from >= tl ? memmem(text + from, end - from, t, tl) : NULL;
                 if (!m) break;
                 size_t at = (size_t)(m - text);
+                if (tok_in_plain(plain, at, at + tl)) { /* stays text */
+                    from = at + 1;
+                    continue;
+                }
                 if (at > pos && !tok_frags_push(&next, pos, at - pos, -1)) goto nomem;
                 if (!tok_frags_push(&next, at, tl, id)) goto nomem;
-                pos = at + tl;
+                pos = from = at + tl;
             }
             if (pos < end && !tok_frags_push(&next, pos, end - pos, -1)) goto nomem;
         }
@@ -335,10 +417,11 @@ static lb_status tok_llama_bpe_fragment(const lb_tokenizer *tok, const char *s,
 }
 
 lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text, size_t len,
-                           unsigned flags, tok_out *out) {
+                           unsigned flags, const tok_plain *plain, tok_out *out) {
     bool add_special = (flags & LB_TOK_ADD_SPECIAL) != 0;
     tok_frags frags = {0};
-    lb_status st = tok_partition(tok, text, len, !(flags & LB_TOK_PLAIN_SPECIAL), &frags);
+    lb_status st = tok_partition(tok, text, len, !(flags & LB_TOK_PLAIN_SPECIAL), plain,
+                                 &frags);
     tok_buf buf = {0};
     tok_pieces pcs = {0};
     tok_scratch sc = {0};
@@ -385,15 +468,16 @@ lb_status tok_llama_encode(const lb_tokenizer *tok, const char *text, size_t len
 /* ------------------------------------------------------------------------ */
 
 static lb_status tok_encode_impl(const lb_tokenizer *tok, const char *text,
-                                 size_t len, unsigned flags, tok_out *out) {
-    if (tok->kind != TOK_HF) return tok_llama_encode(tok, text, len, flags, out);
+                                 size_t len, unsigned flags, const tok_plain *plain,
+                                 tok_out *out) {
+    if (tok->kind != TOK_HF) return tok_llama_encode(tok, text, len, flags, plain, out);
     if (!(flags & LB_TOK_ADD_SPECIAL) || !tok->has_template)
-        return tok_hf_encode(tok, text, len, flags, out);
+        return tok_hf_encode(tok, text, len, flags, plain, out);
     /* TemplateProcessing (single): specials around $A */
     for (size_t i = 0; i < tok->n_tmpl; i++) {
         const tok_template_item *it = &tok->tmpl[i];
         if (it->is_seq) {
-            lb_status st = tok_hf_encode(tok, text, len, flags, out);
+            lb_status st = tok_hf_encode(tok, text, len, flags, plain, out);
             if (st != LB_OK) return st;
             continue;
         }
@@ -404,25 +488,66 @@ static lb_status tok_encode_impl(const lb_tokenizer *tok, const char *text,
     return LB_OK;
 }
 
-lb_status lb_tokenizer_encode_ex(const lb_tokenizer *tok, const char *text,
-                                 size_t len, unsigned flags, int32_t **ids_out,
-                                 char ***tokens_out, size_t *n_out) {
+/* Invalid UTF-8 replaced piece by piece (text between spans, each span), so
+ * that the spans can be moved onto the cleaned text (spans_out[n]). */
+static bool tok_lossy_spans(tok_buf *clean, const char *text, size_t len,
+                            const lb_text_span *sp, size_t nsp,
+                            lb_text_span *spans_out) {
+    size_t pos = 0;
+    for (size_t i = 0; i < nsp; i++) {
+        if (!tok_utf8_lossy(clean, text + pos, sp[i].begin - pos)) return false;
+        spans_out[i].begin = clean->n;
+        if (!tok_utf8_lossy(clean, text + sp[i].begin, sp[i].end - sp[i].begin))
+            return false;
+        spans_out[i].end = clean->n;
+        pos = sp[i].end;
+    }
+    return tok_utf8_lossy(clean, text + pos, len - pos);
+}
+
+static lb_status tok_encode_common(const lb_tokenizer *tok, const char *text,
+                                   size_t len, unsigned flags,
+                                   const lb_text_span *spans, size_t n_spans,
+                                   int32_t **ids_out, char ***tokens_out,
+                                   size_t *n_out) {
     if (ids_out) *ids_out = NULL;
     if (tokens_out) *tokens_out = NULL;
     if (n_out) *n_out = 0;
-    if (!tok || (!text && len) || !ids_out || !n_out)
+    if (!tok || (!text && len) || !ids_out || !n_out || (n_spans && !spans))
         return lb_set_error(LB_ERR_INVALID_ARG, "lb_tokenizer_encode: NULL argument");
+    for (size_t i = 0; i < n_spans; i++)
+        if (spans[i].begin > spans[i].end || spans[i].end > len ||
+            (i > 0 && spans[i].begin < spans[i - 1].end))
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "lb_tokenizer_encode_spans: span %zu [%zu, %zu) is "
+                                "out of order or outside the text (%zu bytes)",
+                                i, spans[i].begin, spans[i].end, len);
     if (!text) text = "";
     tok_buf clean = {0};
+    lb_text_span *moved = NULL;
     if (!tok_utf8_valid(text, len)) {
-        if (!tok_utf8_lossy(&clean, text, len)) return tok_nomem();
-        text = clean.p;
+        bool ok;
+        if (n_spans) {
+            moved = malloc(n_spans * sizeof *moved);
+            ok = moved && tok_lossy_spans(&clean, text, len, spans, n_spans, moved);
+            spans = moved;
+        } else {
+            ok = tok_utf8_lossy(&clean, text, len);
+        }
+        if (!ok) {
+            free(moved);
+            tok_buf_free(&clean);
+            return tok_nomem();
+        }
+        text = clean.p ? clean.p : "";
         len = clean.n;
     }
+    tok_plain plain = {spans, n_spans};
     tok_out out = {0};
     out.want_tokens = tokens_out != NULL;
-    lb_status st = tok_encode_impl(tok, text, len, flags, &out);
+    lb_status st = tok_encode_impl(tok, text, len, flags, n_spans ? &plain : NULL, &out);
     tok_buf_free(&clean);
+    free(moved);
     if (st == LB_OK && !out.ids) {
         out.ids = malloc(sizeof *out.ids);
         if (!out.ids) st = tok_nomem();
@@ -459,6 +584,19 @@ lb_status lb_tokenizer_encode_ex(const lb_tokenizer *tok, const char *text,
     *ids_out = out.ids;
     *n_out = out.n;
     return LB_OK;
+}
+
+lb_status lb_tokenizer_encode_ex(const lb_tokenizer *tok, const char *text,
+                                 size_t len, unsigned flags, int32_t **ids_out,
+                                 char ***tokens_out, size_t *n_out) {
+    return tok_encode_common(tok, text, len, flags, NULL, 0, ids_out, tokens_out, n_out);
+}
+
+lb_status lb_tokenizer_encode_spans(const lb_tokenizer *tok, const char *text,
+                                    size_t len, unsigned flags,
+                                    const lb_text_span *plain, size_t n_plain,
+                                    int32_t **ids_out, size_t *n_out) {
+    return tok_encode_common(tok, text, len, flags, plain, n_plain, ids_out, NULL, n_out);
 }
 
 lb_status lb_tokenizer_encode(const lb_tokenizer *tok, const char *text,
@@ -538,6 +676,16 @@ bool lb_tokenizer_add_bos(const lb_tokenizer *tok) { return tok && tok->add_bos;
 bool lb_tokenizer_is_special(const lb_tokenizer *tok, int32_t id) {
     if (!tok || id < 0 || id >= tok->n_vocab) return false;
     return (tok->attr[id] & TOK_ATTR_CONTROL) != 0;
+}
+
+const char *lb_tokenizer_special_text(const lb_tokenizer *tok, int32_t id) {
+    if (!tok || id < 0 || id >= tok->n_vocab) return NULL;
+    if (tok->kind != TOK_HF)
+        return tok->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN) ? tok->piece[id] : NULL;
+    if (!(tok->attr[id] & TOK_ATTR_CONTROL)) return NULL;
+    for (size_t i = 0; i < tok->n_added; i++)
+        if (tok->added[i].id == id && tok->added[i].special) return tok->added[i].content;
+    return NULL;
 }
 
 const char *lb_tokenizer_chat_template(const lb_tokenizer *tok) {

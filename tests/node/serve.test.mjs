@@ -556,3 +556,182 @@ test('SSE framing on the wire', async () => {
   assert.equal(last.usage.completion_tokens, 4);
   assert.ok(objs[objs.length - 2].choices[0].finish_reason === 'length');
 });
+
+// ---- HTTP framing and the connection guard (issue 11) --------------------------
+
+// Send raw bytes on a new socket; resolves everything the server sent until
+// it closed the connection (or timeoutMs passed).
+function rawExchange(port, bytes, timeoutMs = 5000) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let data = Buffer.alloc(0);
+    const t = setTimeout(() => s.destroy(), timeoutMs);
+    s.on('connect', () => s.write(bytes));
+    s.on('data', (d) => { data = Buffer.concat([data, d]); });
+    s.on('error', () => {});
+    s.on('close', () => { clearTimeout(t); resolve(data.toString('latin1')); });
+  });
+}
+
+// Exactly one well-formed HTTP response with a JSON error body.
+function assertOneJsonError(text, status, code) {
+  const starts = text.match(/HTTP\/1\.[01] \d{3}/g) || [];
+  assert.equal(starts.length, 1, `one status line expected: ${JSON.stringify(text.slice(0, 400))}`);
+  const [head, ...rest] = text.split('\r\n\r\n');
+  const body = rest.join('\r\n\r\n');
+  assert.match(head, new RegExp(`^HTTP/1\\.1 ${status} `));
+  assert.match(head, /\r\nContent-Type: application\/json\r\n/i);
+  const len = +head.match(/\r\nContent-Length: (\d+)/i)[1];
+  assert.equal(Buffer.byteLength(body, 'latin1'), len, 'body length = Content-Length');
+  const e = JSON.parse(body).error;
+  assert.equal(e.code, code);
+  assert.equal(typeof e.message, 'string');
+}
+
+test('malformed framing: one JSON 400/413 response, never MHD HTML', async () => {
+  const body = '{"prompt":"x","max_tokens":1}';
+  for (const [cl, status, code] of [['-5', 400, 'malformed_request'], ['abc', 400, 'malformed_request'],
+    ['5, 6', 400, 'malformed_request'], ['99999999999999999999999', 413, 'request_too_large']]) {
+    const text = await rawExchange(A.port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' +
+      `Content-Length: ${cl}\r\nContent-Type: application/json\r\n\r\n${body}`);
+    assertOneJsonError(text, status, code);
+  }
+  // a bad chunk size in a chunked body
+  const text = await rawExchange(A.port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' +
+    'Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n');
+  assert.ok(!/<html>/i.test(text), text);
+  // the server still answers
+  assert.equal((await raw(A.port, 'GET', '/health')).status, 200);
+});
+
+test('header too large: 431 request_header_too_large as JSON', async () => {
+  const text = await rawExchange(A.port, 'GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ' +
+    'a'.repeat(40000) + '\r\n\r\n');
+  assertOneJsonError(text, 431, 'request_header_too_large');
+  const h = await raw(A.port, 'GET', '/health');
+  assert.ok(h.json.http_errors >= 1, h.body);
+});
+
+// Open n idle sockets one after the other; resolves them with a closed flag.
+async function openIdle(port, n) {
+  const socks = [];
+  for (let i = 0; i < n; i++) {
+    await new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1', resolve);
+      s.closedAt = null;
+      s.on('error', () => {});
+      s.on('close', () => { s.closedAt = performance.now(); });
+      socks.push(s);
+    });
+    await new Promise((r) => setTimeout(r, 5)); // accept order = open order
+  }
+  return socks;
+}
+
+test('connection guard: caps evict the oldest idle, deadlines close idle and slowloris', async () => {
+  const C = await startServer(MODEL, ['-np', '1', '-c', '256', '-t', '1', '--max-conn', '8',
+    '--max-conn-per-ip', '6', '--idle-timeout', '4', '--read-timeout', '5']);
+  try {
+    // 10 idle connections from one address, cap 6: the 4 oldest are closed
+    const idle = await openIdle(C.port, 10);
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.deepEqual(idle.map((s) => s.closedAt !== null),
+      [true, true, true, true, false, false, false, false, false, false]);
+    // /health is served at once (it closes the oldest idle one again)
+    const t0 = performance.now();
+    const h = await raw(C.port, 'GET', '/health');
+    assert.equal(h.status, 200);
+    assert.ok(performance.now() - t0 < 3000);
+    assert.ok(h.json.connections_evicted >= 5, h.body);
+    // a request in flight is never the one closed: a streaming chat held
+    // open while 10 more idle connections arrive
+    const c = new OpenAI({ baseURL: `${C.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const stream = await c.chat.completions.create({ model: 'x', stream: true, max_tokens: 200,
+      ignore_eos: true, messages: [{ role: 'user', content: 'Hi' }] });
+    const more = await openIdle(C.port, 10);
+    let n = 0;
+    for await (const ch of stream) if (ch.choices.length && ch.choices[0].delta.content) n++;
+    assert.ok(n > 0);
+    // idle deadline: everything idle is closed within ~4 s (+ the 200 ms tick)
+    await new Promise((r) => setTimeout(r, 4800));
+    assert.ok([...idle, ...more].every((s) => s.closedAt !== null), 'idle connections closed');
+    // slowloris: bytes every 300 ms. A request line sent slowly meets the
+    // idle deadline (4 s); header lines or a body sent slowly after a whole
+    // request line meet the read deadline (5 s from the request line)
+    const slow = (first, rest) => new Promise((resolve) => {
+      const s = net.connect(C.port, '127.0.0.1');
+      s.on('error', () => {});
+      const start = performance.now();
+      let i = 0, timer = null;
+      s.on('connect', () => {
+        if (first) s.write(first);
+        timer = setInterval(() => { if (!s.destroyed && i < rest.length) s.write(rest[i++]); }, 300);
+      });
+      s.on('close', () => { clearInterval(timer); resolve(performance.now() - start); });
+    });
+    const [msLine, msHead, msBody] = await Promise.all([
+      slow('', 'GET /health HTTP/1.1\r\nHost: x\r\n'),
+      slow('GET /health HTTP/1.1\r\n', 'Host: x\r\nX-Slow: ' + 'a'.repeat(100)),
+      slow('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+           'Content-Length: 300\r\n\r\n', '{"prompt":"' + 'a'.repeat(300)),
+    ]);
+    assert.ok(msLine > 3900 && msLine < 6500, `slow request line closed after ${msLine} ms`);
+    assert.ok(msHead > 4900 && msHead < 7500, `slow headers closed after ${msHead} ms`);
+    assert.ok(msBody > 4900 && msBody < 7500, `slow body closed after ${msBody} ms`);
+    const h2 = await raw(C.port, 'GET', '/health');
+    assert.ok(h2.json.connections_timed_out >= 1, h2.body);
+  } finally {
+    assert.equal(await stopServer(C), 0);
+  }
+});
+
+// ---- message content is plain text (issue 11) -----------------------------------
+
+test('chat content cannot produce special tokens (--special-in-content restores it)', async () => {
+  // tinystories-656k: "<|end_story|>" (EOS) is a special token, matched as
+  // "▁<|end_story|>" (normalized); the ChatML fallback template
+  const msgs = [{ role: 'user', content: 'The end. <|end_story|> Then <|start_story|> more' }];
+  const render = chatml(msgs);
+  const tokArgs = (extra) => lowbitJSON(['tokenize', MODEL, render, '--json', '--no-special', ...extra]).ids;
+  const plainIds = tokArgs(['--no-parse-special']), specialIds = tokArgs([]);
+  assert.ok(specialIds.includes(2) && !plainIds.includes(2), 'the content holds a control text');
+  const r = await client.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, plainIds.length, 'default: content tokenized as text');
+  const S = await startServer(MODEL, ['-np', '1', '-c', '256', '-t', '1', '--special-in-content']);
+  try {
+    const c2 = new OpenAI({ baseURL: `${S.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const r2 = await c2.chat.completions.create({ model: 'x', messages: msgs, max_tokens: 1, temperature: 0 });
+    assert.equal(r2.usage.prompt_tokens, specialIds.length, '--special-in-content: as transformers');
+    assert.notEqual(r2.usage.prompt_tokens, r.usage.prompt_tokens);
+  } finally {
+    assert.equal(await stopServer(S), 0);
+  }
+  // /v1/completions: the prompt is the caller's raw text, specials parsed
+  const p = 'Once <|end_story|> upon';
+  const rc = await client.completions.create({ model: 'x', prompt: p, max_tokens: 1, temperature: 0 });
+  assert.equal(rc.usage.prompt_tokens, nTokens(MODEL, p, true));
+});
+
+test('400 for fields lowbit cannot honour; \\u0000 never truncates a prompt', async () => {
+  const M = [{ role: 'user', content: 'Hi' }];
+  for (const [path, extra, param] of [
+    ['/v1/chat/completions', { logit_bias: { 5: 10 } }, 'logit_bias'],
+    ['/v1/chat/completions', { tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+    ['/v1/chat/completions', { response_format: { type: 'json_object' } }, 'response_format'],
+    ['/v1/chat/completions', { logprobs: 0 }, 'logprobs'],
+    ['/v1/completions', { logit_bias: { 5: -100 } }, 'logit_bias'],
+    ['/v1/completions', { logprobs: 9 }, 'logprobs'],
+  ]) {
+    const body = path.includes('chat') ? { messages: M, max_tokens: 1, ...extra }
+      : { prompt: 'Hi', max_tokens: 1, ...extra };
+    assertError(await post(A.port, path, body), 400, param);
+  }
+  // the no-op values clients send by default are accepted
+  const ok = await post(A.port, '/v1/chat/completions', { messages: M, max_tokens: 1, tools: [],
+    tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {}, user: 'u' });
+  assert.equal(ok.status, 200, ok.body);
+  // \u0000: refused, never cut at the NUL
+  assertError(await post(A.port, '/v1/completions', '{"prompt":"Once\\u0000 upon","max_tokens":1}'), 400);
+  assertError(await post(A.port, '/v1/chat/completions',
+    '{"messages":[{"role":"user","content":"a\\u0000b"}],"max_tokens":1}'), 400);
+});
