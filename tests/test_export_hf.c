@@ -30,6 +30,7 @@
 #include "lowbit/gguf.h"
 #include "lowbit/model.h"
 #include "lowbit/quants.h"
+#include "lowbit/quantize.h"
 #include "lowbit/safetensors.h"
 #include "lowbit/tokenizer.h"
 
@@ -223,6 +224,12 @@ static void test_q4_0_dequantized(void) {
 
 /* tokenizer.json of a SentencePiece GGUF vocabulary: merges and vocabulary
  * as transformers' own GGUF conversion makes them. */
+/* 77 of the 80: the other three put special tokens inside the text, which
+ * the original tokenizer.json matches after normalization ("normalized":
+ * true: "▁<unk>") and the rebuilt one, as transformers' GGUF converter,
+ * before (normalized false). */
+#define N_TS656K_EQUAL 77
+static int count_equal_cases(const lb_tokenizer *tok, const char *jsonl, const char *tag, int *n_cases);
 static void test_spm_merges_as_transformers(void) {
     cJSON *refs = load_json("tests/data/export_hf/merges.json");
     TH_CHECK(refs != NULL);
@@ -271,6 +278,19 @@ static void test_spm_merges_as_transformers(void) {
         TH_CHECK_INT(cJSON_GetArraySize(merges), cJSON_GetObjectItem(r, "n_merges")->valueint);
         TH_CHECK_STR(hs, cJSON_GetObjectItem(r, "merges_fnv1a64")->valuestring);
         TH_CHECK_STR(hvs, cJSON_GetObjectItem(r, "vocab_fnv1a64")->valuestring);
+        if (c == 0) {
+            /* the original checkpoint's tokenizer (tokenizers 0.23 ids):
+             * the merges rebuilt from the scores tokenize as it does */
+            lb_tokenizer *rt = NULL;
+            TH_CHECK_OK(lb_tokenizer_load_hf(dir, &rt));
+            int n_cases = 0;
+            int n_eq = count_equal_cases(rt, "reference/tokenize/tinystories-656k.jsonl", "ts656k", &n_cases);
+            fprintf(stderr, "  ts656k: tokenizer.json rebuilt from the GGUF vocabulary: %d/%d "
+                            "reference cases of the original tokenizer identical\n", n_eq, n_cases);
+            TH_CHECK(n_cases >= 70);
+            TH_CHECK(n_eq >= N_TS656K_EQUAL);
+            lb_tokenizer_free(rt);
+        }
         /* lowbit reads it back: BOS added as the GGUF says */
         lb_tokenizer *tok = NULL;
         TH_CHECK_OK(lb_tokenizer_load_hf(dir, &tok));
@@ -285,6 +305,40 @@ static void test_spm_merges_as_transformers(void) {
         cJSON_Delete(tj);
     }
     cJSON_Delete(refs);
+}
+
+/* reference cases of jsonl (tokenizers 0.23) that tok encodes identically */
+static int count_equal_cases(const lb_tokenizer *tok, const char *jsonl, const char *tag, int *n_cases) {
+    char *text = NULL;
+    size_t len;
+    TH_CHECK_OK(lb_read_file(th_shared(jsonl), 1 << 24, &text, &len));
+    int n_eq = 0;
+    *n_cases = 0;
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; tok && line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (strstr(line, "\\u0000")) continue; /* cJSON strings end at NUL */
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *t = cJSON_GetObjectItem(j, "text"), *ids = cJSON_GetObjectItem(j, "ids");
+        bool add = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_special_tokens"));
+        if (!cJSON_IsString(t)) {
+            cJSON_Delete(j);
+            continue;
+        }
+        int32_t *got = NULL;
+        size_t n = 0;
+        bool eq = false;
+        if (lb_tokenizer_encode(tok, t->valuestring, strlen(t->valuestring), add, &got, &n) == LB_OK) {
+            eq = (int)n == cJSON_GetArraySize(ids);
+            for (size_t k = 0; eq && k < n; k++) eq = got[k] == cJSON_GetArrayItem(ids, (int)k)->valueint;
+        }
+        if (!eq) fprintf(stderr, "    %s differs: %.80s\n", tag, t->valuestring);
+        (*n_cases)++;
+        n_eq += eq;
+        free(got);
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n_eq;
 }
 
 static void write_text(const char *path, const char *text) {
@@ -352,38 +406,12 @@ static void test_bpe_tokenizer_round_trip(void) {
         TH_CHECK(cJSON_IsString(ta) && cJSON_IsString(tb) && !strcmp(ta->valuestring, tb->valuestring));
         cJSON_Delete(a);
         cJSON_Delete(b);
-        char *text = NULL;
-        size_t len;
-        TH_CHECK_OK(lb_read_file(th_shared(cases[c].jsonl), 1 << 24, &text, &len));
-        int n_cases = 0, n_eq = 0;
-        for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; tok && line;
-             line = strtok_r(NULL, "\n", &save)) {
-            if (strstr(line, "\\u0000")) continue; /* cJSON strings end at NUL */
-            cJSON *j = cJSON_Parse(line);
-            const cJSON *t = cJSON_GetObjectItem(j, "text"), *ids = cJSON_GetObjectItem(j, "ids");
-            bool add = cJSON_IsTrue(cJSON_GetObjectItem(j, "add_special_tokens"));
-            if (!cJSON_IsString(t)) {
-                cJSON_Delete(j);
-                continue;
-            }
-            int32_t *got = NULL;
-            size_t n = 0;
-            bool eq = false;
-            if (lb_tokenizer_encode(tok, t->valuestring, strlen(t->valuestring), add, &got, &n) == LB_OK) {
-                eq = (int)n == cJSON_GetArraySize(ids);
-                for (size_t k = 0; eq && k < n; k++) eq = got[k] == cJSON_GetArrayItem(ids, (int)k)->valueint;
-            }
-            if (!eq) fprintf(stderr, "    %s differs: %.80s\n", cases[c].tok, t->valuestring);
-            n_cases++;
-            n_eq += eq;
-            free(got);
-            cJSON_Delete(j);
-        }
+        int n_cases = 0;
+        int n_eq = count_equal_cases(tok, cases[c].jsonl, cases[c].tok, &n_cases);
         fprintf(stderr, "  %s: tokenizer.json -> GGUF -> tokenizer.json: %d/%d reference cases "
                         "identical\n", cases[c].tok, n_eq, n_cases);
         TH_CHECK(n_cases >= 70);
         TH_CHECK_INT(n_eq, n_cases);
-        free(text);
         lb_tokenizer_free(orig);
         lb_tokenizer_free(tok);
     }
@@ -520,6 +548,94 @@ static void test_bad_input(void) {
     TH_CHECK_FAILS(lb_export_gguf_to_hf(p, tmp_path("nope"), NULL, NULL), LB_ERR_FORMAT);
 }
 
+/* GPTQ (group 32) -> GGUF (direct route) -> GPTQ: qweight, qzeros, scales
+ * and g_idx byte-identical, for the three direct types. */
+static void test_gptq_round_trip(void) {
+    static const struct {
+        const char *tag;
+        int bits;
+        bool sym;
+        const char *scheme_type;
+    } cases[] = {{"sym4", 4, true, "Q4_0"}, {"sym8", 8, true, "Q8_0"}, {"asym4", 4, false, "Q4_1"}};
+    for (size_t c = 0; c < 3; c++) {
+        char ck[600], gguf[700], back[700];
+        snprintf(ck, sizeof ck, "%s", tmp_path(cases[c].tag));
+        snprintf(gguf, sizeof gguf, "%s.gguf", ck);
+        snprintf(back, sizeof back, "%s-back", ck);
+        lb_quantize_params qp;
+        lb_quantize_default_params(&qp);
+        qp.method = LB_QUANT_RTN;
+        qp.bits = cases[c].bits;
+        qp.sym = cases[c].sym;
+        qp.group_size = 32;
+        qp.n_threads = 2;
+        TH_CHECK_OK(lb_quantize_model(th_shared("models/tinystories-656k"), ck, &qp, NULL, NULL));
+        lb_export_opts o;
+        lb_export_opts_default(&o);
+        o.mode = LB_EXPORT_MODE_DIRECT;
+        lb_export_plan *plan = NULL;
+        TH_CHECK_OK(lb_export_gguf(ck, gguf, &o, &plan, NULL));
+        if (plan) {
+            TH_CHECK_INT(plan->n_route[LB_EXPORT_ROUTE_DIRECT], 14);
+            for (size_t i = 0; i < plan->n_tensors; i++)
+                if (plan->tensors[i].route == LB_EXPORT_ROUTE_DIRECT)
+                    TH_CHECK_STR(lb_type_name(plan->tensors[i].type), cases[c].scheme_type);
+        }
+        lb_export_plan_free(plan);
+        lb_export_hf_stats st;
+        TH_CHECK_OK(lb_export_gguf_to_gptq(gguf, back, NULL, &st));
+        TH_CHECK_INT(st.n_gptq, 14);
+        TH_CHECK(st.notes[0] == '\0');
+        lb_safetensors *a = NULL, *b = NULL;
+        TH_CHECK_OK(lb_st_open(ck, &a));
+        TH_CHECK_OK(lb_st_open(back, &b));
+        int n_same = 0, n_q = 0;
+        for (size_t i = 0; a && b && i < lb_st_count(a); i++) {
+            const lb_tensor *t = lb_st_tensor_at(a, i);
+            const char *dot = strrchr(t->name, '.');
+            if (!dot || (strcmp(dot, ".qweight") && strcmp(dot, ".qzeros") && strcmp(dot, ".scales") &&
+                         strcmp(dot, ".g_idx")))
+                continue;
+            n_q++;
+            const lb_tensor *u = lb_st_find(b, t->name);
+            bool eq = u && u->type == t->type && u->nbytes == t->nbytes && !memcmp(u->data, t->data, t->nbytes);
+            TH_CHECK_MSG(eq, "%s: %s differs after GPTQ -> GGUF -> GPTQ", cases[c].tag, t->name);
+            n_same += eq;
+        }
+        TH_CHECK_INT(n_q, 56);
+        TH_CHECK_INT(n_same, 56);
+        fprintf(stderr, "  %s g32: GPTQ -> GGUF %s -> GPTQ: %d/%d code/zero/scale/g_idx tensors "
+                        "byte-identical\n", cases[c].tag, cases[c].scheme_type, n_same, n_q);
+        /* the checkpoint configs agree on what matters */
+        char p1[800], p2[800];
+        snprintf(p1, sizeof p1, "%s/quantize_config.json", ck);
+        snprintf(p2, sizeof p2, "%s/quantize_config.json", back);
+        cJSON *ja = load_json(p1), *jb = load_json(p2);
+        static const char *keys[] = {"bits", "group_size", "sym", "desc_act", "checkpoint_format"};
+        for (int k = 0; k < 5; k++) {
+            char *x = cJSON_PrintUnformatted(cJSON_GetObjectItem(ja, keys[k]));
+            char *y = cJSON_PrintUnformatted(cJSON_GetObjectItem(jb, keys[k]));
+            TH_CHECK_MSG(x && y && !strcmp(x, y), "%s: %s %s vs %s", cases[c].tag, keys[k], x, y);
+            free(x);
+            free(y);
+        }
+        cJSON_Delete(ja);
+        cJSON_Delete(jb);
+        lb_st_close(a);
+        lb_st_close(b);
+    }
+    /* llama-quantize's own Q4_0 file: every linear becomes codes */
+    lb_export_hf_stats st;
+    TH_CHECK_OK(lb_export_gguf_to_gptq(th_shared("models/tinystories-656k-gguf/ts656k-q4_0.gguf"),
+                                       tmp_path("llq4-gptq"), NULL, &st));
+    TH_CHECK_INT(st.n_gptq, 14);
+    /* an F32 file has nothing to write as codes */
+    TH_CHECK_FAILS(lb_export_gguf_to_gptq(th_shared("models/tinystories-656k-gguf/ts656k-f32.gguf"),
+                                          tmp_path("f32-gptq"), NULL, NULL),
+                   LB_ERR_UNSUPPORTED);
+    TH_CHECK(dir_empty_or_absent(tmp_path("f32-gptq")));
+}
+
 int main(void) {
     if (!lb_is_file(th_shared("models/tinystories-656k-gguf/ts656k-f32.gguf")))
         th_skip("../shared models not found");
@@ -528,6 +644,7 @@ int main(void) {
     TH_RUN(test_spm_merges_as_transformers);
     TH_RUN(test_bpe_tokenizer_round_trip);
     TH_RUN(test_llama3_rope_round_trip);
+    TH_RUN(test_gptq_round_trip);
     TH_RUN(test_bad_input);
     return th_report();
 }

@@ -214,10 +214,11 @@ lb_status ex_hf_rope_from_freqs(const lb_gguf *g, lb_model_config *cfg) {
     bool all_one = true;
     for (int64_t i = 0; i < half; i++) {
         if (!(f[i] >= 1.0f) || !isfinite(f[i])) {
+            double bad = f[i];
             free(f);
             return lb_set_error(LB_ERR_UNSUPPORTED,
                                 "%s: rope_freqs.weight[%lld] = %g is not a llama3 factor (>= 1)",
-                                lb_gguf_path(g), (long long)i, (double)f[i]);
+                                lb_gguf_path(g), (long long)i, bad);
         }
         if (f[i] != 1.0f) all_one = false;
         if (f[i] > mx) mx = f[i];
