@@ -43,15 +43,25 @@
  * factor = max(rope_freqs), low in {0.5,1,2,4}, high in {1,2,4,8,16},
  * original = 2^1..2^24; other rope_freqs are LB_ERR_UNSUPPORTED.
  *
- * --format gptq (lb_export_gguf_to_gptq): Q4_0 / Q4_1 / Q8_0 linear weights
- * become GPTQ group-32 codes losslessly — Q4_0: sym 4-bit, zero 8, scale d;
- * Q4_1: asym 4-bit, scale d, zero = -m/d when that is an integer in [0, 15]
- * and fp16(d * zero) reproduces... (see the function); Q8_0: sym 8-bit, zero
- * 128 — written in the AutoGPTQ layout (qweight/qzeros/scales/g_idx,
- * lowbit/gptq_ckpt.h) with quantize_config.json and config.json
- * quantization_config; every other tensor is dense (dequantized). All
- * quantized linears of one checkpoint share bits/sym (a GPTQ config has one
- * of each): the type of the majority; the others are written dense.
+ * --format gptq (lb_export_gguf_to_gptq): the inverse of lowbit/export.h's
+ * direct route. Every 32-column GGUF block becomes one GPTQ group of 32
+ * (g_idx[c] = c / 32):
+ *   Q4_0 {d, q}    -> 4-bit sym:  scale d, zero 8,   code q        (exact);
+ *   Q8_0 {d, q}    -> 8-bit sym:  scale d, zero 128, code q + 128  (exact);
+ *   Q4_1 {d, m, q} -> 4-bit asym: scale d, zero z, code q, when every block
+ *                     has an integer z in [0, 15] with fp16(-(d*z)) == m
+ *                     (what the direct export writes); a Q4_1 tensor made
+ *                     otherwise (llama-quantize: m = the block minimum) is
+ *                     not representable and is written dense.
+ * Written in the AutoGPTQ layout (qweight/qzeros/scales/g_idx,
+ * lowbit/gptq_ckpt.h; zeros v1 = zero - 1, or gptq_v2 when an asym zero of
+ * 0 occurs) with quantize_config.json and config.json quantization_config
+ * (group_size 32, desc_act false). A GPTQ config has one bits/sym: the
+ * scheme most linears have; other linears, lm_head, embeddings, norms are
+ * dequantized and written dense in the output dtype (stats.notes counts the
+ * linears). GPTQ -> GGUF (direct) -> GPTQ of a group-32 checkpoint gives
+ * byte-identical qweight/qzeros/scales/g_idx (test_export_hf). Memory: one
+ * linear's codes at a time.
  *
  * The output directory is written atomically: everything goes into a temp
  * directory beside it, renamed into place at the end; OUT must not exist or
