@@ -1,0 +1,324 @@
+/*
+ * test_fp8 — FP8 weight-only checkpoints (lowbit/fp8.h).
+ *
+ * Oracles from outside lowbit (tests/data/fp8, make_refs.py with torch
+ * 2.14 / transformers 5.12 in the refenv):
+ *  - torch's float8_e4m3fn / float8_e5m2 value of every byte, and torch's
+ *    .to(float8) rounding of 8192 inputs (every representable value, every
+ *    midpoint between neighbours — the ties —, random values over 38
+ *    binades);
+ *  - the FP8 weights and scales transformers' Fp8Quantize (block 128) and
+ *    compressed-tensors' channel strategy compute for tinystories-656k
+ *    (FNV-1a 64 per tensor): our checkpoints must hold the same bytes;
+ *  - transformers' logits of the block-dequantized model: lowbit's loader
+ *    must give them.
+ */
+#include "th.h"
+
+#include "lowbit/file.h"
+#include "lowbit/fp8.h"
+#include "lowbit/model.h"
+#include "lowbit/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][1024];
+    static int slot;
+    char *b = buf[slot++ & 7];
+    snprintf(b, sizeof buf[0], "%s/%s", th_tmpdir(), name);
+    return b;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void test_tables(void) {
+    static const char *files[2] = {"tests/data/fp8/table_e4m3.f32", "tests/data/fp8/table_e5m2.f32"};
+    for (int f = 0; f < 2; f++) {
+        size_t n = 0;
+        float *ref = th_read_bin(files[f], &n);
+        TH_CHECK(ref && n == 1024);
+        if (!ref) continue;
+        const float *tab = lb_fp8_table((lb_fp8_format)f);
+        int bad = 0;
+        for (int i = 0; i < 256; i++) {
+            bool same = (isnan(ref[i]) && isnan(tab[i])) || (ref[i] == tab[i] && signbit(ref[i]) == signbit(tab[i]));
+            if (!same) fprintf(stderr, "    fmt %d byte 0x%02x: %g vs torch %g\n", f, i, (double)tab[i], (double)ref[i]);
+            bad += !same;
+        }
+        TH_CHECK_INT(bad, 0);
+        free(ref);
+    }
+    TH_CHECK(lb_fp8_max(LB_FP8_E4M3) == 448.0f);
+    TH_CHECK(lb_fp8_max(LB_FP8_E5M2) == 57344.0f);
+}
+
+static void test_encode_as_torch(void) {
+    size_t n = 0, n4 = 0, n5 = 0;
+    float *x = th_read_bin("tests/data/fp8/enc_in.f32", &n);
+    uint8_t *c4 = th_read_bin("tests/data/fp8/enc_e4m3.u8", &n4);
+    uint8_t *c5 = th_read_bin("tests/data/fp8/enc_e5m2.u8", &n5);
+    TH_CHECK(x && c4 && c5 && n == 4 * 8192 && n4 == 8192 && n5 == 8192);
+    if (x && c4 && c5) {
+        int bad4 = 0, bad5 = 0;
+        for (int i = 0; i < 8192; i++) {
+            float a = fminf(fmaxf(x[i], -448.0f), 448.0f);
+            float b = fminf(fmaxf(x[i], -57344.0f), 57344.0f);
+            uint8_t q4 = lb_f32_to_fp8(a, LB_FP8_E4M3), q5 = lb_f32_to_fp8(b, LB_FP8_E5M2);
+            if (q4 != c4[i] && bad4++ < 5)
+                fprintf(stderr, "    e4m3(%.9g) = 0x%02x, torch 0x%02x\n", (double)x[i], q4, c4[i]);
+            if (q5 != c5[i] && bad5++ < 5)
+                fprintf(stderr, "    e5m2(%.9g) = 0x%02x, torch 0x%02x\n", (double)x[i], q5, c5[i]);
+        }
+        TH_CHECK_INT(bad4, 0);
+        TH_CHECK_INT(bad5, 0);
+    }
+    /* saturation and NaN */
+    TH_CHECK_INT(lb_f32_to_fp8(1e9f, LB_FP8_E4M3), 0x7e);
+    TH_CHECK_INT(lb_f32_to_fp8(-1e9f, LB_FP8_E4M3), 0xfe);
+    TH_CHECK(isnan(lb_fp8_to_f32(lb_f32_to_fp8(NAN, LB_FP8_E4M3), LB_FP8_E4M3)));
+    free(x);
+    free(c4);
+    free(c5);
+}
+
+/* our checkpoint holds the bytes torch's reference quantizers compute */
+static void check_ckpt(const char *dir, const cJSON *ref, int *n_out) {
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(dir, &st));
+    int n = 0, eq = 0;
+    for (const cJSON *e = ref ? ref->child : NULL; st && e; e = e->next) {
+        const lb_tensor *t = lb_st_find(st, e->string);
+        TH_CHECK_MSG(t != NULL, "%s missing", e->string);
+        if (!t) continue;
+        char h[20];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)fnv(t->data, t->nbytes));
+        bool same = !strcmp(h, e->valuestring);
+        TH_CHECK_MSG(same, "%s: %s differs from torch's", dir, e->string);
+        n++;
+        eq += same;
+    }
+    lb_st_close(st);
+    *n_out = eq;
+    TH_CHECK_INT(n, 28);
+}
+
+static float *logits_of(const char *path, const int32_t *ids, int n) {
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(path, NULL, &m));
+    if (!m) return NULL;
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = n + 8;
+    cp.n_threads = 2;
+    lb_context *ctx = NULL;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    float *lg = NULL;
+    if (ctx) {
+        lg = malloc((size_t)n * (size_t)m->config.vocab_size * sizeof *lg);
+        TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, lg, LB_LOGITS_ALL));
+    }
+    lb_context_free(ctx);
+    lb_model_free(m);
+    return lg;
+}
+
+static void test_checkpoints_as_reference(void) {
+    char *txt = NULL;
+    size_t len = 0;
+    TH_CHECK_OK(lb_read_file("tests/data/fp8/ckpt.json", 1 << 20, &txt, &len));
+    cJSON *ref = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    const char *src = th_shared("models/tinystories-656k");
+    lb_fp8_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    lb_fp8_qconfig_default(&o.q, false);
+    int nl = 0, eq = 0;
+    TH_CHECK_OK(lb_fp8_quantize_checkpoint(src, tmp_path("block"), &o, &nl));
+    TH_CHECK_INT(nl, 14);
+    check_ckpt(tmp_path("block"), cJSON_GetObjectItem(ref, "block"), &eq);
+    fprintf(stderr, "  block 128: %d/28 weights and scales byte-identical to transformers' Fp8Quantize\n", eq);
+    TH_CHECK_INT(eq, 28);
+    lb_fp8_qconfig_default(&o.q, true);
+    TH_CHECK_OK(lb_fp8_quantize_checkpoint(src, tmp_path("channel"), &o, &nl));
+    check_ckpt(tmp_path("channel"), cJSON_GetObjectItem(ref, "channel"), &eq);
+    fprintf(stderr, "  channel: %d/28 weights and scales byte-identical to compressed-tensors'\n", eq);
+    TH_CHECK_INT(eq, 28);
+    cJSON_Delete(ref);
+    /* the configs say what transformers / llm-compressor write */
+    char p[700];
+    snprintf(p, sizeof p, "%s/config.json", tmp_path("block"));
+    TH_CHECK_OK(lb_read_file(p, 1 << 20, &txt, &len));
+    cJSON *cfg = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    const cJSON *qc = cJSON_GetObjectItem(cfg, "quantization_config");
+    TH_CHECK_STR(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "fp8");
+    TH_CHECK_STR(cJSON_GetObjectItem(qc, "fmt")->valuestring, "e4m3");
+    TH_CHECK_INT(cJSON_GetArrayItem(cJSON_GetObjectItem(qc, "weight_block_size"), 1)->valueint, 128);
+    cJSON_Delete(cfg);
+    /* loads; transformers' logits of the dequantized model */
+    size_t nb = 0, lb = 0;
+    int32_t *ids = th_read_bin("tests/data/export_hf/ts656k_q4_0.ids.i32", &nb);
+    float *want = th_read_bin("tests/data/fp8/block_logits.f32", &lb);
+    int n = (int)(nb / 4);
+    TH_CHECK(ids && want && lb == (size_t)n * 2048 * 4);
+    if (ids && want) {
+        float *got = logits_of(tmp_path("block"), ids, n);
+        double d = 0;
+        for (size_t i = 0; got && i < (size_t)n * 2048; i++) d = fmax(d, fabs((double)got[i] - want[i]));
+        fprintf(stderr, "  block FP8 checkpoint: max |logit diff| vs transformers %.3g\n", d);
+        TH_CHECK(got && d <= 1e-4);
+        free(got);
+        /* channel and e5m2 load too */
+        got = logits_of(tmp_path("channel"), ids, n);
+        TH_CHECK(got != NULL);
+        free(got);
+    }
+    free(ids);
+    free(want);
+}
+
+static void test_qconfig_parse(void) {
+    lb_fp8_qconfig q;
+    bool is;
+    /* Qwen3-8B-FP8 / DeepSeek-V3 */
+    const char *a = "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": "
+                    "\"fp8\", \"weight_block_size\": [128, 128]}";
+    TH_CHECK_OK(lb_fp8_qconfig_parse(a, strlen(a), "a", &q, &is));
+    TH_CHECK(is && q.layout == LB_FP8_SCALE_BLOCK && q.block_n == 128 && q.block_k == 128);
+    TH_CHECK_STR(q.scale_suffix, "weight_scale_inv");
+    /* llm-compressor FP8_DYNAMIC (weights channel, activations dynamic per token) */
+    const char *b =
+        "{\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\", "
+        "\"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 8, "
+        "\"type\": \"float\", \"symmetric\": true, \"strategy\": \"channel\", \"dynamic\": false}, "
+        "\"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"token\", "
+        "\"dynamic\": true}}}, \"ignore\": [\"lm_head\"]}";
+    TH_CHECK_OK(lb_fp8_qconfig_parse(b, strlen(b), "b", &q, &is));
+    TH_CHECK(is && q.layout == LB_FP8_SCALE_CHANNEL);
+    TH_CHECK_STR(q.scale_suffix, "weight_scale");
+    /* int-quantized compressed-tensors and gptq: not FP8 */
+    const char *c = "{\"quant_method\": \"compressed-tensors\", \"format\": \"pack-quantized\"}";
+    TH_CHECK_OK(lb_fp8_qconfig_parse(c, strlen(c), "c", &q, &is));
+    TH_CHECK(!is);
+    const char *d = "{\"quant_method\": \"gptq\", \"bits\": 4}";
+    TH_CHECK_OK(lb_fp8_qconfig_parse(d, strlen(d), "d", &q, &is));
+    TH_CHECK(!is);
+    /* hostile */
+    const char *e = "{\"quant_method\": \"fp8\", \"fmt\": \"e3m4\"}";
+    TH_CHECK_FAILS(lb_fp8_qconfig_parse(e, strlen(e), "cfgE", &q, &is), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "e3m4") && strstr(lb_last_error(), "cfgE"));
+    const char *f = "{\"quant_method\": \"fp8\", \"weight_block_size\": [0, 1e12]}";
+    TH_CHECK_FAILS(lb_fp8_qconfig_parse(f, strlen(f), "f", &q, &is), LB_ERR_FORMAT);
+    const char *g = "{\"quant_method\": \"fp8\", \"weight_block_size\": 128}";
+    TH_CHECK_FAILS(lb_fp8_qconfig_parse(g, strlen(g), "g", &q, &is), LB_ERR_FORMAT);
+    TH_CHECK_FAILS(lb_fp8_qconfig_parse("[1", 2, "h", &q, &is), LB_ERR_FORMAT);
+}
+
+/* Rewrite the block checkpoint with one scale changed (shape or value);
+ * loading must fail naming that tensor. */
+static void rewrite(const char *src, const char *dst, const char *victim, int mode) {
+    TH_CHECK(mkdir(dst, 0755) == 0);
+    char a[800], b[800];
+    snprintf(a, sizeof a, "%s/config.json", src);
+    snprintf(b, sizeof b, "%s/config.json", dst);
+    char *txt = NULL;
+    size_t len;
+    TH_CHECK_OK(lb_read_file(a, 1 << 20, &txt, &len));
+    FILE *fp = fopen(b, "wb");
+    if (fp && txt) {
+        if (mode == 3) { /* unknown fmt */
+            char *p = strstr(txt, "\"e4m3\"");
+            if (p) memcpy(p, "\"e3m4\"", 6);
+        }
+        fwrite(txt, 1, len, fp);
+    }
+    if (fp) fclose(fp);
+    free(txt);
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(src, &st));
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    static const float nan_scale[3] = {NAN, 1, 1};
+    for (size_t i = 0; st && w && i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        int64_t sh[4];
+        memcpy(sh, t->shape, sizeof sh);
+        const void *data = t->data;
+        if (!strcmp(t->name, victim)) {
+            if (mode == 0) sh[1] = t->shape[1] - 1; /* wrong shape */
+            if (mode == 1) continue;                /* missing */
+            if (mode == 2) data = nan_scale;        /* not finite */
+        }
+        TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, t->n_dims, sh, data));
+    }
+    snprintf(b, sizeof b, "%s/model.safetensors", dst);
+    TH_CHECK_OK(lb_st_writer_write_file(w, b));
+    lb_st_writer_free(w);
+    lb_st_close(st);
+}
+
+static void test_hostile_checkpoints(void) {
+    const char *src = tmp_path("block"); /* from test_checkpoints_as_reference */
+    const char *victim = "model.layers.1.mlp.down_proj.weight_scale_inv"; /* [1, 3] */
+    static const struct {
+        int mode;
+        lb_status want;
+        const char *msg;
+    } cases[] = {{0, LB_ERR_FORMAT, "expected [1, 3]"},
+                 {1, LB_ERR_NOT_FOUND, "missing"},
+                 {2, LB_ERR_FORMAT, "not finite"},
+                 {3, LB_ERR_UNSUPPORTED, "e3m4"}};
+    for (size_t i = 0; i < 4; i++) {
+        char dst[64];
+        snprintf(dst, sizeof dst, "bad%zu", i);
+        rewrite(src, tmp_path(dst), victim, cases[i].mode);
+        lb_model *m = NULL;
+        TH_CHECK_FAILS(lb_model_load(tmp_path(dst), NULL, &m), cases[i].want);
+        TH_CHECK_MSG(strstr(lb_last_error(), cases[i].msg) != NULL, "case %zu: %s", i, lb_last_error());
+        if (cases[i].mode != 3)
+            TH_CHECK_MSG(strstr(lb_last_error(), "model.layers.1.mlp.down_proj") != NULL,
+                         "case %zu names the tensor: %s", i, lb_last_error());
+        lb_model_free(m);
+    }
+    /* a non-empty output directory and a quantized input are refused */
+    lb_fp8_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    lb_fp8_qconfig_default(&o.q, false);
+    TH_CHECK_FAILS(lb_fp8_quantize_checkpoint(th_shared("models/tinystories-656k"), src, &o, NULL),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK_FAILS(lb_fp8_quantize_checkpoint(src, tmp_path("again"), &o, NULL), LB_ERR_UNSUPPORTED);
+    /* scale shape checks of the API */
+    lb_fp8_qconfig q;
+    lb_fp8_qconfig_default(&q, false);
+    uint8_t codes[4] = {0};
+    float sc[2] = {1, 1};
+    lb_tensor w = {.name = "w", .type = LB_TYPE_F8_E4M3, .n_dims = 2, .shape = {2, 2}, .data = codes, .nbytes = 4};
+    lb_tensor s = {.name = "s", .type = LB_TYPE_F32, .n_dims = 2, .shape = {1, 2}, .data = sc, .nbytes = 8};
+    TH_CHECK_FAILS(lb_fp8_check(&q, "x.proj", &w, &s), LB_ERR_FORMAT);
+    TH_CHECK(strstr(lb_last_error(), "x.proj.weight_scale_inv") != NULL);
+    s.shape[1] = 1;
+    TH_CHECK_OK(lb_fp8_check(&q, "x.proj", &w, &s));
+    w.type = LB_TYPE_F8_E5M2;
+    TH_CHECK_FAILS(lb_fp8_check(&q, "x.proj", &w, &s), LB_ERR_UNSUPPORTED);
+}
+
+int main(void) {
+    TH_RUN(test_tables);
+    TH_RUN(test_encode_as_torch);
+    TH_RUN(test_qconfig_parse);
+    if (!lb_is_dir(th_shared("models/tinystories-656k"))) {
+        th_report();
+        th_skip("../shared models not found");
+    }
+    TH_RUN(test_checkpoints_as_reference);
+    TH_RUN(test_hostile_checkpoints);
+    return th_report();
+}
