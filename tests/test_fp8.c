@@ -15,7 +15,10 @@
  */
 #include "th.h"
 
+#include "lowbit/export.h"
 #include "lowbit/file.h"
+#include "lowbit/gguf.h"
+#include "lowbit/quants.h"
 #include "lowbit/fp8.h"
 #include "lowbit/model.h"
 #include "lowbit/safetensors.h"
@@ -310,6 +313,77 @@ static void test_hostile_checkpoints(void) {
     TH_CHECK_FAILS(lb_fp8_check(&q, "x.proj", &w, &s), LB_ERR_UNSUPPORTED);
 }
 
+/* FP8 checkpoint -> GGUF: Q8_0 by default, the error that adds stated;
+ * any K-quant through the fallback route. */
+static void test_export_gguf(void) {
+    const char *ck = tmp_path("block");
+    char out[700];
+    snprintf(out, sizeof out, "%s.gguf", ck);
+    lb_export_plan *plan = NULL;
+    TH_CHECK_OK(lb_export_gguf(ck, out, NULL, &plan, NULL));
+    if (plan) {
+        int n_q8 = 0;
+        for (size_t i = 0; i < plan->n_tensors; i++)
+            n_q8 += plan->tensors[i].type == LB_TYPE_Q8_0 && plan->tensors[i].src_type == LB_TYPE_F8_E4M3;
+        TH_CHECK_INT(n_q8, 14);
+        TH_CHECK_INT(plan->file_type, LB_FTYPE_MOSTLY_Q8_0);
+    }
+    lb_export_plan_free(plan);
+    /* every Q8_0 weight within Q8_0's rounding (half a step of its block's
+     * max/127, plus the fp16 rounding of d) of the FP8 weight */
+    lb_model *fm = NULL;
+    lb_gguf *g = NULL;
+    TH_CHECK_OK(lb_model_load(ck, NULL, &fm));
+    TH_CHECK_OK(lb_gguf_open(out, &g));
+    if (fm && g) {
+        double se = 0, sw = 0, worst = 0;
+        for (int L = 0; L < 2; L++) {
+            /* down_proj: not permuted */
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", L);
+            lb_tensor gt;
+            TH_CHECK_OK(lb_gguf_get_tensor(g, nm, &gt));
+            const lb_tensor *ft = &fm->layers[L].w[LB_LINEAR_DOWN];
+            int64_t rows = ft->shape[0], cols = ft->shape[1];
+            float *row = malloc((size_t)cols * sizeof *row);
+            for (int64_t r = 0; row && r < rows; r++) {
+                TH_CHECK_OK(lb_dequantize_row(LB_TYPE_Q8_0, (const uint8_t *)gt.data + r * (cols / 32) * 34, row, cols));
+                const float *w = (const float *)ft->data + r * cols;
+                for (int64_t b = 0; b < cols / 32; b++) {
+                    float amax = 0;
+                    for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(w[b * 32 + k]));
+                    for (int k = 0; k < 32; k++) {
+                        double e = fabs((double)row[b * 32 + k] - w[b * 32 + k]);
+                        se += e * e;
+                        sw += (double)w[b * 32 + k] * w[b * 32 + k];
+                        if (amax > 0) worst = fmax(worst, e / (amax / 127.0));
+                    }
+                }
+            }
+            free(row);
+        }
+        fprintf(stderr, "  FP8 block -> GGUF Q8_0: relative RMS error %.3g, worst |error| %.3f of a "
+                        "Q8_0 step\n", sqrt(se / sw), worst);
+        TH_CHECK(worst <= 0.5625 + 1e-6);
+        TH_CHECK(sqrt(se / sw) < 0.01);
+    }
+    lb_gguf_close(g);
+    lb_model_free(fm);
+    /* K-quants through the fallback route */
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    o.qtype = "Q4_K_M";
+    snprintf(out, sizeof out, "%s-q4km.gguf", ck);
+    TH_CHECK_OK(lb_export_gguf(ck, out, &o, NULL, NULL));
+    lb_model *km = NULL;
+    TH_CHECK_OK(lb_model_load(out, NULL, &km));
+    lb_model_free(km);
+    /* a missing scale is named */
+    snprintf(out, sizeof out, "%s.gguf", tmp_path("bad1"));
+    TH_CHECK_FAILS(lb_export_gguf(tmp_path("bad1"), out, NULL, NULL, NULL), LB_ERR_NOT_FOUND);
+    TH_CHECK(strstr(lb_last_error(), "model.layers.1.mlp.down_proj.weight_scale_inv") != NULL);
+}
+
 int main(void) {
     TH_RUN(test_tables);
     TH_RUN(test_encode_as_torch);
@@ -320,5 +394,6 @@ int main(void) {
     }
     TH_RUN(test_checkpoints_as_reference);
     TH_RUN(test_hostile_checkpoints);
+    TH_RUN(test_export_gguf);
     return th_report();
 }

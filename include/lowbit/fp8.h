@@ -98,6 +98,11 @@ lb_status lb_fp8_check(const lb_fp8_qconfig *q, const char *name, const lb_tenso
 lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
                             float *W);
 
+/* Rows [r0, r0 + nr) of the same: dst [nr, in]. No checks beyond NULLs
+ * and the row range (LB_ERR_RANGE). */
+lb_status lb_fp8_dequantize_rows(const lb_fp8_qconfig *q, const lb_tensor *w,
+                                 const lb_tensor *scale, int64_t r0, int64_t nr, float *dst);
+
 /* Quantize W [out, in] (float32) under q (see above): codes [out, in],
  * scales (float32, the lb_fp8_scale_shape count). Errors:
  * LB_ERR_INVALID_ARG, LB_ERR_FORMAT (a non-finite weight, naming row and

@@ -174,15 +174,18 @@ lb_status lb_fp8_check(const lb_fp8_qconfig *q, const char *name, const lb_tenso
     return LB_OK;
 }
 
-lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
-                            float *W) {
-    if (!q || !w || !scale || !W) return lb_set_error(LB_ERR_INVALID_ARG, "fp8 dequantize: NULL");
-    const float *tab = lb_fp8_table(q->fmt);
+lb_status lb_fp8_dequantize_rows(const lb_fp8_qconfig *q, const lb_tensor *w,
+                                 const lb_tensor *scale, int64_t r0, int64_t nr, float *dst) {
+    if (!q || !w || !scale || !dst) return lb_set_error(LB_ERR_INVALID_ARG, "fp8 dequantize: NULL");
     const int64_t out = w->shape[0], in = w->shape[1];
+    if (r0 < 0 || nr < 0 || r0 + nr > out)
+        return lb_set_error(LB_ERR_RANGE, "fp8 dequantize: rows [%lld, %lld) of %lld",
+                            (long long)r0, (long long)(r0 + nr), (long long)out);
+    const float *tab = lb_fp8_table(q->fmt);
     const uint8_t *c = w->data;
     int64_t nbk = q->layout == LB_FP8_SCALE_BLOCK ? (in + q->block_k - 1) / q->block_k : 1;
-    for (int64_t o = 0; o < out; o++) {
-        float *row = W + o * in;
+    for (int64_t o = r0; o < r0 + nr; o++) {
+        float *row = dst + (o - r0) * in;
         const uint8_t *cr = c + o * in;
         if (q->layout == LB_FP8_SCALE_BLOCK) {
             int64_t sr = o / q->block_n;
@@ -197,6 +200,12 @@ lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const l
         }
     }
     return LB_OK;
+}
+
+lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
+                            float *W) {
+    if (!w) return lb_set_error(LB_ERR_INVALID_ARG, "fp8 dequantize: NULL");
+    return lb_fp8_dequantize_rows(q, w, scale, 0, w->shape[0], W);
 }
 
 lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, int64_t in,
