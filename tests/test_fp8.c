@@ -22,6 +22,7 @@
 #include "lowbit/fp8.h"
 #include "lowbit/model.h"
 #include "lowbit/safetensors.h"
+#include "kernels/kernels_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -345,10 +346,13 @@ static void test_export_gguf(void) {
             TH_CHECK_OK(lb_gguf_get_tensor(g, nm, &gt));
             const lb_tensor *ft = &fm->layers[L].w[LB_LINEAR_DOWN];
             int64_t rows = ft->shape[0], cols = ft->shape[1];
-            float *row = malloc((size_t)cols * sizeof *row);
-            for (int64_t r = 0; row && r < rows; r++) {
+            float *row = malloc((size_t)cols * sizeof *row), *w = malloc((size_t)cols * sizeof *w);
+            TH_CHECK_INT(ft->type, LB_TYPE_F8_E4M3_B32); /* loaded natively */
+            size_t frb = 0;
+            TH_CHECK(lb_row_size(ft->type, cols, &frb));
+            for (int64_t r = 0; row && w && r < rows; r++) {
                 TH_CHECK_OK(lb_dequantize_row(LB_TYPE_Q8_0, (const uint8_t *)gt.data + r * (cols / 32) * 34, row, cols));
-                const float *w = (const float *)ft->data + r * cols;
+                TH_CHECK_OK(lb_dequantize_row(ft->type, (const uint8_t *)ft->data + (size_t)r * frb, w, cols));
                 for (int64_t b = 0; b < cols / 32; b++) {
                     float amax = 0;
                     for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(w[b * 32 + k]));
@@ -361,6 +365,7 @@ static void test_export_gguf(void) {
                 }
             }
             free(row);
+            free(w);
         }
         fprintf(stderr, "  FP8 block -> GGUF Q8_0: relative RMS error %.3g, worst |error| %.3f of a "
                         "Q8_0 step\n", sqrt(se / sw), worst);
@@ -384,10 +389,81 @@ static void test_export_gguf(void) {
     TH_CHECK(strstr(lb_last_error(), "model.layers.1.mlp.down_proj.weight_scale_inv") != NULL);
 }
 
+/* The FP8 matmul kernels: every usable variant against a double-precision
+ * product of the dequantized weights, on awkward sizes (ragged tiles, a
+ * row of 129 blocks), including the E4M3 extremes and NaN-free codes. */
+static void test_kernels(void) {
+    static const int64_t ns[] = {32, 96, 4128};
+    static const int64_t nrs[] = {1, 7, 33};
+    static const int64_t nts[] = {1, 3, 17};
+    uint64_t st = 12345;
+    for (size_t a = 0; a < 3; a++) {
+        int64_t n = ns[a], nr = nrs[a], nt = nts[a];
+        lb_block_f8_b32 *w = malloc((size_t)nr * (size_t)(n / 32) * sizeof *w);
+        float *x = malloc((size_t)nt * (size_t)n * sizeof *x);
+        float *wd = malloc((size_t)n * sizeof *wd);
+        double *want = calloc((size_t)nr * (size_t)nt, sizeof *want);
+        for (int64_t i = 0; i < nr * (n / 32); i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            float d = ldexpf((float)(st >> 40 & 1023) / 1024.0f + 0.5f, (int)(st >> 50 & 15) - 12);
+            memcpy(&w[i].d, &d, 4);
+            for (int k = 0; k < 32; k++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                uint8_t q = (uint8_t)(st >> 56);
+                if ((q & 0x7f) == 0x7f) q = 0x7e; /* no NaN codes */
+                w[i].qs[k] = q;
+            }
+        }
+        for (int64_t i = 0; i < nt * n; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            lb_dequantize_row_f8_b32(w + r * (n / 32), wd, n);
+            for (int64_t t = 0; t < nt; t++) {
+                double acc = 0, mag = 0;
+                for (int64_t k = 0; k < n; k++) {
+                    acc += (double)wd[k] * x[t * n + k];
+                    mag += fabs((double)wd[k] * x[t * n + k]);
+                }
+                want[t * nr + r] = acc;
+                (void)mag;
+            }
+        }
+        lb_tensor W = {.name = "w", .type = LB_TYPE_F8_E4M3_B32, .n_dims = 2, .shape = {nr, n},
+                       .data = w, .nbytes = (size_t)nr * (size_t)(n / 32) * sizeof *w};
+        for (int v = 0; v < LB_KV_COUNT; v++) {
+            if (!lb_kernels_usable(v)) continue;
+            const lb_kernel_table *kt = lb_kernels_table(v);
+            float *y = malloc((size_t)nr * (size_t)nt * sizeof *y);
+            TH_CHECK_OK(lb_matmul_table(kt, NULL, &W, x, y, nt));
+            double worst = 0;
+            for (int64_t i = 0; i < nr * nt; i++) {
+                /* |w| <= 448 * d, |x| <= 1: relative to the sum of |terms| */
+                double scale = 0;
+                int64_t r = i % nr, t = i / nr;
+                lb_dequantize_row_f8_b32(w + r * (n / 32), wd, n);
+                for (int64_t k = 0; k < n; k++) scale += fabs((double)wd[k] * x[t * n + k]);
+                double e = fabs((double)y[i] - want[i]) / (scale > 0 ? scale : 1);
+                worst = fmax(worst, e);
+            }
+            TH_CHECK_MSG(worst < 1e-5, "%s n=%lld: relative error %.3g", kt->name, (long long)n, worst);
+            free(y);
+        }
+        free(w);
+        free(x);
+        free(wd);
+        free(want);
+    }
+    /* the avx2 variant and the reference agree on the model's shapes too
+     * (checked above for every usable table, ref included) */
+}
+
 int main(void) {
     TH_RUN(test_tables);
     TH_RUN(test_encode_as_torch);
     TH_RUN(test_qconfig_parse);
+    TH_RUN(test_kernels);
     if (!lb_is_dir(th_shared("models/tinystories-656k"))) {
         th_report();
         th_skip("../shared models not found");

@@ -45,6 +45,22 @@ extern "C" {
 
 typedef enum lb_fp8_format { LB_FP8_E4M3 = 0, LB_FP8_E5M2 = 1 } lb_fp8_format;
 
+/* How a loaded FP8 E4M3 linear runs (LB_TYPE_F8_E4M3_B32): rows of blocks
+ * of 32 codes with one float32 scale each, x[i] = d * e4m3(qs[i]) — the
+ * checkpoint's scale of that block (block layouts whose column block is a
+ * multiple of 32), of the row (channel) or of the tensor. The matmul
+ * kernels (src/kernels/fp8_ref.c, fp8_avx2.c) decode codes through the
+ * 256-entry table and multiply f32 activations: per block s = sum_i
+ * e4m3(q_i) * a_i in float, y = sum over blocks of d * s. */
+typedef struct lb_block_f8_b32 {
+    float d;
+    uint8_t qs[32];
+} lb_block_f8_b32;
+_Static_assert(sizeof(lb_block_f8_b32) == 36, "f8_b32 size");
+
+/* Row of n (multiple of 32) weights of LB_TYPE_F8_E4M3_B32 -> f32. */
+void lb_dequantize_row_f8_b32(const lb_block_f8_b32 *x, float *y, int64_t n);
+
 typedef enum lb_fp8_layout {
     LB_FP8_SCALE_BLOCK = 0,
     LB_FP8_SCALE_CHANNEL = 1,
@@ -102,6 +118,13 @@ lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const l
  * and the row range (LB_ERR_RANGE). */
 lb_status lb_fp8_dequantize_rows(const lb_fp8_qconfig *q, const lb_tensor *w,
                                  const lb_tensor *scale, int64_t r0, int64_t nr, float *dst);
+
+/* Repack checked codes and scales into LB_TYPE_F8_E4M3_B32 rows (dst:
+ * out * in/32 blocks). LB_ERR_UNSUPPORTED when the format is not E4M3, in
+ * is not a multiple of 32, or a BLOCK layout's column block is not a
+ * multiple of 32 (the caller then keeps F32). */
+lb_status lb_fp8_to_b32(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
+                        lb_block_f8_b32 *dst);
 
 /* Quantize W [out, in] (float32) under q (see above): codes [out, in],
  * scales (float32, the lb_fp8_scale_shape count). Errors:

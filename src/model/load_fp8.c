@@ -2,9 +2,12 @@
  * FP8 weight-only checkpoint loader (lowbit/fp8.h): quantization_config
  * quant_method "fp8" (block-wise weight_scale_inv) or "compressed-tensors"
  * float-quantized (weight_scale per channel / tensor / block). Each F8
- * linear is checked against its scale (dtype, shape, finite values) and
- * dequantized to F32 (W = float(q) * s, exactly as transformers' CPU path
- * computes it before its bf16 cast); every other tensor loads as in the HF
+ * linear is checked against its scale (dtype, shape, finite values), then
+ * held as E4M3 32-blocks with their f32 scale (LB_TYPE_F8_E4M3_B32, run by
+ * the FP8 matmul kernels; same weights W = float(q) * s) when it is E4M3,
+ * in_features is a multiple of 32 and a block layout's column block is a
+ * multiple of 32; otherwise dequantized to F32 (as transformers' CPU path
+ * computes it before its bf16 cast). Every other tensor loads as in the HF
  * loader. Linears stored dense in the same checkpoint (transformers'
  * quantizer skips shapes that are not multiples of the block) load as
  * they are.
@@ -26,7 +29,7 @@ typedef struct fp8_ctx {
     const lb_safetensors *st;
     const char *label;
     const lb_fp8_qconfig *q;
-    int n_fp8, n_dense;
+    int n_fp8, n_native, n_dense;
 } fp8_ctx;
 
 static lb_status set_tensor(fp8_ctx *c, const char *name, lb_tensor_role role, int layer,
@@ -55,22 +58,28 @@ static lb_status set_tensor(fp8_ctx *c, const char *name, lb_tensor_role role, i
             return lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s': expected [%lld, %lld], got "
                                 "[%lld, %lld]", c->label, name, (long long)sh[0], (long long)sh[1],
                                 (long long)t->shape[0], (long long)t->shape[1]);
-        size_t bytes;
-        if (!lb_mul_ok((size_t)t->shape[0], (size_t)t->shape[1], &bytes) ||
-            !lb_mul_ok(bytes, sizeof(float), &bytes))
-            return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
-        float *W = lb_alloc(bytes);
-        if (!W) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
-        s = lb_model_builder_own(c->m, W);
-        if (s != LB_OK) return s;
-        s = lb_fp8_dequantize(c->q, t, sc, W);
-        if (s != LB_OK) return s;
         lb_tensor d = *t;
-        d.type = LB_TYPE_F32;
-        d.data = W;
+        size_t bytes;
+        bool native = c->q->fmt == LB_FP8_E4M3 && t->shape[1] % 32 == 0 &&
+                      (c->q->layout != LB_FP8_SCALE_BLOCK || c->q->block_k % 32 == 0);
+        /* native: E4M3 32-blocks with their f32 scale (LB_TYPE_F8_E4M3_B32,
+         * 9 bits/weight, the FP8 matmul kernels); otherwise F32 */
+        size_t per = native ? sizeof(lb_block_f8_b32) : (size_t)t->shape[1] * sizeof(float);
+        size_t units = native ? (size_t)(t->shape[1] / 32) : 1;
+        if (!lb_mul_ok((size_t)t->shape[0], units, &bytes) || !lb_mul_ok(bytes, per, &bytes))
+            return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
+        void *buf = lb_alloc(bytes);
+        if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+        s = lb_model_builder_own(c->m, buf);
+        if (s != LB_OK) return s;
+        s = native ? lb_fp8_to_b32(c->q, t, sc, buf) : lb_fp8_dequantize(c->q, t, sc, buf);
+        if (s != LB_OK) return s;
+        d.type = native ? LB_TYPE_F8_E4M3_B32 : LB_TYPE_F32;
+        d.data = buf;
         d.nbytes = bytes;
         s = lb_model_builder_set(c->m, role, layer, &d);
         if (s != LB_OK) return lb_error_context(s, "%s", c->label);
+        c->n_native += native;
         c->n_fp8++;
         return LB_OK;
     }
@@ -142,11 +151,11 @@ lb_status lb_fp8_build_model(const lb_model_config *cfg, const lb_fp8_qconfig *q
         lb_model_free(m);
         return s;
     }
-    lb_log(LB_LOG_INFO, "%s: FP8 checkpoint (%s, %s scales): %d FP8 linears dequantized to F32, "
-           "%d dense", label, q->method,
+    lb_log(LB_LOG_INFO, "%s: FP8 checkpoint (%s, %s scales): %d FP8 linears (%d run by the FP8 "
+           "kernels as E4M3 32-blocks, the rest dequantized to F32), %d dense", label, q->method,
            q->layout == LB_FP8_SCALE_BLOCK ? "block" : q->layout == LB_FP8_SCALE_CHANNEL ? "channel"
                                                                                       : "tensor",
-           c.n_fp8, c.n_dense);
+           c.n_fp8, c.n_native, c.n_dense);
     *out = m;
     return LB_OK;
 }

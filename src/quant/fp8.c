@@ -202,6 +202,36 @@ lb_status lb_fp8_dequantize_rows(const lb_fp8_qconfig *q, const lb_tensor *w,
     return LB_OK;
 }
 
+void lb_dequantize_row_f8_b32(const lb_block_f8_b32 *x, float *y, int64_t n) {
+    const float *tab = lb_fp8_table(LB_FP8_E4M3);
+    for (int64_t b = 0; b < n / 32; b++) {
+        float d;
+        memcpy(&d, &x[b].d, sizeof d);
+        for (int k = 0; k < 32; k++) y[b * 32 + k] = tab[x[b].qs[k]] * d;
+    }
+}
+
+lb_status lb_fp8_to_b32(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
+                        lb_block_f8_b32 *dst) {
+    const int64_t out = w->shape[0], in = w->shape[1];
+    if (q->fmt != LB_FP8_E4M3 || in % 32 ||
+        (q->layout == LB_FP8_SCALE_BLOCK && q->block_k % 32))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "fp8: no 32-block repack for this layout");
+    const uint8_t *c = w->data;
+    int64_t nbk = q->layout == LB_FP8_SCALE_BLOCK ? (in + q->block_k - 1) / q->block_k : 1;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t b = 0; b < in / 32; b++) {
+            lb_block_f8_b32 *y = dst + o * (in / 32) + b;
+            float d = q->layout == LB_FP8_SCALE_BLOCK
+                          ? scale_at(scale, (o / q->block_n) * nbk + (b * 32) / q->block_k)
+                      : q->layout == LB_FP8_SCALE_CHANNEL ? scale_at(scale, o)
+                                                          : scale_at(scale, 0);
+            memcpy(&y->d, &d, sizeof d);
+            memcpy(y->qs, c + o * in + b * 32, 32);
+        }
+    return LB_OK;
+}
+
 lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_tensor *scale,
                             float *W) {
     if (!w) return lb_set_error(LB_ERR_INVALID_ARG, "fp8 dequantize: NULL");
