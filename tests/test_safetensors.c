@@ -349,9 +349,9 @@ static void test_bad_headers(void) {
     expect_parse("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
                  "\"data_offsets\":[0]}}",
                  1, LB_ERR_FORMAT, "data_offsets");
-    expect_parse("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],"
+    expect_parse("{\"w\":{\"dtype\":\"F8_E8M0\",\"shape\":[1],"
                  "\"data_offsets\":[0,1]}}",
-                 1, LB_ERR_UNSUPPORTED, "F8_E4M3");
+                 1, LB_ERR_UNSUPPORTED, "F8_E8M0");
     expect_parse("{\"__metadata__\":{\"k\":1}}", 0, LB_ERR_FORMAT,
                  "__metadata__");
     expect_parse("{\"w\":[1,2]}", 0, LB_ERR_FORMAT, "'w'");

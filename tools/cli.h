@@ -61,4 +61,9 @@ void cli_install_logger(void);
 /* JSON string escaping to a FILE (for --json output). */
 void cli_json_string(FILE *fp, const char *s);
 
+/* Calibration-free `lowbit quantize --method M` (tools/cmd_quantize_nocalib.c):
+ * true for the methods it handles (fp8); cmd_quantize hands them over. */
+bool cmd_quantize_nocalib_method(const char *method);
+int cmd_quantize_nocalib(int argc, char **argv);
+
 #endif

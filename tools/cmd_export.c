@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "lowbit/export.h"
+#include "lowbit/export_hf.h"
 #include "lowbit/file.h"
 
 #include <stdlib.h>
@@ -40,13 +41,22 @@ static void usage(FILE *fp, const char *cmd) {
             "  --name NAME           general.name (default: from the directory name)\n"
             "  --vocab-only          metadata only, no tensors\n"
             "  -t, --threads N       quantizer threads (default: all CPUs)\n"
+            "%s"
             "global: --quiet, --json\n",
             cmd, plan ? "" : " -o OUT.gguf",
             plan ? "Show how lowbit export would write" : "Write",
             plan ? ": per tensor the route, the GGUF type and the reason"
                  : " as a GGUF file for llama.cpp and lowbit, streaming one\n"
                    "tensor at a time; the file appears only when complete",
-            plan ? "" : "  -o, --output OUT      output .gguf file (required)\n");
+            plan ? "" : "  -o, --output OUT      output .gguf file (required)\n",
+            plan ? "" :
+            "\nGGUF back to Hugging Face: lowbit export MODEL.gguf -o DIR --format hf|gptq\n"
+            "  --format F            gguf (default) | hf (dequantized safetensors,\n"
+            "                        config.json, tokenizer.json) | gptq (Q4_0/Q4_1/\n"
+            "                        Q8_0 linears as GPTQ group-32 codes, the rest dense)\n"
+            "  --dtype D             hf/gptq dense tensors: f32 | f16 | bf16 (default:\n"
+            "                        the file's 16-bit type if all 2-D tensors have it,\n"
+            "                        else f32)\n");
 }
 
 typedef struct rules_buf {
@@ -181,9 +191,44 @@ static void print_plan_text(FILE *fp, const lb_export_plan *p) {
     if (p->notes[0]) fprintf(fp, "notes: %s\n", p->notes);
 }
 
+/* --format hf|gptq: a GGUF file back to a Hugging Face directory */
+static int export_hf(const char *cmd, const char *in, const char *out, const char *format,
+                     int dtype) {
+    lb_export_hf_opts ho;
+    lb_export_hf_opts_default(&ho);
+    ho.dtype = dtype;
+    cli_progress prog;
+    ho.progress = cli_progress_make(&prog);
+    lb_export_hf_stats hs;
+    lb_status s = !strcmp(format, "hf") ? lb_export_gguf_to_hf(in, out, &ho, &hs)
+                                        : lb_export_gguf_to_gptq(in, out, &ho, &hs);
+    cli_progress_done(&prog);
+    if (s != LB_OK) return cli_fail(cmd, s);
+    if (g_cli.json) {
+        fprintf(stdout, "{\"output\": ");
+        cli_json_string(stdout, out);
+        fprintf(stdout, ", \"format\": \"%s\", \"dtype\": \"%s\", \"n_tensors\": %zu, "
+                        "\"n_dequantized\": %zu, \"n_gptq\": %zu, \"tokenizer\": %s, "
+                        "\"permuted\": %s, \"notes\": ",
+                format, lb_type_name(hs.dtype), hs.n_tensors, hs.n_dequantized, hs.n_gptq,
+                hs.tokenizer ? "true" : "false", hs.permuted ? "true" : "false");
+        cli_json_string(stdout, hs.notes);
+        fputs("}\n", stdout);
+    } else if (!g_cli.quiet) {
+        fprintf(stderr, "lowbit export: wrote %s (%s): %zu tensors in %s (%zu dequantized, %zu as "
+                        "GPTQ codes)%s%s\n",
+                out, format, hs.n_tensors, lb_type_name(hs.dtype), hs.n_dequantized, hs.n_gptq,
+                hs.permuted ? ", llama q/k permutation undone" : "",
+                hs.tokenizer ? ", tokenizer" : "");
+        if (hs.notes[0]) fprintf(stderr, "lowbit export: note: %s\n", hs.notes);
+    }
+    return 0;
+}
+
 static int export_main(int argc, char **argv, bool plan_only) {
     const char *cmd = plan_only ? "plan" : "export";
-    const char *in = NULL, *out = NULL;
+    const char *in = NULL, *out = NULL, *format = "gguf";
+    int hf_dtype = -1;
     lb_export_opts o;
     lb_export_opts_default(&o);
     rules_buf rb;
@@ -229,6 +274,22 @@ static int export_main(int argc, char **argv, bool plan_only) {
         } else if (!strcmp(a, "--name")) {
             VAL();
             o.name = v;
+        } else if (!plan_only && !strcmp(a, "--format")) {
+            VAL();
+            if (strcmp(v, "gguf") && strcmp(v, "hf") && strcmp(v, "gptq")) {
+                cli_usage_error(cmd, "--format: expected gguf, hf or gptq, got '%s'", v);
+                goto done;
+            }
+            format = v;
+        } else if (!plan_only && !strcmp(a, "--dtype")) {
+            VAL();
+            if (!strcmp(v, "f32") || !strcmp(v, "F32")) hf_dtype = LB_TYPE_F32;
+            else if (!strcmp(v, "f16") || !strcmp(v, "F16")) hf_dtype = LB_TYPE_F16;
+            else if (!strcmp(v, "bf16") || !strcmp(v, "BF16")) hf_dtype = LB_TYPE_BF16;
+            else {
+                cli_usage_error(cmd, "--dtype: expected f32, f16 or bf16, got '%s'", v);
+                goto done;
+            }
         } else if (!strcmp(a, "--vocab-only")) {
             o.vocab_only = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -253,6 +314,14 @@ static int export_main(int argc, char **argv, bool plan_only) {
     }
     if (!plan_only && !out) {
         cli_usage_error(cmd, "missing -o OUT.gguf");
+        goto done;
+    }
+    if (strcmp(format, "gguf")) {
+        rc = export_hf(cmd, in, out, format, hf_dtype);
+        goto done;
+    }
+    if (hf_dtype >= 0) {
+        cli_usage_error(cmd, "--dtype applies to --format hf|gptq");
         goto done;
     }
     o.rules = (const char *const *)rb.rule;

@@ -24,7 +24,7 @@ static void usage(FILE *fp) {
         "usage: lowbit quantize MODEL_DIR -o OUT_DIR [options]\n"
         "\n"
         "method and grid:\n"
-        "  --method rtn|gptq       (default gptq)\n"
+        "  --method rtn|gptq       (default gptq); fp8: see lowbit quantize --method fp8 -h\n"
         "  --bits 2|3|4|8          (default 4)\n"
         "  --group-size N          -1 (per row), 32, 64, 128 ... (default "
         "128)\n"
@@ -139,6 +139,10 @@ static lb_status read_rules_file(const char *path, strlist *rules) {
 }
 
 int cmd_quantize(int argc, char **argv) {
+    /* calibration-free methods (FP8, bitsandbytes): their own command file */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--method") && cmd_quantize_nocalib_method(argv[i + 1]))
+            return cmd_quantize_nocalib(argc, argv);
     const char *cmd = "quantize";
     const char *model = NULL, *out = NULL, *calib_ids = NULL;
     strlist calib = {0}, rules = {0};

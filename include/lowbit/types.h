@@ -39,7 +39,13 @@ typedef enum lb_type {
     LB_TYPE_BF16 = 30,
     LB_TYPE_U8 = 200,   /* safetensors U8 (no GGUF id)   */
     LB_TYPE_BOOL = 201, /* safetensors BOOL (no GGUF id) */
-    LB_TYPE_COUNT_ = 202
+    LB_TYPE_F8_E4M3 = 202, /* safetensors F8_E4M3 (lowbit/fp8.h; no GGUF id) */
+    LB_TYPE_F8_E5M2 = 203, /* safetensors F8_E5M2 (lowbit/fp8.h; no GGUF id) */
+    LB_TYPE_F8_E4M3_B32 = 204, /* lowbit's in-memory FP8 weight: blocks of 32
+                                  E4M3 codes with one f32 scale
+                                  (lb_block_f8_b32, lowbit/fp8.h); no file
+                                  format stores it */
+    LB_TYPE_COUNT_ = 205
 } lb_type;
 
 /* Static facts about a type. A "block" is the smallest unit of storage:

@@ -27,6 +27,9 @@ static const lb_type_traits traits[LB_TYPE_COUNT_] = {
     [LB_TYPE_BF16] = {"BF16", 1, 2, false},
     [LB_TYPE_U8] = {"U8", 1, 1, false},
     [LB_TYPE_BOOL] = {"BOOL", 1, 1, false},
+    [LB_TYPE_F8_E4M3] = {"F8_E4M3", 1, 1, false},
+    [LB_TYPE_F8_E5M2] = {"F8_E5M2", 1, 1, false},
+    [LB_TYPE_F8_E4M3_B32] = {"F8_E4M3_B32", 32, 36, true},
 };
 
 const lb_type_traits *lb_type_get_traits(int t) {

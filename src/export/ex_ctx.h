@@ -29,6 +29,7 @@ typedef struct ex_ctx {
     int n_rules;
     bool gptq;            /* a GPTQ checkpoint                         */
     void *gptq_state;     /* ex_gptq.c's parsed quantization config    */
+    void *fp8_state;      /* ex_fp8.c: lb_fp8_qconfig of an FP8 input  */
     lb_type default_float; /* dense default type (F16 / BF16)          */
     char tied_note[160];
     const char *const *meta_kv; /* opts->meta_kv (borrowed: the caller's
@@ -61,5 +62,20 @@ lb_status ex_gptq_dequantize(const ex_ctx *c, const ex_tensor *t, float *W);
  * (t->info.nbytes), GGUF row order. */
 lb_status ex_gptq_direct(const ex_ctx *c, const ex_tensor *t, void *dst);
 void ex_gptq_free(ex_ctx *c);
+
+/* ex_fp8.c: FP8 weight-only inputs (lowbit/fp8.h) */
+/* Parse an FP8 quantization_config (quant_method fp8 / compressed-tensors
+ * float-quantized) into c->fp8_state; nothing for other inputs. */
+lb_status ex_fp8_detect(ex_ctx *c);
+/* true for the scale tensors an FP8 input carries beside its weights
+ * (suffix "weight_scale_inv" / "weight_scale" / "input_scale"). */
+bool ex_fp8_is_aux(const ex_ctx *c, const char *suffix);
+/* An F8 weight `name` of module `mod`: find and check its scale into
+ * t->fp8_scale. */
+lb_status ex_fp8_prepare(ex_ctx *c, ex_tensor *t, const char *mod, const lb_tensor *w);
+/* Rows [r0, r0+nr) of an FP8 weight as f32 (src row sr for dst row i). */
+lb_status ex_fp8_rows(const ex_tensor *t, const int64_t *perm, int64_t r0, int64_t nr,
+                      float *dst);
+void ex_fp8_free(ex_ctx *c);
 
 #endif /* LB_EX_CTX_H */

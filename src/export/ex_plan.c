@@ -146,6 +146,7 @@ void ex_ctx_free(ex_ctx *c) {
     lb_model_config_clear(&c->cfg);
     ex_vocab_free(&c->vocab);
     ex_gptq_free(c);
+    ex_fp8_free(c);
     for (int i = 0; i < c->n_rules; i++) {
         free(c->rules[i].text);
         pcre2_code_free((pcre2_code *)c->rules[i].code);
@@ -455,6 +456,7 @@ static lb_status list_tensors(ex_ctx *c) {
         bool gptq_part = !strcmp(suffix, "qweight") || !strcmp(suffix, "qzeros") ||
                          !strcmp(suffix, "scales") || !strcmp(suffix, "g_idx");
         if (gptq_part && strcmp(suffix, "qweight")) continue; /* grouped with qweight */
+        if (ex_fp8_is_aux(c, suffix)) continue; /* an FP8 scale: read with its weight */
         char base[64];
         int layer;
         if (!map_module(mod, cfg->n_layers, base, sizeof base, &layer) ||
@@ -499,7 +501,11 @@ static lb_status list_tensors(ex_ctx *c) {
             t->kind = EX_SRC_DENSE;
             t->dense = st;
             t->info.src_type = (int)st->type;
-            if (st->type != LB_TYPE_F32 && st->type != LB_TYPE_F16 &&
+            if ((st->type == LB_TYPE_F8_E4M3 || st->type == LB_TYPE_F8_E5M2) &&
+                !strcmp(suffix, "weight")) {
+                s = ex_fp8_prepare(c, t, mod, st);
+                if (s != LB_OK) break;
+            } else if (st->type != LB_TYPE_F32 && st->type != LB_TYPE_F16 &&
                 st->type != LB_TYPE_BF16) {
                 s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (F32, F16 "
                                  "or BF16 expected)", c->dir, name, lb_type_name(st->type));
@@ -745,6 +751,9 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
         } else if (c->gptq) {
             ty = (lb_type)e->src_type; /* GPTQ input without qtype: keep */
             why = "not quantized in the checkpoint";
+        } else if (t->fp8_scale) {
+            ty = row_fallback(LB_TYPE_Q8_0, cols); /* ex_fp8.c */
+            why = "FP8 weight dequantized (default Q8_0)";
         } else {
             ty = c->default_float;
             snprintf(whybuf, sizeof whybuf, "default %s (highest-fidelity 16-bit type)",
@@ -797,7 +806,7 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
 static lb_ftype choose_ftype(const ex_ctx *c) {
     const lb_export_plan *p = c->plan;
     if (p->has_qtype) return p->qtype.ftype;
-    if (!c->gptq) return ftype_of_type(c->default_float);
+    if (!c->gptq && !c->fp8_state) return ftype_of_type(c->default_float);
     uint64_t count[LB_TYPE_COUNT_] = {0};
     for (size_t i = 0; i < c->n; i++) {
         const ex_tensor *t = &c->t[i];
@@ -873,7 +882,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
     if (s == LB_OK && c->n_rules && o->mode == LB_EXPORT_MODE_DIRECT)
         s = lb_set_error(LB_ERR_INVALID_ARG, "export: module rules need --mode auto, mixed "
                          "or dequantize (direct maps every module as it is)");
-    if (s == LB_OK) s = ex_gptq_detect(c);
+    if (s == LB_OK) s = ex_fp8_detect(c); /* FP8 input: not GPTQ */
+    if (s == LB_OK && !c->fp8_state) s = ex_gptq_detect(c);
     if (s == LB_OK && !c->gptq && o->mode == LB_EXPORT_MODE_DIRECT)
         s = lb_set_error(LB_ERR_INVALID_ARG, "export --mode direct: %s is not a GPTQ "
                          "checkpoint (use auto or dequantize)", in_path);

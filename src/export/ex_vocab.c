@@ -24,6 +24,7 @@
  * this is reported in the plan notes.
  */
 #include "export/export_internal.h"
+#include "export/ex_hf_internal.h"
 #include "lowbit/file.h"
 #include "core/internal.h"
 
@@ -995,3 +996,7 @@ lb_status ex_vocab_write(const ex_vocab *v, lb_gguf_writer *w) {
                                        v->norm_strip_accents == 1));
     return LB_OK;
 }
+
+/* The Split regexes for the GGUF -> HF tokenizer (ex_hf_internal.h). */
+const char *const ex_re_llama3 = RE_LLAMA3;
+const char *const ex_re_qwen2 = RE_QWEN2;

@@ -179,6 +179,7 @@ static int64_t rows_of(const lb_export_tensor *e) {
 static lb_status dense_rows_f32(const ex_tensor *t, const int64_t *perm, int64_t r0,
                                 int64_t nr, int64_t cols, float *dst, void *scratch) {
     const lb_tensor *src = t->dense;
+    if (t->fp8_scale) return ex_fp8_rows(t, perm, r0, nr, dst);
     const size_t es = src->type == LB_TYPE_F32 ? 4 : 2, rb = (size_t)cols * es;
     for (int64_t i = 0; i < nr; i++) {
         int64_t sr = perm ? perm[r0 + i] : r0 + i;
@@ -259,7 +260,7 @@ static lb_status write_dense(ex_run *r, const ex_tensor *t) {
         if (s == LB_OK) s = lb_quantize_rows(r->pool, e->type, f, q, nr, cols);
         if (s == LB_OK) s = emit(r, q, (size_t)nr * out_rb);
         if (!perm) { /* rows read in order: release them as we go */
-            const size_t in_rb = (size_t)cols * (src->type == LB_TYPE_F32 ? 4 : 2);
+            const size_t in_rb = (size_t)cols * (size_t)lb_type_get_traits((int)src->type)->type_size;
             drop_pages((const uint8_t *)src->data + (size_t)r0 * in_rb, (size_t)nr * in_rb);
         }
     }

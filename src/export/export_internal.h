@@ -102,6 +102,9 @@ typedef struct ex_tensor {
     bool rule_keep;              /* a rule said "keep"                    */
     int direct_type;             /* GPTQ: exact target or -1              */
     char direct_why[128];        /* GPTQ: why not direct                  */
+    const lb_tensor *fp8_scale;  /* EX_SRC_DENSE FP8 weight: its scale
+                                    (ex_fp8.c, lowbit/fp8.h)              */
+    const void *fp8_q;           /* ... and its lb_fp8_qconfig            */
 } ex_tensor;
 
 #endif /* LB_EXPORT_INTERNAL_H */

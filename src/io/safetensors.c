@@ -29,7 +29,7 @@ static const struct {
     {"F64", LB_TYPE_F64}, {"F32", LB_TYPE_F32}, {"F16", LB_TYPE_F16},
     {"BF16", LB_TYPE_BF16}, {"I64", LB_TYPE_I64}, {"I32", LB_TYPE_I32},
     {"I16", LB_TYPE_I16}, {"I8", LB_TYPE_I8}, {"U8", LB_TYPE_U8},
-    {"BOOL", LB_TYPE_BOOL},
+    {"BOOL", LB_TYPE_BOOL}, {"F8_E4M3", LB_TYPE_F8_E4M3}, {"F8_E5M2", LB_TYPE_F8_E5M2},
 };
 
 const char *lb_st_dtype_name(lb_type t) {

@@ -220,6 +220,12 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
 void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 
+/* ---- FP8 E4M3 32-blocks (LB_TYPE_F8_E4M3_B32, lowbit/fp8.h) -------------- */
+/* fp8_ref.c / fp8_avx2.c: register the tile kernels in a table (matmul.c). */
+float lb_vec_dot_f8b32_f32_ref(int64_t n, const void *vx, const void *vy);
+void lb_kernels_fill_fp8_ref(lb_kernel_table *kt);
+void lb_kernels_fill_fp8_avx2(lb_kernel_table *kt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -451,11 +451,19 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
         lb_model_config_clear(&cfg);
         return lb_model_load_gptq(dir, opts, out);
     }
+    if (cfg.has_quantization_config) { /* FP8 (load_fp8.c) */
+        bool handled = false;
+        lb_status fs = lb_model_load_fp8(dir, &cfg, opts, out, &handled);
+        if (fs != LB_OK || handled) {
+            lb_model_config_clear(&cfg);
+            return fs;
+        }
+    }
     if (cfg.has_quantization_config) {
         lb_status s = lb_set_error(LB_ERR_UNSUPPORTED,
                                    "%s: quantized checkpoint "
                                    "(quantization_config, quant_method '%s'): "
-                                   "lowbit reads GPTQ checkpoints only",
+                                   "lowbit reads GPTQ and FP8 checkpoints",
                                    dir, cfg.quant_method);
         lb_model_config_clear(&cfg);
         return s;

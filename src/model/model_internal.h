@@ -142,4 +142,21 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
                               const char *label,
                               const lb_model_load_opts *opts, lb_model **out);
 
+/* The FP8 loader's tensor part (load_fp8.c; lowbit/fp8.h), from memory
+ * for fuzzing: build a model for cfg from st under the FP8 scheme q; FP8
+ * linears are checked against their scales and dequantized to F32. own_st:
+ * the model closes st (also on failure). */
+struct lb_fp8_qconfig;
+lb_status lb_fp8_build_model(const lb_model_config *cfg,
+                             const struct lb_fp8_qconfig *q,
+                             struct lb_safetensors *st, bool own_st,
+                             const char *label,
+                             const lb_model_load_opts *opts, lb_model **out);
+/* lb_model_load_hf's hook for a quantization_config with quant_method
+ * "fp8" or "compressed-tensors" float-quantized (load_fp8.c): loads the
+ * checkpoint; *handled false (LB_OK) when the config is not FP8. */
+lb_status lb_model_load_fp8(const char *dir, const lb_model_config *cfg,
+                            const lb_model_load_opts *opts, lb_model **out,
+                            bool *handled);
+
 #endif
