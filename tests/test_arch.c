@@ -24,7 +24,8 @@
 static const char *models[] = {"gemma2-random",  "gemma3-random",
                                "phi3-random",    "phi3-longrope-random",
                                "qwen3moe-random", "qwen2moe-random",
-                               "mixtral-random"};
+                               "mixtral-random", "qwen3moe-mlponly-random",
+                               "qwen2moe-step2-random"};
 
 static double max_diff(const float *a, const float *b, size_t n) {
     double d = 0;

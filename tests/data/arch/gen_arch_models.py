@@ -60,7 +60,7 @@ MODELS = {
     "qwen3moe-random": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(
         common, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
         num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-        decoder_sparse_step=1, mlp_only_layers=[1], tie_word_embeddings=False,
+        decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
     "qwen2moe-random": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig", dict(
         common, intermediate_size=96, moe_intermediate_size=32,
@@ -71,6 +71,21 @@ MODELS = {
     "mixtral-random": ("MixtralForCausalLM", "MixtralConfig", dict(
         common, intermediate_size=48, num_local_experts=4,
         num_experts_per_tok=2, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # a dense layer among MoE layers (mlp_only_layers; llama.cpp 0.7.0's
+    # converter cannot map it, so this one is checked against transformers
+    # only) and a decoder_sparse_step of 2
+    "qwen3moe-mlponly-random": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(
+        common, num_hidden_layers=4, head_dim=16, intermediate_size=96,
+        moe_intermediate_size=32, num_experts=4, num_experts_per_tok=3,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "qwen2moe-step2-random": ("Qwen2MoeForCausalLM", "Qwen2MoeConfig", dict(
+        common, num_hidden_layers=4, intermediate_size=96,
+        moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+        decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 }
 
