@@ -124,12 +124,71 @@ out:
     lb_model_free(m);
 }
 
+/* llama.cpp's conversions (tests/cli_arch_gguf.sh makes them with
+ * tests/data/arch/make_arch_gguf.py and sets LB_ARCH_GGUF_DIR): the GGUF
+ * model gives the HF checkpoint's logits. gemma2: llama.cpp's attention
+ * scale is 1/sqrt(head_dim) (query_pre_attn_scalar is not in its file), so
+ * the oracle is the HF load with that scale. */
+static void check_gguf(const char *gdir, const char *name) {
+    char dir[256], p[600];
+    snprintf(dir, sizeof dir, DATA "%s", name);
+    snprintf(p, sizeof p, "%s/%s-f32.gguf", gdir, name);
+    lb_model *hf = NULL, *gg = NULL;
+    TH_CHECK_OK(lb_model_load(dir, NULL, &hf));
+    TH_CHECK_OK(lb_model_load(p, NULL, &gg));
+    if (!hf || !gg) goto out;
+    TH_CHECK_INT(gg->config.arch, hf->config.arch);
+    TH_CHECK_INT(gg->config.n_experts, hf->config.n_experts);
+    TH_CHECK_INT(gg->config.n_experts_used, hf->config.n_experts_used);
+    if (hf->config.arch == LB_ARCH_GEMMA2)
+        hf->config.attn_scale = 1.0f / sqrtf((float)hf->config.head_dim);
+    size_t nb = 0;
+    snprintf(p, sizeof p, "%s/seq64.ids.i32", dir);
+    int32_t *ids = th_read_bin(p, &nb);
+    const int32_t n = (int32_t)(nb / 4), V = hf->config.vocab_size;
+    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = 2;
+    lb_context *ca = NULL, *cb = NULL;
+    TH_CHECK_OK(lb_context_create(hf, &cp, &ca));
+    TH_CHECK_OK(lb_context_create(gg, &cp, &cb));
+    if (ids && a && b && ca && cb) {
+        TH_CHECK_OK(lb_model_forward(ca, ids, n, 0, a, LB_LOGITS_ALL));
+        TH_CHECK_OK(lb_model_forward(cb, ids, n, 0, b, LB_LOGITS_ALL));
+        double d = max_diff(a, b, (size_t)n * V);
+        fprintf(stderr, "  %-22s llama.cpp GGUF vs HF: max |logit diff| = %.3g\n",
+                name, d);
+        TH_CHECK_NEAR(d, 0, LOGIT_TOL);
+    }
+    lb_context_free(ca);
+    lb_context_free(cb);
+    free(ids);
+    free(a);
+    free(b);
+out:
+    lb_model_free(hf);
+    lb_model_free(gg);
+}
+
+static void test_llamacpp_gguf(void) {
+    const char *gdir = getenv("LB_ARCH_GGUF_DIR");
+    if (!gdir) {
+        fprintf(stderr, "  (LB_ARCH_GGUF_DIR unset: tests/cli_arch_gguf.sh "
+                "runs this part)\n");
+        return;
+    }
+    /* the 7 models llama.cpp 0.7.0 converts */
+    for (size_t i = 0; i < 7; i++) check_gguf(gdir, models[i]);
+}
+
 static void test_logits(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model(models[i]);
 }
 
 int main(void) {
-    TH_RUN(test_logits);
+    if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_logits);
+    TH_RUN(test_llamacpp_gguf);
     return th_report();
 }

@@ -64,33 +64,43 @@ static lb_status set_named(lb_model *m, const lb_safetensors *st,
 }
 
 /* Rows [r0, r0 + nr) of the 2-D (or, with slab >= 0, of slab `slab` of the
- * 3-D) tensor t as a view. */
-static lb_status row_view(const char *dir, const lb_tensor *t, int slab,
-                          int64_t r0, int64_t nr, lb_tensor *v) {
+ * 3-D) tensor t as a 2-D view (no copy). */
+lb_status lb_tensor_rows_view(const lb_tensor *t, int slab, int64_t r0,
+                              int64_t nr, lb_tensor *v) {
     const int nd = slab >= 0 ? 3 : 2;
+    const char *name = t->name ? t->name : "?";
     if (t->n_dims != nd)
-        return lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s' has %d dims, "
-                            "expected %d", dir, t->name, t->n_dims, nd);
+        return lb_set_error(LB_ERR_FORMAT, "tensor '%s' has %d dims, "
+                            "expected %d", name, t->n_dims, nd);
     const int64_t rows = t->shape[nd - 2], cols = t->shape[nd - 1];
     if (r0 < 0 || nr < 0 || r0 + nr > rows ||
         (slab >= 0 && slab >= t->shape[0]))
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: tensor '%s' is too small (%lld rows) for "
-                            "the config's sizes",
-                            dir, t->name, (long long)rows);
-    size_t rb;
-    if (!lb_row_size(t->type, cols, &rb))
-        return lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s': bad row", dir,
-                            t->name);
+                            "tensor '%s' is too small (%lld rows) for the "
+                            "config's sizes",
+                            name, (long long)rows);
+    size_t rb, need;
+    if (!lb_row_size(t->type, cols, &rb) ||
+        !lb_mul_ok(rb, (size_t)rows * (size_t)(slab >= 0 ? t->shape[0] : 1),
+                   &need) ||
+        need > t->nbytes)
+        return lb_set_error(LB_ERR_FORMAT, "tensor '%s': bad row size", name);
     *v = *t;
     v->n_dims = 2;
     v->shape[0] = nr;
     v->shape[1] = cols;
+    v->shape[2] = 0;
     const size_t first = (size_t)(slab >= 0 ? slab : 0) * (size_t)rows +
                          (size_t)r0;
     v->data = (const uint8_t *)t->data + first * rb;
     v->nbytes = (size_t)nr * rb;
     return LB_OK;
+}
+
+static lb_status row_view(const char *dir, const lb_tensor *t, int slab,
+                          int64_t r0, int64_t nr, lb_tensor *v) {
+    lb_status s = lb_tensor_rows_view(t, slab, r0, nr, v);
+    return s == LB_OK ? LB_OK : lb_error_context(s, "%s", dir);
 }
 
 static lb_status load_phi3_layer(lb_model *m, const lb_safetensors *st,

@@ -164,6 +164,19 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
                               const char *label,
                               const lb_model_load_opts *opts, lb_model **out);
 
+/* Rows [r0, r0 + nr) of a 2-D tensor (slab < 0) or of slab `slab` of a
+ * 3-D one (GGUF merged experts, transformers-5 fused experts) as a 2-D
+ * view of the same data. Errors name t->name (load_hf_ext.c). */
+lb_status lb_tensor_rows_view(const lb_tensor *t, int slab, int64_t r0,
+                              int64_t nr, lb_tensor *v);
+
+/* GGUF parts of the issue-13 architectures (load_gguf_ext.c): the keys
+ * after the common ones, and every layer tensor. */
+lb_status lb_gguf_config_ext(const lb_gguf *g, const char *arch,
+                             lb_model_config *cfg);
+lb_status lb_gguf_load_layers_ext(lb_model *m, const lb_gguf *g,
+                                  const lb_model_load_opts *opts);
+
 /* What forward_ext.c needs of a context (filled by forward.c). */
 typedef struct lb_ext_ctx {
     const lb_model *m;

@@ -38,10 +38,10 @@ MODELS = {
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         hidden_activation="gelu_pytorch_tanh")),
     "gemma3-random": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(
-        common, num_hidden_layers=4, head_dim=16, intermediate_size=128,
+        # 6 layers, default layer_types (sliding_window_pattern 6: layer 5
+        # full), the pattern llama.cpp 0.7.0 assumes for gemma3 files
+        common, num_hidden_layers=6, head_dim=16, intermediate_size=96,
         query_pre_attn_scalar=16, sliding_window=10, tie_word_embeddings=True,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention",
-                     "sliding_attention"],
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
         hidden_activation="gelu_pytorch_tanh")),

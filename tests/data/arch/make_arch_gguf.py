@@ -4,11 +4,11 @@ tests/test_arch_gguf.c and of lowbit's HF->GGUF export of these
 architectures).
 
 Run from the project root inside the reference chroot:
-    sh ../shared/tools/refenv.sh run python3 tests/data/arch/make_arch_gguf.py OUTDIR
+    sh ../shared/tools/refenv.sh run python3 tests/data/arch/make_arch_gguf.py OUTDIR [--ref]
 Writes OUTDIR/<model>-f32.gguf with llama.cpp 0.7.0 convert_hf_to_gguf.py
 (--outtype f32). The random models have no tokenizer: set_vocab is replaced
 by _set_vocab_none ("tokenizer.ggml.model" = "none"), as
-tests/data/export/make_convert_ref.py does. Also writes
+tests/data/export/make_convert_ref.py does. With --ref also writes
 tests/data/arch/convert_ref.json: per file, each metadata key (value type,
 element type, count, FNV-1a 64 of its value bytes) and each tensor (ggml
 type, shape outermost first, FNV-1a 64 of its data).
@@ -86,6 +86,8 @@ def main():
         f = os.path.join(out, name + "-f32.gguf")
         convert(os.path.join(HERE, name), f)
         refs[name] = digest(f)
+    if "--ref" not in sys.argv[2:]:
+        return
     with open(os.path.join(HERE, "convert_ref.json"), "w") as fp:
         json.dump({"generator": "tests/data/arch/make_arch_gguf.py",
                    "converter": "llama.cpp 0.7.0 convert_hf_to_gguf.py (Debian 1:0.7.0), gguf-py, transformers 5.12.1",
