@@ -12,6 +12,11 @@
 #include "lowbit/model.h"
 #include "lowbit/file.h"
 #include "lowbit/safetensors.h"
+#include "lowbit/export.h"
+#include "lowbit/gguf.h"
+
+#include <cjson/cJSON.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -129,18 +134,17 @@ out:
  * model gives the HF checkpoint's logits. gemma2: llama.cpp's attention
  * scale is 1/sqrt(head_dim) (query_pre_attn_scalar is not in its file), so
  * the oracle is the HF load with that scale. */
-static void check_gguf(const char *gdir, const char *name) {
+static void check_gguf_file(const char *path, const char *name, bool llamacpp) {
     char dir[256], p[600];
     snprintf(dir, sizeof dir, DATA "%s", name);
-    snprintf(p, sizeof p, "%s/%s-f32.gguf", gdir, name);
     lb_model *hf = NULL, *gg = NULL;
     TH_CHECK_OK(lb_model_load(dir, NULL, &hf));
-    TH_CHECK_OK(lb_model_load(p, NULL, &gg));
+    TH_CHECK_OK(lb_model_load(path, NULL, &gg));
     if (!hf || !gg) goto out;
     TH_CHECK_INT(gg->config.arch, hf->config.arch);
     TH_CHECK_INT(gg->config.n_experts, hf->config.n_experts);
     TH_CHECK_INT(gg->config.n_experts_used, hf->config.n_experts_used);
-    if (hf->config.arch == LB_ARCH_GEMMA2)
+    if (llamacpp && hf->config.arch == LB_ARCH_GEMMA2)
         hf->config.attn_scale = 1.0f / sqrtf((float)hf->config.head_dim);
     size_t nb = 0;
     snprintf(p, sizeof p, "%s/seq64.ids.i32", dir);
@@ -157,8 +161,8 @@ static void check_gguf(const char *gdir, const char *name) {
         TH_CHECK_OK(lb_model_forward(ca, ids, n, 0, a, LB_LOGITS_ALL));
         TH_CHECK_OK(lb_model_forward(cb, ids, n, 0, b, LB_LOGITS_ALL));
         double d = max_diff(a, b, (size_t)n * V);
-        fprintf(stderr, "  %-22s llama.cpp GGUF vs HF: max |logit diff| = %.3g\n",
-                name, d);
+        fprintf(stderr, "  %-22s %s GGUF vs HF: max |logit diff| = %.3g\n",
+                name, llamacpp ? "llama.cpp" : "lowbit export", d);
         TH_CHECK_NEAR(d, 0, LOGIT_TOL);
     }
     lb_context_free(ca);
@@ -169,6 +173,107 @@ static void check_gguf(const char *gdir, const char *name) {
 out:
     lb_model_free(hf);
     lb_model_free(gg);
+}
+
+static void check_gguf(const char *gdir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s-f32.gguf", gdir, name);
+    check_gguf_file(p, name, true);
+}
+
+static uint64_t fnv64(const void *data, size_t n) {
+    const uint8_t *b = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* lowbit's F32 export of model `name` against llama.cpp's conversion
+ * (tests/data/arch/convert_ref.json, by name): every key llama.cpp wrote
+ * but general.name / size_label with the same type and value bytes, every
+ * tensor with the same type, shape and data; extra keys only lowbit's
+ * documented additions. Then the exported file gives the HF logits. */
+static void check_export(const cJSON *ref, const char *name) {
+    char dir[256], out[300];
+    snprintf(dir, sizeof dir, DATA "%s", name);
+    snprintf(out, sizeof out, "%s/%s-lb.gguf", th_tmpdir(), name);
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    o.qtype = "F32";
+    TH_CHECK_OK(lb_export_gguf(dir, out, &o, NULL, NULL));
+    lb_gguf *g = NULL;
+    TH_CHECK_OK(lb_gguf_open(out, &g));
+    if (!g || !ref) {
+        lb_gguf_close(g);
+        return;
+    }
+    int nk = 0;
+    for (const cJSON *e = cJSON_GetObjectItem(ref, "kv")->child; e; e = e->next) {
+        const char *k = cJSON_GetArrayItem(e, 0)->valuestring;
+        if (!strcmp(k, "general.name") || !strcmp(k, "general.size_label")) continue;
+        int64_t j = lb_gguf_find_key(g, k);
+        TH_CHECK_MSG(j >= 0, "%s: key %s missing", name, k);
+        if (j < 0) continue;
+        const lb_gguf_value *v = lb_gguf_kv_value(g, j);
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv64(v->raw, v->raw_size));
+        TH_CHECK_MSG((int)v->type == cJSON_GetArrayItem(e, 1)->valueint &&
+                         !strcmp(hex, cJSON_GetArrayItem(e, 4)->valuestring),
+                     "%s: value of %s differs", name, k);
+        nk++;
+    }
+    TH_CHECK(nk > 10);
+    for (int64_t j = 0; j < lb_gguf_n_kv(g); j++) {
+        const char *k = lb_gguf_kv_key(g, j);
+        bool in_ref = false;
+        for (const cJSON *e = cJSON_GetObjectItem(ref, "kv")->child; e && !in_ref; e = e->next)
+            in_ref = !strcmp(cJSON_GetArrayItem(e, 0)->valuestring, k);
+        const char *dot = strchr(k, '.');
+        /* lowbit's additions: vocab_size for a tokenizer-less file,
+         * gemma2 rope.freq_base (llama.cpp's default value), Gemma's
+         * attention.scale when query_pre_attn_scalar is not llama.cpp's */
+        bool ok = in_ref || !strcmp(k, "general.name") || !strcmp(k, "general.size_label") ||
+                  (dot && (!strcmp(dot, ".vocab_size") || !strcmp(dot, ".rope.freq_base") ||
+                           !strcmp(dot, ".attention.scale")));
+        TH_CHECK_MSG(ok, "%s: extra key %s", name, k);
+    }
+    const cJSON *ts = cJSON_GetObjectItem(ref, "tensors");
+    TH_CHECK_INT(lb_gguf_n_tensors(g), cJSON_GetArraySize(ts));
+    for (const cJSON *e = ts ? ts->child : NULL; e; e = e->next) {
+        const char *tn = cJSON_GetArrayItem(e, 0)->valuestring;
+        int64_t i = lb_gguf_find_tensor(g, tn);
+        TH_CHECK_MSG(i >= 0, "%s: tensor %s missing", name, tn);
+        if (i < 0) continue;
+        lb_tensor t;
+        TH_CHECK_OK(lb_gguf_tensor_view(g, i, &t));
+        const cJSON *shape = cJSON_GetArrayItem(e, 2);
+        bool same = (int)t.type == cJSON_GetArrayItem(e, 1)->valueint &&
+                    t.n_dims == cJSON_GetArraySize(shape);
+        for (int d = 0; same && d < t.n_dims; d++)
+            same = (double)t.shape[d] == cJSON_GetArrayItem(shape, d)->valuedouble;
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv64(t.data, t.nbytes));
+        TH_CHECK_MSG(same && !strcmp(hex, cJSON_GetArrayItem(e, 3)->valuestring),
+                     "%s: tensor %s differs from llama.cpp's", name, tn);
+    }
+    lb_gguf_close(g);
+    check_gguf_file(out, name, false);
+    unlink(out);
+}
+
+static void test_export_equals_converter(void) {
+    size_t n = 0;
+    char *text = th_read_bin(DATA "convert_ref.json", &n);
+    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    TH_CHECK(root != NULL);
+    const cJSON *files = cJSON_GetObjectItem(root, "files");
+    for (size_t i = 0; i < 7; i++)
+        check_export(cJSON_GetObjectItem(files, models[i]), models[i]);
+    cJSON_Delete(root);
 }
 
 static void test_llamacpp_gguf(void) {
@@ -189,6 +294,7 @@ static void test_logits(void) {
 
 int main(void) {
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_logits);
+    if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_export_equals_converter);
     TH_RUN(test_llamacpp_gguf);
     return th_report();
 }

@@ -316,5 +316,11 @@ lb_status lb_config_parse_ext(const cJSON *root, const char *label,
                               lb_model_config *c) {
     if (is_gemma(c->arch)) return parse_gemma(root, label, c);
     if (is_moe(c->arch)) return parse_moe(root, label, c);
+    if (c->arch == LB_ARCH_PHI3 && c->rope_original_max_position_embeddings == 0)
+        /* Phi3Config.original_max_position_embeddings (the GGUF key
+         * rope.scaling.original_context_length) */
+        return int_key(root, "original_max_position_embeddings",
+                       c->max_position_embeddings, 1, INT32_MAX, label,
+                       &c->rope_original_max_position_embeddings);
     return LB_OK;
 }
