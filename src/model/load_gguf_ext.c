@@ -344,7 +344,11 @@ lb_status lb_gguf_load_layers_ext(lb_model *m, const lb_gguf *g,
                          r == LB_ROLE_GATE || r == LB_ROLE_UP))
                 continue;
             snprintf(name, sizeof name, "blk.%d.%s", l, per_layer[i].suffix);
-            LB_TRY(set_t(m, g, name, r, l));
+            lb_status ts = set_t(m, g, name, r, l);
+            if (ts == LB_ERR_FORMAT && r == LB_ROLE_FFN_GATE_INP)
+                return lb_error_context(ts, "router rows = expert_count (%d)",
+                                        c->n_experts);
+            LB_TRY(ts);
         }
         if (phi3) {
             const lb_tensor_role qkv[3] = {LB_ROLE_Q, LB_ROLE_K, LB_ROLE_V};

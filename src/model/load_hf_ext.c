@@ -157,7 +157,10 @@ static lb_status load_experts(lb_model *m, const lb_safetensors *st,
     char name[192], pre[96];
     snprintf(pre, sizeof pre, "model.layers.%d.%s", l, blk);
     snprintf(name, sizeof name, "%s.gate.weight", pre);
-    LB_TRY(set_named(m, st, dir, name, LB_ROLE_FFN_GATE_INP, l));
+    lb_status rs = set_named(m, st, dir, name, LB_ROLE_FFN_GATE_INP, l);
+    if (rs == LB_ERR_FORMAT)
+        return lb_error_context(rs, "router rows = num_experts (%d)", c->n_experts);
+    LB_TRY(rs);
     /* more experts in the file than the config declares */
     snprintf(name, sizeof name, "%s.experts.%d.%s.weight", pre, c->n_experts,
              mix ? mn[0] : qn[0]);
