@@ -159,6 +159,14 @@ static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* lb_matmul on the pool only when the product is big enough to pay for
+ * waking (and pinning) the workers; small ones run on this thread. */
+static lb_status mm(const lb_ext_ctx *x, const lb_tensor *W, const float *X,
+                    float *Y, int64_t n) {
+    const bool big = (double)n * (double)W->nbytes >= 262144.0;
+    return lb_matmul(big ? x->pool : NULL, W, X, Y, n);
+}
+
 static lb_status hook(const lb_ext_ctx *x, int l, lb_linear_id w,
                       const float *X, int32_t n, int64_t in) {
     if (!x->hook.linear_input) return LB_OK;
@@ -175,12 +183,12 @@ static lb_status mlp(const lb_ext_ctx *x, int l, const lb_tensor *g,
         LB_TRY(hook(x, l, LB_LINEAR_GATE, xn, n, dim));
         LB_TRY(hook(x, l, LB_LINEAR_UP, xn, n, dim));
     }
-    LB_TRY(lb_matmul(x->pool, g, xn, gb, n));
-    LB_TRY(lb_matmul(x->pool, u, xn, ub, n));
+    LB_TRY(mm(x, g, xn, gb, n));
+    LB_TRY(mm(x, u, xn, ub, n));
     for (int32_t t = 0; t < n; t++)
         act_mul(c->hidden_act, gb + (size_t)t * ff, ub + (size_t)t * ff, ff);
     if (hooks) LB_TRY(hook(x, l, LB_LINEAR_DOWN, gb, n, ff));
-    return lb_matmul(x->pool, d, gb, y, n);
+    return mm(x, d, gb, y, n);
 }
 
 /* Top-k of softmax(logits[E]) (ties to the lower index, as torch.topk on
@@ -226,7 +234,7 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
     const int E = c->n_experts, K = c->n_experts_used;
     const int64_t dim = c->hidden_size, ff = c->moe_ff;
     /* router [n, E] */
-    LB_TRY(lb_matmul(x->pool, &L->ffn_gate_inp, xn, b->router, n));
+    LB_TRY(mm(x, &L->ffn_gate_inp, xn, b->router, n));
     for (int32_t t = 0; t < n; t++)
         route(b->router + (size_t)t * E, E, K, c->norm_topk_prob,
               b->sel + (size_t)t * K, b->wsel + (size_t)t * K, b->prob);
@@ -246,11 +254,11 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
                 }
         if (!ne) continue;
         const lb_tensor *W = L->exp + 3 * e;
-        LB_TRY(lb_matmul(x->pool, &W[0], b->xe, b->g, ne));
-        LB_TRY(lb_matmul(x->pool, &W[1], b->xe, b->u, ne));
+        LB_TRY(mm(x, &W[0], b->xe, b->g, ne));
+        LB_TRY(mm(x, &W[1], b->xe, b->u, ne));
         for (int32_t r = 0; r < ne; r++)
             act_mul(c->hidden_act, b->g + (size_t)r * ff, b->u + (size_t)r * ff, ff);
-        LB_TRY(lb_matmul(x->pool, &W[2], b->g, b->ye, ne));
+        LB_TRY(mm(x, &W[2], b->g, b->ye, ne));
         for (int32_t r = 0; r < ne; r++) {
             const int32_t t = b->tok_of[r];
             const float w = b->wsel[(size_t)t * K + b->slot_of[r]];
@@ -357,9 +365,9 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         lb_rmsnorm(b->xn + t * dim, hidden + t * dim, L->attn_norm.data, dim, eps);
     for (int w = LB_LINEAR_Q; w <= LB_LINEAR_V; w++)
         LB_TRY(hook(x, l, (lb_linear_id)w, b->xn, n, dim));
-    LB_TRY(lb_matmul(x->pool, &L->w[LB_LINEAR_Q], b->xn, b->q, n));
-    LB_TRY(lb_matmul(x->pool, &L->w[LB_LINEAR_K], b->xn, b->k, n));
-    LB_TRY(lb_matmul(x->pool, &L->w[LB_LINEAR_V], b->xn, b->v, n));
+    LB_TRY(mm(x, &L->w[LB_LINEAR_Q], b->xn, b->q, n));
+    LB_TRY(mm(x, &L->w[LB_LINEAR_K], b->xn, b->k, n));
+    LB_TRY(mm(x, &L->w[LB_LINEAR_V], b->xn, b->v, n));
     /* RoPE tables of this layer's kind (cs/sn hold global then local) */
     const bool local = c->rope_local_theta > 0 && lb_model_config_layer_swa(c, l);
     const float *cs = b->cs + (local ? (size_t)n * half : 0);
@@ -402,7 +410,7 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
     lb_pool_run((double)n * (double)(pos + n) * (double)qd < 65536.0 ? NULL : x->pool,
                 att_worker, &aj);
     LB_TRY(hook(x, l, LB_LINEAR_O, b->att, n, qd));
-    LB_TRY(lb_matmul(x->pool, &L->w[LB_LINEAR_O], b->att, b->o, n));
+    LB_TRY(mm(x, &L->w[LB_LINEAR_O], b->att, b->o, n));
     for (int32_t t = 0; t < n; t++) {
         float *ot = b->o + t * dim, *ht = hidden + t * dim;
         if (L->post_attn_norm.data)
