@@ -406,13 +406,14 @@ static void test_bad_input(void) {
             if (!memcmp(g + i, key, strlen(key))) hit = g + i;
         TH_CHECK(hit != NULL);
         if (hit) {
-            uint32_t *val = (uint32_t *)(void *)(hit + strlen(key) + 4);
-            uint32_t keep = *val;
-            *val = 7;
+            char *val = hit + strlen(key) + 4; /* unaligned: memcpy */
+            uint32_t keep, v7 = 7;
+            memcpy(&keep, val, 4);
+            memcpy(val, &v7, 4);
             snprintf(out, sizeof out, "%s/q3moe-e7.gguf", th_tmpdir());
             spit(out, g, n);
             expect_fail(out, LB_ERR_FORMAT, "expert_count (7): /");
-            *val = keep;
+            memcpy(val, &keep, 4);
         }
         const char *k2 = "qwen3moe.expert_used_count";
         hit = NULL;
@@ -420,8 +421,8 @@ static void test_bad_input(void) {
             if (!memcmp(g + i, k2, strlen(k2))) hit = g + i;
         TH_CHECK(hit != NULL);
         if (hit) {
-            uint32_t *val = (uint32_t *)(void *)(hit + strlen(k2) + 4);
-            *val = 9;
+            const uint32_t v9 = 9;
+            memcpy(hit + strlen(k2) + 4, &v9, 4);
             snprintf(out, sizeof out, "%s/q3moe-k9.gguf", th_tmpdir());
             spit(out, g, n);
             expect_fail(out, LB_ERR_FORMAT, "expert_used_count = 9");
