@@ -216,6 +216,14 @@ size_t lb_model_weight_bytes(const lb_model *model);
  * once), as llama.cpp's llama_model_n_params. */
 int64_t lb_model_n_params(const lb_model *model);
 
+/* Mixture-of-experts: parameters one token uses (every parameter minus the
+ * (n_experts - n_experts_used) unselected experts of each MoE layer; equal
+ * to lb_model_n_params for dense models), and the weight bytes one decoded
+ * token reads (the same, with one row of the token embedding instead of the
+ * whole table; tied lm_head counted once). */
+int64_t lb_model_n_active_params(const lb_model *model);
+size_t lb_model_active_weight_bytes(const lb_model *model);
+
 /* ------------------------------------------------------------------------ */
 /* Inference context                                                         */
 /* ------------------------------------------------------------------------ */

@@ -516,6 +516,43 @@ int64_t lb_model_n_params(const lb_model *m) {
     return s;
 }
 
+static void unused_experts(const lb_model *m, int64_t *params, size_t *bytes) {
+    const lb_model_config *c = &m->config;
+    *params = 0;
+    *bytes = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        if (!L->exp || c->n_experts <= 0) continue;
+        int64_t p = 0;
+        size_t b = 0;
+        for (int i = 0; i < 3 * c->n_experts; i++) {
+            p += lb_tensor_nelements(&L->exp[i]);
+            b += L->exp[i].nbytes;
+        }
+        const int unused = c->n_experts - c->n_experts_used;
+        *params += p / c->n_experts * unused;
+        *bytes += b / (size_t)c->n_experts * (size_t)unused;
+    }
+}
+
+int64_t lb_model_n_active_params(const lb_model *m) {
+    int64_t p;
+    size_t b;
+    unused_experts(m, &p, &b);
+    return lb_model_n_params(m) - p;
+}
+
+size_t lb_model_active_weight_bytes(const lb_model *m) {
+    int64_t p;
+    size_t b;
+    unused_experts(m, &p, &b);
+    size_t all = lb_model_weight_bytes(m) - b;
+    const int64_t V = m->tok_embd.n_dims ? m->tok_embd.shape[0] : 0;
+    if (m->tok_embd.data != m->output.data && V > 0)
+        all -= m->tok_embd.nbytes - m->tok_embd.nbytes / (size_t)V;
+    return all;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Hugging Face loader                                                       */
 /* ------------------------------------------------------------------------ */
