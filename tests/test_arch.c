@@ -277,6 +277,68 @@ static void test_export_equals_converter(void) {
     cJSON_Delete(root);
 }
 
+/* A single decoded token reads only its top-k experts: an expert whose
+ * weights are all NaN changes the logits exactly when it is selected, so
+ * per MoE layer exactly num_experts_per_tok experts matter (a kernel that
+ * ran every expert, even with weight 0, would turn every logit into NaN). */
+static void test_decode_reads_topk_only(void) {
+    const char *names[] = {"qwen3moe-random", "qwen2moe-random", "mixtral-random"};
+    for (size_t mi = 0; mi < 3; mi++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, DATA "%s", names[mi]);
+        lb_model *m = NULL;
+        TH_CHECK_OK(lb_model_load(dir, NULL, &m));
+        if (!m) continue;
+        const lb_model_config *c = &m->config;
+        const int32_t V = c->vocab_size, tok = 17;
+        float *base = malloc((size_t)V * 4), *lg = malloc((size_t)V * 4);
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = 8;
+        cp.n_threads = 1;
+        lb_context *ctx = NULL;
+        TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+        if (!ctx || !base || !lg) goto next;
+        TH_CHECK_OK(lb_model_forward(ctx, &tok, 1, 0, base, LB_LOGITS_LAST));
+        for (int l = 0; l < c->n_layers; l++) {
+            lb_layer_weights *L = &m->layers[l];
+            if (!L->exp) continue;
+            int used = 0;
+            for (int e = 0; e < c->n_experts; e++) {
+                const void *keep[3];
+                void *nanbuf[3];
+                for (int k = 0; k < 3; k++) {
+                    lb_tensor *w = &L->exp[3 * e + k];
+                    keep[k] = w->data;
+                    nanbuf[k] = malloc(w->nbytes);
+                    float *f = nanbuf[k];
+                    for (size_t i = 0; i < w->nbytes / 4; i++) f[i] = NAN;
+                    w->data = nanbuf[k];
+                }
+                lb_context_reset(ctx);
+                TH_CHECK_OK(lb_model_forward(ctx, &tok, 1, 0, lg, LB_LOGITS_LAST));
+                bool changed = false;
+                for (int32_t v = 0; v < V; v++)
+                    changed |= !(lg[v] == base[v]);
+                used += changed;
+                for (int k = 0; k < 3; k++) {
+                    L->exp[3 * e + k].data = keep[k];
+                    free(nanbuf[k]);
+                }
+            }
+            TH_CHECK_MSG(used == c->n_experts_used,
+                         "%s layer %d: %d experts read, top-k is %d", names[mi], l,
+                         used, c->n_experts_used);
+        }
+        fprintf(stderr, "  %-22s one decoded token reads exactly top-%d experts "
+                "per layer\n", names[mi], c->n_experts_used);
+    next:
+        lb_context_free(ctx);
+        free(base);
+        free(lg);
+        lb_model_free(m);
+    }
+}
+
 /* ---- bad input ------------------------------------------------------ */
 
 static char *slurp(const char *path, size_t *n) { return th_read_bin(path, n); }
@@ -451,6 +513,7 @@ int main(void) {
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_logits);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_export_equals_converter);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_bad_input);
+    if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_decode_reads_topk_only);
     TH_RUN(test_llamacpp_gguf);
     return th_report();
 }
