@@ -509,6 +509,32 @@ lb_status lb_model_config_validate(const lb_model_config *c) {
     if ((unsigned)c->arch >= LB_ARCH_COUNT_)
         return lb_set_error(LB_ERR_UNSUPPORTED, "unknown architecture id %d",
                             (int)c->arch);
+    /* issue-13 fields (configs filled by hand reach here too) */
+    if (c->n_experts < 0 || c->n_experts > 4096 ||
+        (c->n_experts > 0 &&
+         (c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
+          c->moe_ff < 1 || c->moe_ff > (1 << 20))) ||
+        c->shared_ff < 0 || c->shared_ff > (1 << 20))
+        return lb_set_error(LB_ERR_FORMAT,
+                            "num_experts %d / num_experts_per_tok %d / "
+                            "moe_intermediate_size %d / "
+                            "shared_expert_intermediate_size %d out of range",
+                            c->n_experts, c->n_experts_used, c->moe_ff,
+                            c->shared_ff);
+    if (c->has_layer_flags && c->n_layers > LB_MAX_LAYER_FLAGS)
+        return lb_set_error(LB_ERR_FORMAT, "more than %d layers with per-layer "
+                            "flags", LB_MAX_LAYER_FLAGS);
+    if (c->rope_scaling == LB_ROPE_SCALING_LONGROPE &&
+        (c->rope_n_factors != c->head_dim / 2 ||
+         c->rope_n_factors > LB_MAX_ROPE_FACTORS))
+        return lb_set_error(LB_ERR_FORMAT, "longrope: %d factors for head_dim "
+                            "%d", c->rope_n_factors, c->head_dim);
+    if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) ||
+        !(c->attn_scale >= 0) || !(c->embed_scale >= 0) ||
+        !isfinite(c->attn_softcap) || !isfinite(c->final_softcap) ||
+        !isfinite(c->attn_scale) || !isfinite(c->embed_scale))
+        return lb_set_error(LB_ERR_FORMAT, "soft-capping / attention scale / "
+                            "embedding scale must be finite and >= 0");
     return LB_OK;
 }
 
