@@ -163,4 +163,5 @@ def main():
     with open(os.path.join(OUT, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
 
-main()
+if __name__ == "__main__":
+    main()
