@@ -14,6 +14,7 @@
 #include "lowbit/safetensors.h"
 #include "lowbit/export.h"
 #include "lowbit/gguf.h"
+#include "lowbit/quantize.h"
 
 #include <cjson/cJSON.h>
 #include <sys/stat.h>
@@ -493,6 +494,22 @@ static void test_bad_input(void) {
     }
 }
 
+/* Quantization of these architectures is refused, not half done. */
+static void test_quantize_refused(void) {
+    const char *names[] = {"phi3-random", "gemma2-random", "qwen3moe-random"};
+    for (size_t i = 0; i < 3; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, DATA "%s", names[i]);
+        lb_model *m = NULL;
+        TH_CHECK_OK(lb_model_load(dir, NULL, &m));
+        if (!m) continue;
+        lb_status s = lb_quantize_model_inplace(m, NULL, NULL, NULL);
+        TH_CHECK_MSG(s == LB_ERR_UNSUPPORTED && strstr(lb_last_error(), "not supported"),
+                     "%s: %s", names[i], lb_last_error());
+        lb_model_free(m);
+    }
+}
+
 static void test_llamacpp_gguf(void) {
     const char *gdir = getenv("LB_ARCH_GGUF_DIR");
     if (!gdir) {
@@ -514,6 +531,7 @@ int main(void) {
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_export_equals_converter);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_bad_input);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_decode_reads_topk_only);
+    if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_quantize_refused);
     TH_RUN(test_llamacpp_gguf);
     return th_report();
 }
