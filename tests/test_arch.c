@@ -43,11 +43,13 @@ static double max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-static void check_model(const char *name) {
+/* name: the golden data in DATA/name; load_dir: the checkpoint to load
+ * (NULL: the same directory) */
+static void check_model_dir(const char *name, const char *load_dir) {
     char dir[256], p[300];
     snprintf(dir, sizeof dir, DATA "%s", name);
     lb_model *m = NULL;
-    TH_CHECK_OK(lb_model_load(dir, NULL, &m));
+    TH_CHECK_OK(lb_model_load(load_dir ? load_dir : dir, NULL, &m));
     if (!m) return;
     const int32_t V = m->config.vocab_size;
     size_t nb = 0, nl = 0, np = 0, ng = 0;
@@ -521,6 +523,36 @@ static void test_llamacpp_gguf(void) {
     for (size_t i = 0; i < 7; i++) check_gguf(gdir, models[i]);
 }
 
+static void check_model(const char *name) { check_model_dir(name, NULL); }
+
+static const char *bad_copy(const char *model, const char *tag, const char *from,
+                            const char *to, const char *st_from, const char *st_to);
+static bool patch(char *buf, size_t n, const char *from, const char *to);
+static void spit(const char *path, const void *d, size_t n);
+
+/* Phi-3 longrope in the transformers-4 / Hub style: top-level rope_theta and
+ * original_max_position_embeddings, "rope_scaling": {"type": "longrope",
+ * long_factor, short_factor} — the same logits. */
+static void test_phi3_v4_config(void) {
+    const char *v5 = "\"rope_parameters\": {\n    \"long_factor\": [";
+    const char *v4 = "\"rope_theta\": 10000.0, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [";
+    const char *dir = bad_copy("phi3-longrope-random", "phi3v4", v5, v4, NULL, NULL);
+    /* blank the v5-only keys left inside the object (rope_theta,
+     * rope_type): the v4 parse must take the top-level theta and "type" */
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    size_t n = 0;
+    char *cfg = th_read_bin(p, &n);
+    const char *inner = "\"rope_theta\": 10000.0,\n    \"rope_type\": \"longrope\",";
+    char blank[128];
+    memset(blank, ' ', strlen(inner));
+    blank[strlen(inner)] = 0;
+    TH_CHECK(cfg && patch(cfg, n, inner, blank));
+    if (cfg) spit(p, cfg, n);
+    free(cfg);
+    check_model_dir("phi3-longrope-random", dir);
+}
+
 static void test_logits(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model(models[i]);
@@ -532,6 +564,7 @@ int main(void) {
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_bad_input);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_decode_reads_topk_only);
     if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_quantize_refused);
+    if (!getenv("LB_ARCH_GGUF_DIR")) TH_RUN(test_phi3_v4_config);
     TH_RUN(test_llamacpp_gguf);
     return th_report();
 }
