@@ -17,6 +17,12 @@
  *                 context 131072
  *   tiny          llama: 2 layers, dim 64, 4 / 2 heads, ffn 128, vocab 512
  *                 (for tests of the tools)
+ *   qwen3-30b-a3b-8l  qwen3moe: Qwen3-30B-A3B's layer (dim 2048, 32 / 4
+ *                 heads, hd 128, q/k norm, 128 experts of ffn 768, top 8,
+ *                 router F32) with 8 of its 48 layers, vocab 151936,
+ *                 untied, rope theta 1e6, eps 1e-6, context 40960
+ *   tiny-moe      qwen3moe: 2 layers, dim 64, 4 / 2 heads (hd 16), 8 experts
+ *                 of ffn 32, top 2, vocab 512 (tests)
  * Types: Q4_0, Q8_0, F16, F32 for every 2-D weight (token_embd included);
  * norms and biases are F32 as llama.cpp stores them.
  *
@@ -46,15 +52,20 @@ typedef struct shape {
     int n_layers, dim, n_heads, n_kv, ff, vocab, ctx;
     double theta, eps;
     bool bias, llama3_rope;
+    int n_exp, n_used, moe_ff, hd; /* qwen3moe (hd 0: dim / heads) */
 } shape;
 
 static const shape k_shapes[] = {
     {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151936, 32768, 1e6, 1e-6,
-     true, false},
+     true, false, 0, 0, 0, 0},
     {"llama3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0,
-     1e-5, false, true},
+     1e-5, false, true, 0, 0, 0, 0},
     {"tiny", "llama", 2, 64, 4, 2, 128, 512, 2048, 10000.0, 1e-5, false,
-     false},
+     false, 0, 0, 0, 0},
+    {"qwen3-30b-a3b-8l", "qwen3moe", 8, 2048, 32, 4, 6144, 151936, 40960, 1e6,
+     1e-6, false, false, 128, 8, 768, 128},
+    {"tiny-moe", "qwen3moe", 2, 64, 4, 2, 128, 512, 2048, 1e6, 1e-6, false,
+     false, 8, 2, 32, 16},
 };
 
 static uint64_t g_rs[4];
@@ -86,7 +97,7 @@ static float unif(void) {
 typedef struct tdesc {
     char name[64];
     int n_dims;
-    int64_t shape[2]; /* outermost first */
+    int64_t shape[3]; /* outermost first */
     lb_type type;
     int kind; /* 0 = matrix, 1 = norm, 2 = bias, 3 = rope_freqs */
 } tdesc;
@@ -111,7 +122,7 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: make_random_gguf --shape qwen2.5-0.5b|llama3.2-1b|"
+                    "usage: make_random_gguf --shape qwen2.5-0.5b|llama3.2-1b|qwen3-30b-a3b-8l|tiny-moe|"
                     "tiny --type q4_0|q8_0|f16|f32 -o OUT.gguf [--seed N] "
                     "[--threads N]\n");
             return 2;
@@ -125,13 +136,14 @@ int main(int argc, char **argv) {
         (t != LB_TYPE_Q4_0 && t != LB_TYPE_Q8_0 && t != LB_TYPE_F16 &&
          t != LB_TYPE_F32)) {
         fprintf(stderr, "make_random_gguf: need --shape (qwen2.5-0.5b, "
-                        "llama3.2-1b, tiny), --type (q4_0, q8_0, f16, f32) "
+                        "llama3.2-1b, qwen3-30b-a3b-8l, tiny, tiny-moe), --type (q4_0, q8_0, f16, f32) "
                         "and -o\n");
         return 2;
     }
     const lb_type wt = (lb_type)t;
     seed_rng(seed);
-    const int hd = S->dim / S->n_heads;
+    const int hd = S->hd ? S->hd : S->dim / S->n_heads;
+    const bool moe = S->n_exp > 0;
     const int64_t qd = (int64_t)S->n_heads * hd, kvd = (int64_t)S->n_kv * hd;
 
     /* ---- tensor list (convert_hf_to_gguf.py order) ------------------- */
@@ -144,6 +156,7 @@ int main(int argc, char **argv) {
         d_->n_dims = nd;                                                       \
         d_->shape[0] = s0;                                                     \
         d_->shape[1] = s1;                                                     \
+        d_->shape[2] = 0;                                                      \
         d_->type = ty;                                                         \
         d_->kind = kd;                                                         \
     } while (0)
@@ -165,14 +178,30 @@ int main(int argc, char **argv) {
             L("attn_k.bias", 1, kvd, 0, LB_TYPE_F32, 2);
             L("attn_v.bias", 1, kvd, 0, LB_TYPE_F32, 2);
         }
+        if (moe) {
+            L("attn_q_norm.weight", 1, hd, 0, LB_TYPE_F32, 1);
+            L("attn_k_norm.weight", 1, hd, 0, LB_TYPE_F32, 1);
+        }
         L("attn_output.weight", 2, S->dim, qd, wt, 0);
         L("ffn_norm.weight", 1, S->dim, 0, LB_TYPE_F32, 1);
-        L("ffn_gate.weight", 2, S->ff, S->dim, wt, 0);
-        L("ffn_up.weight", 2, S->ff, S->dim, wt, 0);
-        L("ffn_down.weight", 2, S->dim, S->ff, wt, 0);
+        if (moe) {
+            /* router F32 (llama-quantize keeps it), merged 3-D experts */
+            L("ffn_gate_inp.weight", 2, S->n_exp, S->dim, LB_TYPE_F32, 0);
+            L("ffn_gate_exps.weight", 3, S->n_exp, S->moe_ff, wt, 0);
+            td[n_t - 1].shape[2] = S->dim;
+            L("ffn_up_exps.weight", 3, S->n_exp, S->moe_ff, wt, 0);
+            td[n_t - 1].shape[2] = S->dim;
+            L("ffn_down_exps.weight", 3, S->n_exp, S->dim, wt, 0);
+            td[n_t - 1].shape[2] = S->moe_ff;
+        } else {
+            L("ffn_gate.weight", 2, S->ff, S->dim, wt, 0);
+            L("ffn_up.weight", 2, S->ff, S->dim, wt, 0);
+            L("ffn_down.weight", 2, S->dim, S->ff, wt, 0);
+        }
 #undef L
     }
     ADD("output_norm.weight", 1, S->dim, 0, LB_TYPE_F32, 1);
+    if (moe) ADD("output.weight", 2, S->vocab, S->dim, wt, 0);
 #undef ADD
 
     /* ---- metadata ----------------------------------------------------- */
@@ -210,6 +239,11 @@ int main(int argc, char **argv) {
     KU32("attention.value_length", hd);
     KU32("vocab_size", S->vocab);
     KU32("rope.dimension_count", hd);
+    if (moe) {
+        KU32("expert_count", S->n_exp);
+        KU32("expert_used_count", S->n_used);
+        KU32("expert_feed_forward_length", S->moe_ff);
+    }
 #undef KU32
 #undef KF32
     if (st == LB_OK) st = lb_gguf_writer_set_file_type(w, ftype);
@@ -267,6 +301,7 @@ int main(int argc, char **argv) {
     int64_t maxc = 0;
     for (int i = 0; i < n_t; i++)
         if (td[i].shape[td[i].n_dims - 1] > maxc) maxc = td[i].shape[td[i].n_dims - 1];
+    if (maxc < 1) maxc = 1;
     float *f = malloc((size_t)(ROWS * maxc) * sizeof(float));
     void *q = malloc((size_t)(ROWS * maxc) * sizeof(float));
     double t0 = lb_time_s();
@@ -293,14 +328,15 @@ int main(int argc, char **argv) {
             st = lb_gguf_writer_write_data(w, f, (size_t)n * sizeof(float));
             continue;
         }
-        const int64_t rows = d->shape[0], cols = d->shape[1];
+        const int64_t rows = d->n_dims == 3 ? d->shape[0] * d->shape[1] : d->shape[0],
+                      cols = d->shape[d->n_dims - 1];
         const float amp = sqrtf(3.0f / (float)cols);
         size_t rb;
-        lb_row_size(wt, cols, &rb);
+        lb_row_size(d->type, cols, &rb);
         for (int64_t r0 = 0; r0 < rows && st == LB_OK; r0 += ROWS) {
             int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t j = 0; j < nr * cols; j++) f[j] = amp * unif();
-            st = lb_quantize_rows(pool, wt, f, q, nr, cols);
+            st = lb_quantize_rows(pool, d->type, f, q, nr, cols);
             if (st == LB_OK) st = lb_gguf_writer_write_data(w, q, rb * (size_t)nr);
         }
     }

@@ -13,7 +13,9 @@
  *
  * Seeds (fuzz/corpus/fuzz_gguf_model/, `test_gguf_model --write-fuzz-seeds
  * DIR`): tiny llama (F32, Q4_0 with rope_freqs, tied), qwen2 (Q8_0, q/k/v
- * biases) and qwen3 (F16, q/k norms, explicit head dim) models.
+ * biases) and qwen3 (F16, q/k norms, explicit head dim) models; Q8_0
+ * exports of tests/data/arch's gemma3, phi3-longrope, qwen2moe (shared
+ * expert) and mixtral random models (issue 13).
  */
 #include "lowbit/gguf.h"
 #include "lowbit/model.h"
@@ -55,12 +57,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int l = 0; l < c->n_layers; l++)
             for (int i = 0; i < LB_LINEAR_COUNT; i++) {
                 const lb_tensor *w = &m->layers[l].w[i];
+                const lb_tensor_role role = (lb_tensor_role)(LB_ROLE_Q + i);
+                /* a MoE layer has experts instead of the dense MLP */
+                if (!lb_role_used_in(c, role, l)) {
+                    REQUIRE(!w->data);
+                    continue;
+                }
                 check_tensor(w, data, size);
                 int nd;
                 int64_t sh[2];
-                lb_role_shape(c, (lb_tensor_role)(LB_ROLE_Q + i), &nd, sh);
+                lb_role_shape(c, role, &nd, sh);
                 REQUIRE(w->n_dims == 2 && w->shape[0] == sh[0] && w->shape[1] == sh[1]);
             }
+        for (int l = 0; l < c->n_layers; l++) {
+            const lb_layer_weights *L = &m->layers[l];
+            REQUIRE(!L->exp == !lb_model_config_layer_moe(c, l));
+            for (int e = 0; L->exp && e < 3 * c->n_experts; e++) {
+                const lb_tensor *w = &L->exp[e];
+                check_tensor(w, data, size);
+                int nd;
+                int64_t sh[2];
+                lb_role_shape(c, (lb_tensor_role)(LB_ROLE_EXP_GATE + e % 3), &nd, sh);
+                REQUIRE(w->n_dims == 2 && w->shape[0] == sh[0] && w->shape[1] == sh[1]);
+            }
+        }
         lb_context_params p = lb_context_default_params();
         p.n_ctx = 8;
         p.n_threads = 1;

@@ -710,7 +710,8 @@ static void test_hostile_metadata(void) {
         {{"llama.feed_forward_length", M_ARR, 0, 0, NULL, ff_diff, 2}, NULL, T_KEEP, false, LB_ERR_UNSUPPORTED, "differs"},
         {{"llama.feed_forward_length", M_ARR, 0, 0, NULL, ff_short, 1}, NULL, T_KEEP, false, LB_ERR_FORMAT, "one per layer"},
         {{"llama.feed_forward_length", M_U32, 385, 0, NULL, NULL, 0}, NULL, T_KEEP, false, LB_ERR_FORMAT, "blk.0.ffn_"},
-        {{"llama.expert_count", M_U32, 8, 0, NULL, NULL, 0}, NULL, T_KEEP, false, LB_ERR_UNSUPPORTED, "mixture"},
+        /* a llama file with experts is Mixtral: expert_used_count is then required */
+        {{"llama.expert_count", M_U32, 8, 0, NULL, NULL, 0}, NULL, T_KEEP, false, LB_ERR_FORMAT, "expert_used_count"},
         {{"llama.rope.scaling.type", M_STR, 0, 0, "yarn", NULL, 0}, NULL, T_KEEP, false, LB_ERR_UNSUPPORTED, "yarn"},
         {{"llama.rope.freq_base", M_F32, 0, -1.0f, NULL, NULL, 0}, NULL, T_KEEP, false, LB_ERR_FORMAT, "freq_base"},
         {{"llama.rope.freq_base", M_F32, 0, NAN, NULL, NULL, 0}, NULL, T_KEEP, false, LB_ERR_FORMAT, "freq_base"},

@@ -291,11 +291,14 @@ int cmd_bench(int argc, char **argv) {
         printf(", \"arch\": ");
         cli_json_string(stdout, m->config.arch_name);
         printf(", \"model_type\": \"%s\", \"model_size\": %zu, "
-               "\"model_n_params\": %lld, \"n_threads\": %d, \"kernels\": "
+               "\"model_n_params\": %lld, \"model_n_active_params\": %lld, "
+               "\"active_bytes_per_token\": %zu, \"n_threads\": %d, \"kernels\": "
                "\"%s\", \"kv_type\": \"%s\", \"n_batch\": %d, "
                "\"n_ctx\": %d, \"kv_cache_bytes\": %zu, "
                "\"peak_rss_bytes\": %lld, \"tests\": [",
-               type, size, (long long)params, nth, lb_kernels_variant(), kv,
+               type, size, (long long)params,
+               (long long)lb_model_n_active_params(m), lb_model_active_weight_bytes(m),
+               nth, lb_kernels_variant(), kv,
                (int)cp.n_batch, (int)lb_context_n_ctx(ctx),
                lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024);
         for (int k = 0; k < n_tests; k++) {
@@ -324,6 +327,13 @@ int cmd_bench(int argc, char **argv) {
         if (!g_cli.quiet)
             fprintf(stderr, "peak RSS: %.1f MiB\n",
                     (double)ru.ru_maxrss / 1024.0);
+        if (!g_cli.quiet && m->config.n_experts > 0)
+            fprintf(stderr, "MoE: %d of %d experts per token: %.2f M active "
+                    "parameters of %.2f M, %.2f MiB of weights read per "
+                    "decoded token\n", m->config.n_experts_used,
+                    m->config.n_experts, (double)lb_model_n_active_params(m) / 1e6,
+                    (double)params / 1e6,
+                    (double)lb_model_active_weight_bytes(m) / 1048576.0);
     }
     rc = 0;
 out:

@@ -24,6 +24,13 @@ typedef enum lb_arch {
     LB_ARCH_MISTRAL,   /* MistralForCausalLM (Llama + sliding window)     */
     LB_ARCH_QWEN2,     /* Qwen2ForCausalLM (q/k/v bias always)            */
     LB_ARCH_QWEN3,     /* Qwen3ForCausalLM (per-head q_norm/k_norm)       */
+    /* issue 13 (forward_ext.c runs these; see docs/model.md): */
+    LB_ARCH_GEMMA2,    /* Gemma2ForCausalLM                               */
+    LB_ARCH_GEMMA3,    /* Gemma3ForCausalLM (model_type gemma3_text)      */
+    LB_ARCH_PHI3,      /* Phi3ForCausalLM (fused qkv_proj, gate_up_proj)  */
+    LB_ARCH_QWEN3_MOE, /* Qwen3MoeForCausalLM                             */
+    LB_ARCH_QWEN2_MOE, /* Qwen2MoeForCausalLM (shared expert + its gate)  */
+    LB_ARCH_MIXTRAL,   /* MixtralForCausalLM                              */
     LB_ARCH_COUNT_
 } lb_arch;
 
@@ -31,8 +38,29 @@ typedef enum lb_arch {
 typedef enum lb_rope_scaling {
     LB_ROPE_SCALING_NONE = 0, /* "default": inv_freq_i = theta^(-2i/d)    */
     LB_ROPE_SCALING_LINEAR,   /* "linear": inv_freq / factor              */
-    LB_ROPE_SCALING_LLAMA3    /* "llama3": _compute_llama3_parameters     */
+    LB_ROPE_SCALING_LLAMA3,   /* "llama3": _compute_llama3_parameters     */
+    /* "longrope" (Phi-3): inv_freq_i = 1 / (ext_i * theta^(2i/d)), ext =
+     * rope_long_factor when n_ctx > rope_original_max_position_embeddings
+     * (llama.cpp's choice; transformers switches per call on the longest
+     * position), else rope_short_factor; cos/sin scaled by
+     * rope_attn_factor. */
+    LB_ROPE_SCALING_LONGROPE
 } lb_rope_scaling;
+
+/* MLP activation: SwiGLU (silu) or GeGLU with the tanh approximation
+ * (gelu_pytorch_tanh, Gemma). */
+typedef enum lb_hidden_act {
+    LB_ACT_SILU = 0,
+    LB_ACT_GELU_TANH
+} lb_hidden_act;
+
+/* Most RoPE factors a longrope config may give (head_dim / 2). */
+#define LB_MAX_ROPE_FACTORS 256
+/* Most layers whose per-layer flags a config records (layer_flags). */
+#define LB_MAX_LAYER_FLAGS 4096
+/* layer_flags bits */
+#define LB_LAYER_SWA 1u /* sliding-window attention (layer_types)       */
+#define LB_LAYER_MOE 2u /* sparse MoE block (else the dense MLP)        */
 
 /* Which elements RoPE rotates together. */
 typedef enum lb_rope_mode {
@@ -82,6 +110,34 @@ typedef struct lb_model_config {
     int32_t eos_token_ids[LB_MAX_EOS]; /* config.json / generation_config */
     int n_eos;
 
+    /* ---- issue 13 architectures (zero = off: Llama behaviour) ---- */
+    lb_hidden_act hidden_act;
+    float embed_scale;      /* hidden *= embed_scale after the lookup
+                               (Gemma: sqrt(hidden_size) in f32); 0 = 1  */
+    float attn_scale;       /* q.k scale; 0 = 1/sqrt(head_dim) (Gemma:
+                               query_pre_attn_scalar^-0.5)               */
+    float attn_softcap;     /* scores = cap * tanh(scores / cap); 0 off  */
+    float final_softcap;    /* the same on the logits; 0 off             */
+    bool post_norms;        /* Gemma 2/3: post_attention_layernorm on the
+                               attention output, pre_feedforward_layernorm
+                               before and post_feedforward_layernorm after
+                               the MLP (the Gemma loaders store (1 + w))  */
+    bool has_layer_flags;   /* layer_flags decides SWA/MoE per layer     */
+    uint8_t layer_flags[LB_MAX_LAYER_FLAGS];
+    double rope_local_theta; /* Gemma 3 sliding layers' base (default
+                                rope); 0 = rope_theta                     */
+    double rope_attn_factor; /* longrope cos/sin scale; 0 = 1            */
+    int32_t rope_n_factors;  /* longrope: head_dim / 2                   */
+    float rope_long_factor[LB_MAX_ROPE_FACTORS];
+    float rope_short_factor[LB_MAX_ROPE_FACTORS];
+    /* MoE (num_experts / num_local_experts, num_experts_per_tok,
+     * moe_intermediate_size, shared_expert_intermediate_size): experts
+     * [n_experts] of [moe_ff, dim] gate/up and [dim, moe_ff] down; the
+     * router (mlp.gate) [n_experts, dim]; softmax over all experts, top
+     * n_experts_used, renormalised when norm_topk_prob (Mixtral always). */
+    int32_t n_experts, n_experts_used, moe_ff, shared_ff;
+    bool norm_topk_prob;
+
     /* quantization_config from config.json (GPTQ etc.): has_ is true when
      * present; quant_method copied ("gptq", ...); the whole object is kept
      * as compact JSON text in quantization_config_json (owned, NULL when
@@ -92,6 +148,13 @@ typedef struct lb_model_config {
 } lb_model_config;
 
 /* Name of an architecture ("LlamaForCausalLM", ...). */
+/* true for the issue-13 architectures, which forward_ext.c runs (Gemma,
+ * Phi-3 with longrope, MoE: anything the fused Llama pass cannot). */
+bool lb_model_config_is_ext(const lb_model_config *cfg);
+/* Does layer l use sliding-window attention / a sparse MoE block? */
+bool lb_model_config_layer_swa(const lb_model_config *cfg, int l);
+bool lb_model_config_layer_moe(const lb_model_config *cfg, int l);
+
 const char *lb_arch_name(lb_arch arch);
 
 /* Parse config.json text (len bytes) into *cfg (zeroed first).

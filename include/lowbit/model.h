@@ -56,7 +56,20 @@ typedef struct lb_layer_weights {
     lb_tensor w[LB_LINEAR_COUNT];    /* the linears, see lb_linear_id       */
     lb_tensor bq, bk, bv;            /* q/k/v_proj.bias (F32) or absent      */
     lb_tensor q_norm, k_norm;        /* self_attn.q_norm/k_norm [hd] (F32)   */
-    lb_tensor ffn_norm;              /* post_attention_layernorm [dim]       */
+    lb_tensor ffn_norm;              /* post_attention_layernorm [dim]
+                                        (Gemma: pre_feedforward_layernorm) */
+    /* Issue-13 architectures; absent (data NULL / exp NULL) otherwise.
+     * Gemma norms hold (1 + w) as llama.cpp's converter writes them. */
+    lb_tensor post_attn_norm;        /* Gemma post_attention_layernorm [dim] */
+    lb_tensor post_ffn_norm;         /* Gemma post_feedforward_layernorm     */
+    lb_tensor ffn_gate_inp;          /* MoE router mlp.gate [n_experts, dim] */
+    /* MoE experts: exp[3 * e + k], k = 0 gate_proj [moe_ff, dim], 1
+     * up_proj [moe_ff, dim], 2 down_proj [dim, moe_ff] (views into
+     * llama.cpp's merged 3-D tensors when loaded from GGUF). NULL for a
+     * dense layer. */
+    lb_tensor *exp;
+    lb_tensor shexp[3];              /* Qwen2-MoE shared_expert gate/up/down */
+    lb_tensor shexp_gate_inp;        /* shared_expert_gate [dim] (F32)       */
 } lb_layer_weights;
 
 typedef struct lb_model_private lb_model_private;
@@ -202,6 +215,14 @@ size_t lb_model_weight_bytes(const lb_model *model);
 /* Number of parameters (elements of every weight, tied matrices counted
  * once), as llama.cpp's llama_model_n_params. */
 int64_t lb_model_n_params(const lb_model *model);
+
+/* Mixture-of-experts: parameters one token uses (every parameter minus the
+ * (n_experts - n_experts_used) unselected experts of each MoE layer; equal
+ * to lb_model_n_params for dense models), and the weight bytes one decoded
+ * token reads (the same, with one row of the token embedding instead of the
+ * whole table; tied lm_head counted once). */
+int64_t lb_model_n_active_params(const lb_model *model);
+size_t lb_model_active_weight_bytes(const lb_model *model);
 
 /* ------------------------------------------------------------------------ */
 /* Inference context                                                         */

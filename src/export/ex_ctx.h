@@ -77,5 +77,19 @@ lb_status ex_fp8_prepare(ex_ctx *c, ex_tensor *t, const char *mod, const lb_tens
 lb_status ex_fp8_rows(const ex_tensor *t, const int64_t *perm, int64_t r0, int64_t nr,
                       float *dst);
 void ex_fp8_free(ex_ctx *c);
+/* ex_arch.c: the issue-13 architectures (Gemma 2/3, Phi-3, MoE) */
+bool ex_arch_is_ext(const ex_ctx *c);
+lb_status ex_arch_name(ex_ctx *c); /* sets arch (and permute) */
+const char *ex_arch_vocab_arch(const ex_ctx *c);
+bool ex_arch_map_module(const ex_ctx *c, const char *mod, char *out, size_t n,
+                        int *layer, int *expert);
+bool ex_arch_add_one(const ex_ctx *c, const char *gguf_base);
+lb_status ex_arch_add_expert(ex_ctx *c, const char *base, int e,
+                             const lb_tensor *st,
+                             lb_status (*push)(ex_ctx *, ex_tensor **));
+lb_status ex_arch_check(const ex_ctx *c);
+lb_status ex_arch_generated(ex_ctx *c, lb_status (*push)(ex_ctx *, ex_tensor **));
+void ex_arch_rope_factors(const ex_ctx *c, int kind, float *out, int64_t n);
+lb_status ex_arch_write_kv(const ex_ctx *c, lb_gguf_writer *w);
 
 #endif /* LB_EX_CTX_H */

@@ -152,6 +152,7 @@ void ex_ctx_free(ex_ctx *c) {
         pcre2_code_free((pcre2_code *)c->rules[i].code);
     }
     free(c->rules);
+    for (size_t i = 0; i < c->n; i++) free(c->t[i].parts);
     free(c->t);
     lb_export_plan_free(c->plan);
     free(c->dir);
@@ -429,6 +430,8 @@ static lb_status list_tensors(ex_ctx *c) {
         t->info.shape[0] = cfg->head_dim / 2;
         t->info.src_type = LB_TYPE_F32;
     }
+    const bool ext = ex_arch_is_ext(c);
+    if (ext) LB_TRY(ex_arch_generated(c, push_tensor));
 
     for (size_t i = 0; i < ns && s == LB_OK; i++) {
         const lb_tensor *st = items[i].t;
@@ -458,12 +461,22 @@ static lb_status list_tensors(ex_ctx *c) {
         if (gptq_part && strcmp(suffix, "qweight")) continue; /* grouped with qweight */
         if (ex_fp8_is_aux(c, suffix)) continue; /* an FP8 scale: read with its weight */
         char base[64];
-        int layer;
-        if (!map_module(mod, cfg->n_layers, base, sizeof base, &layer) ||
+        int layer, expert = -1;
+        if (!(ext ? ex_arch_map_module(c, mod, base, sizeof base, &layer, &expert)
+                  : map_module(mod, cfg->n_layers, base, sizeof base, &layer)) ||
             (!gptq_part && strcmp(suffix, "weight") && strcmp(suffix, "bias"))) {
             s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: cannot map tensor '%s' to GGUF",
                              c->dir, name);
             break;
+        }
+        if (expert >= 0) { /* MoE: stacked into ffn_*_exps (ex_arch.c) */
+            if (gptq_part) {
+                s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: %s: exporting GPTQ-quantized "
+                                 "experts is not supported yet", c->dir, name);
+                break;
+            }
+            s = ex_arch_add_expert(c, base, expert, st, push_tensor);
+            continue;
         }
         bool tied = cfg->tie_word_embeddings && !lm_quant;
         if (!strcmp(base, "output") && tied) {
@@ -492,7 +505,9 @@ static lb_status list_tensors(ex_ctx *c) {
         t->perm_heads = perm_heads_of(c, base);
         int end;
         int64_t esh[2];
-        bool known = expected_shape(cfg, base, gptq_part ? "weight" : suffix, &end, esh);
+        bool known = !ext && expected_shape(cfg, base, gptq_part ? "weight" : suffix,
+                                            &end, esh);
+        t->add_one = ext && ex_arch_add_one(c, base);
         if (gptq_part) {
             t->kind = EX_SRC_GPTQ;
             s = ex_gptq_prepare(c, t, mod);
@@ -528,6 +543,8 @@ static lb_status list_tensors(ex_ctx *c) {
         }
         t->is_weight2d = t->info.n_dims == 2 && !strcmp(suffix, "weight") ? true
                          : gptq_part;
+        /* MoE routers stay F32 (llama-quantize leaves ffn_gate_inp alone) */
+        if (ext && strstr(base, "ffn_gate_inp")) t->is_weight2d = false;
         if (t->perm_heads) {
             int64_t rows = t->info.shape[0];
             if (rows % (2 * (int64_t)t->perm_heads)) {
@@ -558,6 +575,7 @@ static lb_status list_tensors(ex_ctx *c) {
             return lb_set_error(LB_ERR_NOT_FOUND, "%s: lm_head.weight missing (the config "
                                 "does not tie the embeddings)", c->dir);
     }
+    if (ext) return ex_arch_check(c);
     static const char *per_layer[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight",
                                       "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
                                       "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
@@ -662,7 +680,8 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
         views[i].name = t->info.name;
         views[i].n_dims = t->info.n_dims;
         for (int d = 0; d < t->info.n_dims; d++) views[i].shape[d] = t->info.shape[d];
-        views[i].type = t->kind == EX_SRC_DENSE && t->info.n_dims >= 2
+        views[i].type = (t->kind == EX_SRC_DENSE || t->kind == EX_SRC_STACK) &&
+                                t->info.n_dims >= 2
                             ? (lb_type)t->info.src_type : LB_TYPE_F32;
     }
     if (p->has_qtype) {
@@ -761,7 +780,7 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             why = whybuf;
         }
         e->type = ty;
-        if (is_float_type(ty) && t->kind == EX_SRC_DENSE) {
+        if (is_float_type(ty) && (t->kind == EX_SRC_DENSE || t->kind == EX_SRC_STACK)) {
             e->route = LB_EXPORT_ROUTE_KEEP;
             if ((int)ty == e->src_type) set_reason(t, "%s: %s as stored", why, lb_type_name(ty));
             else set_reason(t, "%s: %s -> %s", why, lb_type_name(e->src_type), lb_type_name(ty));
@@ -866,7 +885,7 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
         case LB_ARCH_MISTRAL: snprintf(c->arch, sizeof c->arch, "llama"); c->permute = true; break;
         case LB_ARCH_QWEN2: snprintf(c->arch, sizeof c->arch, "qwen2"); break;
         case LB_ARCH_QWEN3: snprintf(c->arch, sizeof c->arch, "qwen3"); break;
-        default: s = lb_set_error(LB_ERR_UNSUPPORTED, "export: architecture %s", c->cfg.arch_name);
+        default: s = ex_arch_name(c); /* ex_arch.c */
         }
     }
     lb_export_plan *p = c->plan;
@@ -894,7 +913,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
                       : o->mode;
         if (!c->gptq && p->mode == LB_EXPORT_MODE_MIXED && !c->n_rules && !o->qtype)
             p->mode = LB_EXPORT_MODE_DEQUANTIZE;
-        s = ex_vocab_load(in_path, c->arch, c->cfg.vocab_size, &c->vocab);
+        s = ex_vocab_load(in_path, ex_arch_is_ext(c) ? ex_arch_vocab_arch(c) : c->arch,
+                          c->cfg.vocab_size, &c->vocab);
     }
     if (s == LB_OK) {
         snprintf(p->tokenizer_model, sizeof p->tokenizer_model, "%s", c->vocab.model);
@@ -908,7 +928,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
         /* convert_hf_to_gguf "auto": the first 2-D tensor's dtype */
         c->default_float = LB_TYPE_F16;
         for (size_t i = 0; i < c->n; i++)
-            if (c->t[i].kind == EX_SRC_DENSE && c->t[i].info.n_dims >= 2) {
+            if ((c->t[i].kind == EX_SRC_DENSE || c->t[i].kind == EX_SRC_STACK) &&
+                c->t[i].info.n_dims >= 2) {
                 if (c->t[i].info.src_type == LB_TYPE_BF16) c->default_float = LB_TYPE_BF16;
                 break;
             }

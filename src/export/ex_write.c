@@ -78,10 +78,16 @@ static lb_status write_kv(ex_ctx *c, lb_gguf_writer *w, bool vocab_only) {
     LB_TRY(set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", cfg->rms_norm_eps));
     /* transformers 5's Llama/Mistral/Qwen3 configs always carry head_dim,
      * Qwen2's never: the converter writes key/value_length from it */
-    if (strcmp(a, "qwen2")) {
+    /* (the issue-13 converters: Gemma and Qwen3-MoE write them, Phi-3,
+     * Qwen2-MoE and Mixtral do not) */
+    const bool ext = ex_arch_is_ext(c);
+    if (ext ? cfg->arch == LB_ARCH_GEMMA2 || cfg->arch == LB_ARCH_GEMMA3 ||
+                  cfg->arch == LB_ARCH_QWEN3_MOE
+            : strcmp(a, "qwen2") != 0) {
         LB_TRY(set_arch_u32(w, a, "attention.key_length", (uint32_t)cfg->head_dim));
         LB_TRY(set_arch_u32(w, a, "attention.value_length", (uint32_t)cfg->head_dim));
     }
+    if (ex_arch_is_ext(c)) LB_TRY(ex_arch_write_kv(c, w));
     LB_TRY(lb_gguf_writer_set_file_type(w, (uint32_t)c->plan->file_type));
     if (!strcmp(a, "llama")) {
         LB_TRY(set_arch_u32(w, a, "vocab_size", (uint32_t)cfg->vocab_size));
@@ -186,6 +192,8 @@ static lb_status dense_rows_f32(const ex_tensor *t, const int64_t *perm, int64_t
         /* copy first: safetensors data is only as aligned as the file */
         memcpy(scratch, (const uint8_t *)src->data + (size_t)sr * rb, rb);
         LB_TRY(lb_dequantize_row(src->type, scratch, dst + i * cols, cols));
+        if (t->add_one) /* Gemma norms: 1 + w, in f32 as torch adds */
+            for (int64_t j = 0; j < cols; j++) dst[i * cols + j] += 1.0f;
     }
     return LB_OK;
 }
@@ -227,7 +235,7 @@ static lb_status write_dense(ex_run *r, const ex_tensor *t) {
     const int64_t rows = vec ? e->shape[0] : rows_of(e),
                   cols = vec ? 1 : e->shape[e->n_dims - 1];
     r->st->bytes_in += src->nbytes;
-    if ((int)e->type == e->src_type && !e->permuted) {
+    if ((int)e->type == e->src_type && !e->permuted && !t->add_one) {
         /* as stored: straight from the mapping */
         const uint8_t *p = src->data;
         for (size_t o = 0; o < src->nbytes;) {
@@ -303,11 +311,37 @@ static lb_status write_gptq(ex_run *r, const ex_tensor *t) {
     return s;
 }
 
+/* MoE experts: each part as a dense [rows, cols] tensor, one after the
+ * other (row-wise types: the stacked bytes are the 3-D tensor's). */
+static lb_status write_stack(ex_run *r, const ex_tensor *t) {
+    for (int p = 0; p < t->n_parts; p++) {
+        ex_tensor one = *t;
+        one.kind = EX_SRC_DENSE;
+        one.dense = t->parts[p];
+        one.info.n_dims = 2;
+        one.info.shape[0] = t->info.shape[1];
+        one.info.shape[1] = t->info.shape[2];
+        one.info.shape[2] = 0;
+        LB_TRY(write_dense(r, &one));
+    }
+    return LB_OK;
+}
+
 static lb_status write_tensor(ex_run *r, const ex_tensor *t) {
     const lb_export_tensor *e = &t->info;
     lb_status s;
     switch (t->kind) {
     case EX_SRC_DENSE: s = write_dense(r, t); break;
+    case EX_SRC_STACK: s = write_stack(r, t); break;
+    case EX_SRC_ROPE_FACTORS: {
+        size_t n = (size_t)e->shape[0] * 4;
+        float *f = run_alloc(r, n);
+        if (!f) return lb_set_error(LB_ERR_NOMEM, "export: out of memory");
+        ex_arch_rope_factors(r->c, t->rope_kind, f, e->shape[0]);
+        s = emit(r, f, n);
+        run_free(r, f, n);
+        break;
+    }
     case EX_SRC_GPTQ: s = write_gptq(r, t); break;
     case EX_SRC_ROPE_FREQS: {
         size_t n = (size_t)e->shape[0] * 4;

@@ -86,7 +86,11 @@ lb_status ex_json_load(const char *dir, const char *name, size_t max,
 typedef enum ex_src_kind {
     EX_SRC_DENSE = 0,  /* one safetensors tensor (F32/F16/BF16)           */
     EX_SRC_GPTQ = 1,   /* a GPTQ linear: qweight/qzeros/scales/g_idx      */
-    EX_SRC_ROPE_FREQS = 2 /* generated llama3 rope factors                */
+    EX_SRC_ROPE_FREQS = 2, /* generated llama3 rope factors               */
+    EX_SRC_STACK = 3,  /* MoE experts stacked into one 3-D tensor
+                          (parts[n_parts], dense, same shape)            */
+    EX_SRC_ROPE_FACTORS = 4 /* Phi-3 longrope factors (rope_kind 0 long,
+                          1 short) from the config                       */
 } ex_src_kind;
 
 typedef struct ex_tensor {
@@ -105,6 +109,12 @@ typedef struct ex_tensor {
     const lb_tensor *fp8_scale;  /* EX_SRC_DENSE FP8 weight: its scale
                                     (ex_fp8.c, lowbit/fp8.h)              */
     const void *fp8_q;           /* ... and its lb_fp8_qconfig            */
+    /* issue-13 architectures (ex_arch.c) */
+    const lb_tensor **parts;     /* EX_SRC_STACK: [n_parts] experts (owned
+                                    array, freed with the context)        */
+    int n_parts;
+    bool add_one;                /* Gemma norms: written as 1 + w         */
+    int rope_kind;               /* EX_SRC_ROPE_FACTORS                   */
 } ex_tensor;
 
 #endif /* LB_EXPORT_INTERNAL_H */

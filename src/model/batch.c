@@ -131,6 +131,10 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     *out = NULL;
     lb_multi_params p = params ? *params : lb_multi_default_params();
     const lb_model_config *c = &m->config;
+    if (lb_model_config_is_ext(c))
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "multi: %s runs in single-sequence contexts only "
+                            "(lb_context; forward_ext.c)", c->arch_name);
     if (p.n_seq < 1 || p.n_seq > 4096)
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "multi: n_seq %d outside [1, 4096]", (int)p.n_seq);

@@ -14,17 +14,36 @@
 
 #define CFG_MAX_JSON ((size_t)16 * 1024 * 1024)
 
+/* config_ext.c: the issue-13 architectures' keys */
+lb_status lb_config_parse_ext(const cJSON *root, const char *label,
+                              lb_model_config *c);
+lb_status lb_config_parse_longrope(const cJSON *root, const cJSON *rp,
+                                   const char *rp_name, const char *label,
+                                   lb_model_config *c);
+
 static const char *arch_names[LB_ARCH_COUNT_] = {
     [LB_ARCH_LLAMA] = "LlamaForCausalLM",
     [LB_ARCH_MISTRAL] = "MistralForCausalLM",
     [LB_ARCH_QWEN2] = "Qwen2ForCausalLM",
     [LB_ARCH_QWEN3] = "Qwen3ForCausalLM",
+    [LB_ARCH_GEMMA2] = "Gemma2ForCausalLM",
+    [LB_ARCH_GEMMA3] = "Gemma3ForCausalLM",
+    [LB_ARCH_PHI3] = "Phi3ForCausalLM",
+    [LB_ARCH_QWEN3_MOE] = "Qwen3MoeForCausalLM",
+    [LB_ARCH_QWEN2_MOE] = "Qwen2MoeForCausalLM",
+    [LB_ARCH_MIXTRAL] = "MixtralForCausalLM",
 };
 static const char *model_types[LB_ARCH_COUNT_] = {
     [LB_ARCH_LLAMA] = "llama",
     [LB_ARCH_MISTRAL] = "mistral",
     [LB_ARCH_QWEN2] = "qwen2",
     [LB_ARCH_QWEN3] = "qwen3",
+    [LB_ARCH_GEMMA2] = "gemma2",
+    [LB_ARCH_GEMMA3] = "gemma3_text",
+    [LB_ARCH_PHI3] = "phi3",
+    [LB_ARCH_QWEN3_MOE] = "qwen3_moe",
+    [LB_ARCH_QWEN2_MOE] = "qwen2_moe",
+    [LB_ARCH_MIXTRAL] = "mixtral",
 };
 
 const char *lb_arch_name(lb_arch arch) {
@@ -177,10 +196,12 @@ static lb_status parse_rope(const cJSON *root, const cJSON *rp,
                                 "%s: %s: llama3 rope needs high_freq_factor > "
                                 "low_freq_factor > 0",
                                 label, rp_name);
+    } else if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) {
+        return lb_config_parse_longrope(root, rp, rp_name, label, c);
     } else {
         return lb_set_error(LB_ERR_UNSUPPORTED,
                             "%s: rope type '%s' is not supported (lowbit "
-                            "supports default, linear, llama3)",
+                            "supports default, linear, llama3, longrope)",
                             label, type);
     }
     if (!(c->rope_factor > 0))
@@ -208,7 +229,16 @@ static lb_status parse_sliding(const cJSON *root, const char *label,
         c->sliding_window = (int32_t)sw;
         return LB_OK;
     }
-    if (c->arch != LB_ARCH_QWEN2 && c->arch != LB_ARCH_QWEN3) return LB_OK;
+    if (c->arch == LB_ARCH_PHI3 || c->arch == LB_ARCH_MIXTRAL) {
+        /* every layer when set (Phi3Attention / MixtralAttention) */
+        LB_TRY(get_int(root, "sliding_window", false, 0, 0, INT32_MAX, label,
+                       &sw));
+        c->sliding_window = (int32_t)sw;
+        return LB_OK;
+    }
+    if (c->arch != LB_ARCH_QWEN2 && c->arch != LB_ARCH_QWEN3 &&
+        c->arch != LB_ARCH_QWEN3_MOE && c->arch != LB_ARCH_QWEN2_MOE)
+        return LB_OK;
     bool use = false;
     LB_TRY(get_bool(root, "use_sliding_window", false, label, &use));
     if (!use) return LB_OK;
@@ -275,18 +305,32 @@ lb_status lb_model_config_parse(const char *json, size_t len,
         s = lb_set_error(LB_ERR_UNSUPPORTED,
                          "%s: architecture '%s' is not supported (lowbit "
                          "runs LlamaForCausalLM, MistralForCausalLM, "
-                         "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                         "Gemma2ForCausalLM, Gemma3ForCausalLM, "
+                         "Phi3ForCausalLM, Qwen3MoeForCausalLM, "
+                         "Qwen2MoeForCausalLM, MixtralForCausalLM)",
                          label, c->arch_name);
         goto done;
     }
     c->arch = (lb_arch)arch;
     snprintf(c->arch_name, sizeof c->arch_name, "%s", arch_names[arch]);
 
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && !cJSON_IsNull(act) &&
+    const bool gemma = arch == LB_ARCH_GEMMA2 || arch == LB_ARCH_GEMMA3;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(
+        root, gemma ? "hidden_activation" : "hidden_act");
+    if (gemma && (!act || cJSON_IsNull(act)))
+        act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (gemma && act && cJSON_IsString(act) &&
+        (strcmp(act->valuestring, "gelu_pytorch_tanh") == 0 ||
+         strcmp(act->valuestring, "gelu_tanh") == 0)) {
+        c->hidden_act = LB_ACT_GELU_TANH;
+    } else if (gemma && (!act || cJSON_IsNull(act))) {
+        c->hidden_act = LB_ACT_GELU_TANH; /* Gemma2Config default */
+    } else if (act && !cJSON_IsNull(act) &&
         (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
         s = lb_set_error(LB_ERR_UNSUPPORTED,
-                         "%s: hidden_act '%s' is not supported (silu only)",
+                         "%s: hidden_act '%s' is not supported (silu; "
+                         "gelu_pytorch_tanh for Gemma)",
                          label, cJSON_IsString(act) ? act->valuestring : "?");
         goto done;
     }
@@ -351,7 +395,17 @@ lb_status lb_model_config_parse(const char *json, size_t len,
     c->attention_bias = c->arch == LB_ARCH_QWEN2 ? true /* always */
                         : c->arch == LB_ARCH_MISTRAL ? false
                                                      : ab;
-    c->qk_norm = c->arch == LB_ARCH_QWEN3;
+    c->qk_norm = c->arch == LB_ARCH_QWEN3 || c->arch == LB_ARCH_QWEN3_MOE ||
+                 c->arch == LB_ARCH_GEMMA3;
+    if (c->arch == LB_ARCH_QWEN2_MOE) {
+        bool qb = true;
+        if ((s = get_bool(root, "qkv_bias", true, label, &qb)) != LB_OK)
+            goto done;
+        c->attention_bias = qb;
+    }
+    if (c->arch == LB_ARCH_PHI3 || c->arch == LB_ARCH_MIXTRAL ||
+        gemma)
+        c->attention_bias = c->attention_bias && gemma; /* none in HF */
     c->rope_mode = LB_ROPE_NEOX;
 
     /* RoPE: v5 rope_parameters first, else v4 rope_theta + rope_scaling. */
@@ -378,6 +432,7 @@ lb_status lb_model_config_parse(const char *json, size_t len,
     }
     if ((s = parse_rope(root, rp, rp_name, label, c)) != LB_OK) goto done;
     if ((s = parse_sliding(root, label, c)) != LB_OK) goto done;
+    if ((s = lb_config_parse_ext(root, label, c)) != LB_OK) goto done;
 
     bool present;
     int nb = 0;
@@ -454,6 +509,32 @@ lb_status lb_model_config_validate(const lb_model_config *c) {
     if ((unsigned)c->arch >= LB_ARCH_COUNT_)
         return lb_set_error(LB_ERR_UNSUPPORTED, "unknown architecture id %d",
                             (int)c->arch);
+    /* issue-13 fields (configs filled by hand reach here too) */
+    if (c->n_experts < 0 || c->n_experts > 4096 ||
+        (c->n_experts > 0 &&
+         (c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
+          c->moe_ff < 1 || c->moe_ff > (1 << 20))) ||
+        c->shared_ff < 0 || c->shared_ff > (1 << 20))
+        return lb_set_error(LB_ERR_FORMAT,
+                            "num_experts %d / num_experts_per_tok %d / "
+                            "moe_intermediate_size %d / "
+                            "shared_expert_intermediate_size %d out of range",
+                            c->n_experts, c->n_experts_used, c->moe_ff,
+                            c->shared_ff);
+    if (c->has_layer_flags && c->n_layers > LB_MAX_LAYER_FLAGS)
+        return lb_set_error(LB_ERR_FORMAT, "more than %d layers with per-layer "
+                            "flags", LB_MAX_LAYER_FLAGS);
+    if (c->rope_scaling == LB_ROPE_SCALING_LONGROPE &&
+        (c->rope_n_factors != c->head_dim / 2 ||
+         c->rope_n_factors > LB_MAX_ROPE_FACTORS))
+        return lb_set_error(LB_ERR_FORMAT, "longrope: %d factors for head_dim "
+                            "%d", c->rope_n_factors, c->head_dim);
+    if (!(c->attn_softcap >= 0) || !(c->final_softcap >= 0) ||
+        !(c->attn_scale >= 0) || !(c->embed_scale >= 0) ||
+        !isfinite(c->attn_softcap) || !isfinite(c->final_softcap) ||
+        !isfinite(c->attn_scale) || !isfinite(c->embed_scale))
+        return lb_set_error(LB_ERR_FORMAT, "soft-capping / attention scale / "
+                            "embedding scale must be finite and >= 0");
     return LB_OK;
 }
 

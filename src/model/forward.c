@@ -907,6 +907,12 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
 /* Run layers [l0, l1) on hidden [n, dim] at positions pos.. */
 static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
                             int32_t n, int32_t pos) {
+    if (lb_model_config_is_ext(&ctx->m->config)) {
+        /* Gemma, Phi-3 longrope, MoE: forward_ext.c */
+        const lb_ext_ctx x = {ctx->m, ctx->pool, ctx->k_cache, ctx->v_cache,
+                              ctx->kv_type, ctx->n_ctx, ctx->hook};
+        return lb_ext_run_layers(&x, l0, l1, hidden, n, pos);
+    }
     const lb_kernel_table *kt = lb_kernels_current();
     LB_TRY(plan_layers(ctx, kt, l0, l1, n));
     rope_fill(ctx, pos + n);
@@ -967,6 +973,9 @@ lb_status lb_model_embed(lb_context *ctx, const int32_t *tokens, int32_t n,
     for (int32_t t = 0; t < n; t++)
         LB_TRY(lb_model_dequant_row(m, &m->tok_embd, tokens[t],
                                     hidden + t * dim));
+    if (m->config.embed_scale > 0) /* Gemma: * sqrt(hidden_size) */
+        for (int64_t i = 0; i < (int64_t)n * dim; i++)
+            hidden[i] *= m->config.embed_scale;
     return LB_OK;
 }
 
@@ -994,7 +1003,12 @@ lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
             ctx->xn[i] = lb_f16_to_f32_inline(lb_f32_to_f16(ctx->xn[i]));
     /* small products run on this thread: waking the pool costs more */
     const bool small = (double)n * (double)m->output.nbytes < 65536.0;
-    return lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n);
+    LB_TRY(lb_matmul(small ? NULL : ctx->pool, &m->output, ctx->xn, logits, n));
+    const float cap = m->config.final_softcap;
+    if (cap > 0) /* Gemma 2: logits = cap * tanh(logits / cap) */
+        for (size_t i = 0; i < (size_t)n * (size_t)m->config.vocab_size; i++)
+            logits[i] = tanhf(logits[i] / cap) * cap;
+    return LB_OK;
 }
 
 lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,

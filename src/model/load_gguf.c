@@ -43,6 +43,12 @@ static const arch_info k_archs[] = {
     {"llama", LB_ARCH_LLAMA, LB_ROPE_NORM},
     {"qwen2", LB_ARCH_QWEN2, LB_ROPE_NEOX},
     {"qwen3", LB_ARCH_QWEN3, LB_ROPE_NEOX},
+    /* issue 13 (load_gguf_ext.c); Mixtral is "llama" + expert_count */
+    {"gemma2", LB_ARCH_GEMMA2, LB_ROPE_NEOX},
+    {"gemma3", LB_ARCH_GEMMA3, LB_ROPE_NEOX},
+    {"phi3", LB_ARCH_PHI3, LB_ROPE_NEOX},
+    {"qwen3moe", LB_ARCH_QWEN3_MOE, LB_ROPE_NEOX},
+    {"qwen2moe", LB_ARCH_QWEN2_MOE, LB_ROPE_NEOX},
 };
 
 /* "<arch>.<suffix>" */
@@ -184,7 +190,8 @@ lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *c) {
     if (!ai)
         return lb_set_error(LB_ERR_UNSUPPORTED,
                             "%s: general.architecture '%.*s' is not supported "
-                            "(llama, qwen2, qwen3)",
+                            "(llama, qwen2, qwen3, gemma2, gemma3, phi3, "
+                            "qwen3moe, qwen2moe)",
                             path, (int)LB_MIN(an.len, 64), an.data);
     const char *a = ai->gguf_name;
     c->arch = ai->arch;
@@ -197,7 +204,9 @@ lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *c) {
      * converters; lowbit runs dense models only. */
     LB_TRY(get_int(g, akey(k, sizeof k, a, "expert_count"), false, 0, 0,
                    1 << 20, &v));
-    if (v > 0)
+    if (v > 0 && c->arch == LB_ARCH_LLAMA) {
+        c->arch = LB_ARCH_MIXTRAL; /* llama.cpp's Mixtral files */
+    } else if (v > 0 && c->arch < LB_ARCH_GEMMA2)
         return lb_set_error(LB_ERR_UNSUPPORTED,
                             "%s: %s = %lld: mixture-of-experts models are not "
                             "supported", path, k, (long long)v);
@@ -335,6 +344,7 @@ lb_status lb_model_config_from_gguf(const lb_gguf *g, lb_model_config *c) {
     LB_TRY(get_token_id(g, "tokenizer.ggml.eom_token_id", V, &id));
     add_eos(c, id);
 
+    if (c->arch >= LB_ARCH_GEMMA2) LB_TRY(lb_gguf_config_ext(g, a, c));
     s = lb_model_config_validate(c);
     if (s != LB_OK) return lb_error_context(s, "%s", path);
     return LB_OK;
@@ -470,7 +480,9 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take, const lb_model_load_o
         {LB_ROLE_UP, "ffn_up.weight"},
         {LB_ROLE_DOWN, "ffn_down.weight"},
     };
-    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
+    if (c->arch >= LB_ARCH_GEMMA2) s = lb_gguf_load_layers_ext(m, g, opts);
+    for (int l = 0; l < c->n_layers && s == LB_OK && c->arch < LB_ARCH_GEMMA2;
+         l++) {
         for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
             lb_tensor_role r = per_layer[i].role;
             if (!lb_role_used(c, r)) continue;
@@ -486,7 +498,15 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take, const lb_model_load_o
     if (s == LB_OK) s = lb_model_builder_finish(m);
     for (int l = 0; l < c->n_layers && s == LB_OK; l++)
         for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++)
-            s = check_kernel(g, &m->layers[l].w[i]);
+            if (m->layers[l].w[i].data) s = check_kernel(g, &m->layers[l].w[i]);
+    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        for (int i = 0; L->exp && i < 3 * c->n_experts && s == LB_OK; i++)
+            s = check_kernel(g, &L->exp[i]);
+        for (int i = 0; i < 3 && s == LB_OK; i++)
+            if (L->shexp[i].data) s = check_kernel(g, &L->shexp[i]);
+        if (s == LB_OK && L->ffn_gate_inp.data) s = check_kernel(g, &L->ffn_gate_inp);
+    }
     if (s == LB_OK) s = check_kernel(g, &m->output);
     if (s == LB_OK && !lb_type_can_dequantize(m->tok_embd.type))
         s = lb_set_error(LB_ERR_UNSUPPORTED,

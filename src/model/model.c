@@ -43,7 +43,37 @@ static const char *role_names[LB_ROLE_COUNT] = {
     [LB_ROLE_Q_NORM] = "self_attn.q_norm",
     [LB_ROLE_K_NORM] = "self_attn.k_norm",
     [LB_ROLE_FFN_NORM] = "post_attention_layernorm",
+    [LB_ROLE_POST_ATTN_NORM] = "post_attention_layernorm (Gemma)",
+    [LB_ROLE_POST_FFN_NORM] = "post_feedforward_layernorm",
+    [LB_ROLE_FFN_GATE_INP] = "mlp.gate (router)",
+    [LB_ROLE_SHEXP_GATE] = "mlp.shared_expert.gate_proj",
+    [LB_ROLE_SHEXP_UP] = "mlp.shared_expert.up_proj",
+    [LB_ROLE_SHEXP_DOWN] = "mlp.shared_expert.down_proj",
+    [LB_ROLE_SHEXP_GATE_INP] = "mlp.shared_expert_gate",
+    [LB_ROLE_EXP_GATE] = "mlp.experts.E.gate_proj",
+    [LB_ROLE_EXP_UP] = "mlp.experts.E.up_proj",
+    [LB_ROLE_EXP_DOWN] = "mlp.experts.E.down_proj",
 };
+
+bool lb_role_used_in(const lb_model_config *c, lb_tensor_role r, int l) {
+    const bool moe = lb_model_config_layer_moe(c, l);
+    switch (r) {
+    case LB_ROLE_GATE:
+    case LB_ROLE_UP:
+    case LB_ROLE_DOWN: return !moe;
+    case LB_ROLE_POST_ATTN_NORM:
+    case LB_ROLE_POST_FFN_NORM: return c->post_norms;
+    case LB_ROLE_FFN_GATE_INP:
+    case LB_ROLE_EXP_GATE:
+    case LB_ROLE_EXP_UP:
+    case LB_ROLE_EXP_DOWN: return moe;
+    case LB_ROLE_SHEXP_GATE:
+    case LB_ROLE_SHEXP_UP:
+    case LB_ROLE_SHEXP_DOWN:
+    case LB_ROLE_SHEXP_GATE_INP: return moe && c->shared_ff > 0;
+    default: return lb_role_used(c, r);
+    }
+}
 
 const char *lb_role_name(lb_tensor_role role) {
     return (unsigned)role < LB_ROLE_COUNT ? role_names[role] : "?";
@@ -81,6 +111,13 @@ void lb_role_shape(const lb_model_config *c, lb_tensor_role role, int *nd,
     case LB_ROLE_V_BIAS: *nd = 1; sh[0] = kv; break;
     case LB_ROLE_Q_NORM:
     case LB_ROLE_K_NORM: *nd = 1; sh[0] = c->head_dim; break;
+    case LB_ROLE_FFN_GATE_INP: sh[0] = c->n_experts; sh[1] = dim; break;
+    case LB_ROLE_SHEXP_GATE:
+    case LB_ROLE_SHEXP_UP: sh[0] = c->shared_ff; sh[1] = dim; break;
+    case LB_ROLE_SHEXP_DOWN: sh[0] = dim; sh[1] = c->shared_ff; break;
+    case LB_ROLE_EXP_GATE:
+    case LB_ROLE_EXP_UP: sh[0] = c->moe_ff; sh[1] = dim; break;
+    case LB_ROLE_EXP_DOWN: sh[0] = dim; sh[1] = c->moe_ff; break;
     default: *nd = 1; sh[0] = dim; break; /* norms */
     }
 }
@@ -111,6 +148,13 @@ static lb_tensor *role_slot(lb_model *m, lb_tensor_role role, int layer) {
     case LB_ROLE_Q_NORM: return &L->q_norm;
     case LB_ROLE_K_NORM: return &L->k_norm;
     case LB_ROLE_FFN_NORM: return &L->ffn_norm;
+    case LB_ROLE_POST_ATTN_NORM: return &L->post_attn_norm;
+    case LB_ROLE_POST_FFN_NORM: return &L->post_ffn_norm;
+    case LB_ROLE_FFN_GATE_INP: return &L->ffn_gate_inp;
+    case LB_ROLE_SHEXP_GATE: return &L->shexp[0];
+    case LB_ROLE_SHEXP_UP: return &L->shexp[1];
+    case LB_ROLE_SHEXP_DOWN: return &L->shexp[2];
+    case LB_ROLE_SHEXP_GATE_INP: return &L->shexp_gate_inp;
     default: return NULL;
     }
 }
@@ -119,7 +163,8 @@ static bool role_is_vector(lb_tensor_role r) {
     return r == LB_ROLE_OUTPUT_NORM || r == LB_ROLE_ATTN_NORM ||
            r == LB_ROLE_FFN_NORM || r == LB_ROLE_Q_BIAS ||
            r == LB_ROLE_K_BIAS || r == LB_ROLE_V_BIAS || r == LB_ROLE_Q_NORM ||
-           r == LB_ROLE_K_NORM;
+           r == LB_ROLE_K_NORM || r == LB_ROLE_POST_ATTN_NORM ||
+           r == LB_ROLE_POST_FFN_NORM || r == LB_ROLE_SHEXP_GATE_INP;
 }
 
 lb_status lb_model_builder_own(lb_model *m, void *buf) {
@@ -173,6 +218,16 @@ lb_status lb_model_builder_new(const lb_model_config *cfg, lb_model **out) {
     if (!m->priv || !m->layers)
         s = lb_set_error(LB_ERR_NOMEM, "model: out of memory");
     if (s == LB_OK) s = lb_model_config_copy(&m->config, cfg);
+    /* expert slots of the MoE layers (owned by the model) */
+    for (int l = 0; s == LB_OK && l < cfg->n_layers; l++) {
+        if (!lb_model_config_layer_moe(cfg, l)) continue;
+        m->layers[l].exp = lb_calloc((size_t)cfg->n_experts * 3,
+                                     sizeof(lb_tensor));
+        if (!m->layers[l].exp)
+            s = lb_set_error(LB_ERR_NOMEM, "model: out of memory");
+        else
+            s = lb_model_builder_own(m, m->layers[l].exp);
+    }
     if (s != LB_OK) {
         lb_model_free(m);
         return s;
@@ -205,6 +260,9 @@ static void fmt_shape(char *buf, size_t n, int nd, const int64_t *sh) {
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
+static lb_status builder_set_slot(lb_model *m, lb_tensor_role role, int layer,
+                                  const lb_tensor *t, lb_tensor *slot);
+
 lb_status lb_model_builder_set(lb_model *m, lb_tensor_role role, int layer,
                                const lb_tensor *t) {
     if ((unsigned)role >= LB_ROLE_COUNT)
@@ -212,6 +270,15 @@ lb_status lb_model_builder_set(lb_model *m, lb_tensor_role role, int layer,
     if (lb_role_is_layer(role) && (layer < 0 || layer >= m->config.n_layers))
         return lb_set_error(LB_ERR_RANGE, "model: layer %d out of range",
                             layer);
+    if (role >= LB_ROLE_EXP_GATE)
+        return lb_set_error(LB_ERR_INVALID_ARG, "model: expert role %s needs "
+                            "lb_model_builder_set_expert", lb_role_name(role));
+    return builder_set_slot(m, role, layer, t, NULL);
+}
+
+/* lb_model_builder_set into `slot` (NULL: the role's own slot). */
+static lb_status builder_set_slot(lb_model *m, lb_tensor_role role, int layer,
+                                  const lb_tensor *t, lb_tensor *slot) {
     const char *tname = t->name ? t->name : lb_role_name(role);
     int nd;
     int64_t sh[2];
@@ -277,8 +344,27 @@ lb_status lb_model_builder_set(lb_model *m, lb_tensor_role role, int layer,
     if (!nm) return lb_set_error(LB_ERR_NOMEM, "model: out of memory");
     LB_TRY(lb_model_builder_on_free(m, free_str, nm));
     v.name = nm;
-    *role_slot(m, role, layer) = v;
+    *(slot ? slot : role_slot(m, role, layer)) = v;
     return LB_OK;
+}
+
+lb_status lb_model_builder_set_expert(lb_model *m, lb_tensor_role role,
+                                      int layer, int e, const lb_tensor *t) {
+    if (role < LB_ROLE_EXP_GATE || role > LB_ROLE_EXP_DOWN)
+        return lb_set_error(LB_ERR_INVALID_ARG, "model: %s is not an expert "
+                            "role", lb_role_name(role));
+    if (layer < 0 || layer >= m->config.n_layers || !m->layers[layer].exp)
+        return lb_set_error(LB_ERR_RANGE, "tensor '%s': layer %d has no "
+                            "experts (num_experts %d, decoder_sparse_step / "
+                            "mlp_only_layers)",
+                            t->name ? t->name : "?", layer,
+                            m->config.n_experts);
+    if (e < 0 || e >= m->config.n_experts)
+        return lb_set_error(LB_ERR_RANGE, "tensor '%s': expert %d outside "
+                            "[0, num_experts %d)", t->name ? t->name : "?", e,
+                            m->config.n_experts);
+    return builder_set_slot(m, role, layer, t,
+                            &m->layers[layer].exp[3 * e + (role - LB_ROLE_EXP_GATE)]);
 }
 
 lb_status lb_model_builder_finish(lb_model *m) {
@@ -295,13 +381,23 @@ lb_status lb_model_builder_finish(lb_model *m) {
     if (!m->output_norm.data)
         return lb_set_error(LB_ERR_NOT_FOUND, "model: missing final norm");
     for (int l = 0; l < c->n_layers; l++) {
-        for (int r = LB_ROLE_ATTN_NORM; r < LB_ROLE_COUNT; r++) {
-            if (lb_role_used(c, (lb_tensor_role)r) &&
+        for (int r = LB_ROLE_ATTN_NORM; r < LB_ROLE_EXP_GATE; r++) {
+            if (lb_role_used_in(c, (lb_tensor_role)r, l) &&
                 !role_slot(m, (lb_tensor_role)r, l)->data)
                 return lb_set_error(LB_ERR_NOT_FOUND, "model: layer %d: "
                                     "missing %s", l,
                                     lb_role_name((lb_tensor_role)r));
         }
+        for (int e = 0; m->layers[l].exp && e < c->n_experts; e++)
+            for (int k = 0; k < 3; k++)
+                if (!m->layers[l].exp[3 * e + k].data)
+                    return lb_set_error(LB_ERR_NOT_FOUND,
+                                        "model: layer %d: missing expert %d "
+                                        "%s (num_experts = %d)",
+                                        l, e, k == 0 ? "gate_proj"
+                                              : k == 1 ? "up_proj"
+                                                       : "down_proj",
+                                        c->n_experts);
     }
     return LB_OK;
 }
@@ -387,6 +483,11 @@ size_t lb_model_weight_bytes(const lb_model *m) {
         s += L->attn_norm.nbytes + L->ffn_norm.nbytes + L->bq.nbytes +
              L->bk.nbytes + L->bv.nbytes + L->q_norm.nbytes + L->k_norm.nbytes;
         for (int i = 0; i < LB_LINEAR_COUNT; i++) s += L->w[i].nbytes;
+        s += L->post_attn_norm.nbytes + L->post_ffn_norm.nbytes +
+             L->ffn_gate_inp.nbytes + L->shexp_gate_inp.nbytes;
+        for (int i = 0; i < 3; i++) s += L->shexp[i].nbytes;
+        for (int i = 0; L->exp && i < 3 * m->config.n_experts; i++)
+            s += L->exp[i].nbytes;
     }
     return s;
 }
@@ -403,9 +504,53 @@ int64_t lb_model_n_params(const lb_model *m) {
         for (size_t i = 0; i < LB_ARRAY_LEN(v); i++)
             if (v[i]->data) s += lb_tensor_nelements(v[i]);
         for (int i = 0; i < LB_LINEAR_COUNT; i++)
-            s += lb_tensor_nelements(&L->w[i]);
+            if (L->w[i].data) s += lb_tensor_nelements(&L->w[i]);
+        const lb_tensor *x[] = {&L->post_attn_norm, &L->post_ffn_norm,
+                                &L->ffn_gate_inp, &L->shexp_gate_inp,
+                                &L->shexp[0], &L->shexp[1], &L->shexp[2]};
+        for (size_t i = 0; i < LB_ARRAY_LEN(x); i++)
+            if (x[i]->data) s += lb_tensor_nelements(x[i]);
+        for (int i = 0; L->exp && i < 3 * m->config.n_experts; i++)
+            s += lb_tensor_nelements(&L->exp[i]);
     }
     return s;
+}
+
+static void unused_experts(const lb_model *m, int64_t *params, size_t *bytes) {
+    const lb_model_config *c = &m->config;
+    *params = 0;
+    *bytes = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        if (!L->exp || c->n_experts <= 0) continue;
+        int64_t p = 0;
+        size_t b = 0;
+        for (int i = 0; i < 3 * c->n_experts; i++) {
+            p += lb_tensor_nelements(&L->exp[i]);
+            b += L->exp[i].nbytes;
+        }
+        const int unused = c->n_experts - c->n_experts_used;
+        *params += p / c->n_experts * unused;
+        *bytes += b / (size_t)c->n_experts * (size_t)unused;
+    }
+}
+
+int64_t lb_model_n_active_params(const lb_model *m) {
+    int64_t p;
+    size_t b;
+    unused_experts(m, &p, &b);
+    return lb_model_n_params(m) - p;
+}
+
+size_t lb_model_active_weight_bytes(const lb_model *m) {
+    int64_t p;
+    size_t b;
+    unused_experts(m, &p, &b);
+    size_t all = lb_model_weight_bytes(m) - b;
+    const int64_t V = m->tok_embd.n_dims ? m->tok_embd.shape[0] : 0;
+    if (m->tok_embd.data != m->output.data && V > 0)
+        all -= m->tok_embd.nbytes - m->tok_embd.nbytes / (size_t)V;
+    return all;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -413,6 +558,12 @@ int64_t lb_model_n_params(const lb_model *m) {
 /* ------------------------------------------------------------------------ */
 
 static void st_close_cb(void *p) { lb_st_close(p); }
+
+/* load_hf_ext.c */
+lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
+                                      const char *dir,
+                                      const lb_model_load_opts *opts);
+lb_status lb_model_gemma_norms_plus_one(lb_model *m);
 
 /* Find `name`; NULL (no error) when optional and absent. */
 static lb_status hf_set(lb_model *m, const lb_safetensors *st, const char *dir,
@@ -510,6 +661,15 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
         {LB_ROLE_UP, "mlp.up_proj.weight"},
         {LB_ROLE_DOWN, "mlp.down_proj.weight"},
     };
+    /* the issue-13 architectures: load_hf_ext.c */
+    if (c->arch >= LB_ARCH_GEMMA2) {
+        s = lb_model_load_hf_layers_ext(m, st, dir, opts);
+        if (s == LB_OK) s = lb_model_builder_finish(m);
+        if (s == LB_OK && c->post_norms) s = lb_model_gemma_norms_plus_one(m);
+        if (s != LB_OK) goto fail;
+        *out = m;
+        return LB_OK;
+    }
     for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
         for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
             lb_tensor_role r = per_layer[i].role;

@@ -43,6 +43,18 @@ typedef enum lb_tensor_role {
     LB_ROLE_Q_NORM,       /* [hd]                            */
     LB_ROLE_K_NORM,       /* [hd]                            */
     LB_ROLE_FFN_NORM,     /* [dim]                           */
+    /* issue-13 roles (lb_role_used is false for them: loaders of the
+     * older architectures skip them; lb_role_used_in decides per layer) */
+    LB_ROLE_POST_ATTN_NORM, /* [dim] Gemma                     */
+    LB_ROLE_POST_FFN_NORM,  /* [dim] Gemma                     */
+    LB_ROLE_FFN_GATE_INP,   /* [n_experts, dim] MoE router      */
+    LB_ROLE_SHEXP_GATE,     /* [shared_ff, dim]                */
+    LB_ROLE_SHEXP_UP,       /* [shared_ff, dim]                */
+    LB_ROLE_SHEXP_DOWN,     /* [dim, shared_ff]                */
+    LB_ROLE_SHEXP_GATE_INP, /* [dim]                           */
+    LB_ROLE_EXP_GATE,       /* [moe_ff, dim] per expert (lb_model_builder_set_expert) */
+    LB_ROLE_EXP_UP,         /* [moe_ff, dim]                   */
+    LB_ROLE_EXP_DOWN,       /* [dim, moe_ff]                   */
     LB_ROLE_COUNT
 } lb_tensor_role;
 
@@ -57,8 +69,18 @@ static inline bool lb_role_used(const lb_model_config *cfg, lb_tensor_role r) {
     if (r == LB_ROLE_Q_BIAS || r == LB_ROLE_K_BIAS || r == LB_ROLE_V_BIAS)
         return cfg->attention_bias;
     if (r == LB_ROLE_Q_NORM || r == LB_ROLE_K_NORM) return cfg->qk_norm;
-    return true;
+    return r < LB_ROLE_POST_ATTN_NORM;
 }
+
+/* Whether layer l of cfg has role r (dense MLP roles only in dense layers,
+ * expert roles only in MoE layers, Gemma post norms, shared experts). */
+bool lb_role_used_in(const lb_model_config *cfg, lb_tensor_role r, int l);
+
+/* Set expert e's gate/up/down (LB_ROLE_EXP_*) of MoE layer `layer`; the
+ * shape is checked as lb_model_builder_set does (errors name t->name).
+ * LB_ERR_RANGE for a dense layer or e outside [0, n_experts). */
+lb_status lb_model_builder_set_expert(lb_model *m, lb_tensor_role role,
+                                      int layer, int e, const lb_tensor *t);
 
 /* Short description of a role ("q_proj", "input_layernorm"...). */
 const char *lb_role_name(lb_tensor_role role);
@@ -158,5 +180,32 @@ lb_status lb_fp8_build_model(const lb_model_config *cfg,
 lb_status lb_model_load_fp8(const char *dir, const lb_model_config *cfg,
                             const lb_model_load_opts *opts, lb_model **out,
                             bool *handled);
+/* Rows [r0, r0 + nr) of a 2-D tensor (slab < 0) or of slab `slab` of a
+ * 3-D one (GGUF merged experts, transformers-5 fused experts) as a 2-D
+ * view of the same data. Errors name t->name (load_hf_ext.c). */
+lb_status lb_tensor_rows_view(const lb_tensor *t, int slab, int64_t r0,
+                              int64_t nr, lb_tensor *v);
+
+/* GGUF parts of the issue-13 architectures (load_gguf_ext.c): the keys
+ * after the common ones, and every layer tensor. */
+lb_status lb_gguf_config_ext(const lb_gguf *g, const char *arch,
+                             lb_model_config *cfg);
+lb_status lb_gguf_load_layers_ext(lb_model *m, const lb_gguf *g,
+                                  const lb_model_load_opts *opts);
+
+/* What forward_ext.c needs of a context (filled by forward.c). */
+typedef struct lb_ext_ctx {
+    const lb_model *m;
+    lb_pool *pool;
+    void *k_cache, *v_cache; /* forward.c's layout and kv_type          */
+    lb_type kv_type;
+    int32_t n_ctx;
+    lb_forward_hook hook;
+} lb_ext_ctx;
+
+/* Layers [l0, l1) of an lb_model_config_is_ext model on hidden [n, dim]
+ * at positions pos.. (forward_ext.c). */
+lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
+                            float *hidden, int32_t n, int32_t pos);
 
 #endif

@@ -859,6 +859,9 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
     if (!rep) rep = &local;
     memset(rep, 0, sizeof *rep);
     if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL model");
+    if (lb_model_config_is_ext(&m->config) || m->config.arch >= LB_ARCH_GEMMA2)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: %s is not supported "
+                            "yet", m->config.arch_name);
     lb_quantize_params e;
     LB_TRY(qz_effective_params(p, &e));
     qz_rule *rules = NULL;

@@ -1129,6 +1129,13 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     if (s == LB_OK && m->config.has_quantization_config)
         s = lb_set_error(LB_ERR_INVALID_ARG, "%s is already quantized",
                          model_dir);
+    if (s == LB_OK && (lb_model_config_is_ext(&m->config) ||
+                        m->config.arch >= LB_ARCH_GEMMA2))
+        s = lb_set_error(LB_ERR_UNSUPPORTED,
+                         "%s: quantizing %s is not supported yet (lowbit "
+                         "loads, runs and exports it; MoE expert coverage "
+                         "and fused Phi-3 modules are future work)",
+                         model_dir, m->config.arch_name);
     if (s == LB_OK) s = check_finite_weights(model_dir);
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
     if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8) {
