@@ -6,9 +6,11 @@ TinyStories-valid-head30k.txt, one story per line): for each story, up to
 three cut points after sentence k (2 <= k <= 10); the context is the story's
 first k sentences, the choices the true next sentence and three sentences
 drawn from other stories, shuffled. The last two stories give the few-shot
-pool ("fewshot": true). Also writes the first five stories as rolling
+pool ("fewshot": true). Distractors are
+within 0.7x..1.4x of the true sentence's length. Also writes the first five stories as rolling
 log-likelihood documents. Python standard library only; deterministic
-(random.Random(SEED)); re-running gives the same bytes.
+(random.Random(SEED)); re-running gives the same bytes. Repeated stories
+are kept once.
 
 usage: python3 scripts/make_story_ending_task.py [SRC] [OUT_DIR]
 """
@@ -34,6 +36,9 @@ def main():
     # the head is cut at 30 KB: drop a last story that does not end a sentence
     if stories and stories[-1][-1] not in '.!?"\'':
         stories.pop()
+    # the validation text repeats some stories: keep the first of each
+    seen = set()
+    stories = [s for s in stories if not (s in seen or seen.add(s))]
     sents = [sentences(s) for s in stories]
     rng = random.Random(SEED)
     items = []
@@ -45,8 +50,14 @@ def main():
         rng.shuffle(cuts)
         for k in sorted(cuts[:3]):
             gold_s = ss[k]
+            # distractors of about the gold sentence's length, so that the
+            # raw log-likelihood (acc) does not simply prefer short choices
             others = [s for sj, o in enumerate(sents) if sj != si for s in o
-                      if s != gold_s and 15 <= len(s) <= 120]
+                      if s != gold_s
+                      and 0.7 * len(gold_s) <= len(s) <= 1.4 * len(gold_s)]
+            if len(others) < 3:
+                others = [s for sj, o in enumerate(sents) if sj != si
+                          for s in o if s != gold_s]
             distract = rng.sample(others, 3)
             choices = [gold_s] + distract
             order = list(range(4))

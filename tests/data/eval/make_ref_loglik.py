@@ -30,7 +30,7 @@ tok = transformers.AutoTokenizer.from_pretrained(MODEL)
 model = transformers.AutoModelForCausalLM.from_pretrained(
     MODEL, dtype=torch.float32, attn_implementation="eager")
 model.eval()
-max_length = model.config.max_position_embeddings
+max_length = model.config.max_position_embeddings  # set per SETS entry
 prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
 
 
@@ -80,34 +80,56 @@ def disjoint(pair):
     return a[:len(a) - (len(b) - 1)], b
 
 
+def fewshot_prefix(pool, k):
+    # lm-eval ContextSampler.get_context, first_n sampler, delimiters " "
+    # (target) and "\n\n" (few-shot)
+    if k == 0:
+        return ""
+    return "\n\n".join(it["context"] + " " + it["choices"][it["gold"]]
+                       for it in pool[:k]) + "\n\n"
+
+
 requests = []
 items = [json.loads(l) for l in open(TASK, encoding="utf-8") if l.strip()]
 line_of = [i + 1 for i, l in enumerate(open(TASK, encoding="utf-8")) if l.strip()]
 scored = [(ln, it) for ln, it in zip(line_of, items) if not it.get("fewshot")]
-for ln, it in scored[:N_ITEMS]:
-    for c, choice in enumerate(it["choices"]):
-        ctx_enc, cont_enc = encode_pair(it["context"], " " + choice)
-        ll, g = loglik_tokens(ctx_enc, cont_enc)
-        requests.append({"file": TASK, "line": ln, "choice": c, "loglik": ll,
-                         "is_greedy": g, "n_context": len(ctx_enc),
-                         "n_continuation": len(cont_enc)})
+pool = [it for it in items if it.get("fewshot")]
 docs = [json.loads(l) for l in open(DOCS, encoding="utf-8") if l.strip()]
-for d, doc in enumerate(docs[:N_DOCS]):
-    toks = enc(doc["text"])
-    total, g_all = 0.0, True
-    for w in rolling_windows(toks, prefix, max_length):
-        ctx_enc, cont_enc = disjoint(w)
-        ll, g = loglik_tokens(ctx_enc, cont_enc)
-        total += ll
-        g_all = g_all and g
-    requests.append({"file": DOCS, "line": d + 1, "choice": 0, "loglik": total,
-                     "is_greedy": g_all, "n_tokens": len(toks)})
+# (max_length, num_fewshot, items, documents)
+SETS = [(model.config.max_position_embeddings, 0, N_ITEMS, N_DOCS),
+        (model.config.max_position_embeddings, 2, 2, 0),
+        (48, 0, 3, 1)]
+for max_length, k, n_items, n_docs in SETS:
+    prefix_text = fewshot_prefix(pool, k)
+    for ln, it in scored[:n_items]:
+        for c, choice in enumerate(it["choices"]):
+            ctx_enc, cont_enc = encode_pair(prefix_text + it["context"],
+                                            " " + choice)
+            ll, g = loglik_tokens(ctx_enc, cont_enc)
+            requests.append({"file": TASK, "max_length": max_length,
+                             "num_fewshot": k, "line": ln, "choice": c,
+                             "loglik": ll, "is_greedy": g,
+                             "n_context": len(ctx_enc),
+                             "n_continuation": len(cont_enc)})
+    for d, doc in enumerate(docs[:n_docs]):
+        toks = enc(doc["text"])
+        total, g_all = 0.0, True
+        for w in rolling_windows(toks, prefix, max_length):
+            ctx_enc, cont_enc = disjoint(w)
+            ll, g = loglik_tokens(ctx_enc, cont_enc)
+            total += ll
+            g_all = g_all and g
+        requests.append({"file": DOCS, "max_length": max_length,
+                         "num_fewshot": 0, "line": d + 1, "choice": 0,
+                         "loglik": total, "is_greedy": g_all,
+                         "n_tokens": len(toks)})
 
 json.dump({"requests": requests}, open(OUT, "w"), indent=1)
 meta = {
     "what": "summed continuation log-likelihoods (lm-eval recipe) of "
-            "tinystories-656k on the first %d scored items of %s and the "
-            "first %d documents of %s" % (N_ITEMS, TASK, N_DOCS, DOCS),
+            "tinystories-656k on scored items of %s and documents of %s; "
+            "sets (max_length, num_fewshot, items, documents): %s"
+            % (TASK, DOCS, SETS),
     "command": "sh ../shared/tools/refenv.sh run python3 "
                "tests/data/eval/make_ref_loglik.py",
     "versions": {"python": sys.version.split()[0],
@@ -115,7 +137,7 @@ meta = {
                  "transformers": transformers.__version__,
                  "tokenizers": tokenizers.__version__},
     "dtype": "float32 forward (eager attention), log_softmax in float64",
-    "max_length": max_length, "prefix_token": prefix,
+    "prefix_token": prefix,
 }
 json.dump(meta, open("tests/data/eval/meta.json", "w"), indent=1)
 print("wrote %d requests" % len(requests))
