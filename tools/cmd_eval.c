@@ -29,6 +29,9 @@ static void usage(FILE *fp) {
             "                      length, at most 4096)\n"
             "  --add-bos           encode with special tokens (lm-eval "
             "add_bos_token=True)\n"
+            "  --tokenizer PATH    another tokenizer (HF directory, "
+            "tokenizer.json or GGUF)\n"
+            "                      instead of the model's own\n"
             "  --gptq-mode M       GPTQ checkpoints: auto, f32, f16, fast\n"
             "  -t, --threads N     threads (default: all CPUs)\n"
             "\n"
@@ -41,7 +44,7 @@ static void usage(FILE *fp) {
 
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
-    const char *model = NULL, *task_path = NULL;
+    const char *model = NULL, *task_path = NULL, *tok_path = NULL;
     long fewshot = 0, limit = 0, max_len = 0, threads = 0;
     bool add_bos = false;
     lb_model_load_opts lo = {0};
@@ -52,6 +55,8 @@ int cmd_eval(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--task")) {
             if (!(task_path = cli_value(cmd, argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!(tok_path = cli_value(cmd, argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--num-fewshot")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) ||
                 !cli_parse_int(cmd, a, v, 0, 1000, &fewshot))
@@ -114,7 +119,11 @@ int cmd_eval(int argc, char **argv) {
     lo.progress = cli_progress_make(&lp);
     st = lb_model_load(model, &lo, &m);
     cli_progress_done(&lp);
-    if (st == LB_OK) st = lb_tokenizer_load(model, &tok);
+    if (st == LB_OK) st = lb_tokenizer_load(tok_path ? tok_path : model, &tok);
+    if (st == LB_OK && lb_tokenizer_n_vocab(tok) > m->config.vocab_size)
+        st = lb_set_error(LB_ERR_FORMAT, "the tokenizer has %d tokens, the "
+                          "model's vocabulary %d", (int)lb_tokenizer_n_vocab(tok),
+                          (int)m->config.vocab_size);
     int32_t max_pos = m ? m->config.max_position_embeddings : 0;
     if (st == LB_OK) {
         if (!max_len) max_len = max_pos > 0 && max_pos < 4096 ? max_pos : 4096;
