@@ -332,8 +332,9 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
         return false;
     }
     /* max_completion_tokens (chat's newer name) wins over max_tokens */
-    if (!get_int(root, "max_tokens", 1, 2147483647.0, &r->max_tokens, err) ||
-        !get_int(root, "max_completion_tokens", 1, 2147483647.0, &r->max_tokens,
+    /* max_tokens 0: score the prompt only (echo + logprobs) */
+    if (!get_int(root, "max_tokens", 0, 2147483647.0, &r->max_tokens, err) ||
+        !get_int(root, "max_completion_tokens", 0, 2147483647.0, &r->max_tokens,
                  err))
         return false;
     if (!get_number(root, "temperature", 0, 2, &r->temperature, err) ||
@@ -373,15 +374,8 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
                        "'stream_options.include_usage' must be a boolean");
         r->include_usage = iu && cJSON_IsTrue(iu);
     }
-    /* features lowbit does not provide: reject rather than ignore */
-    if ((f = field(root, "logprobs")) && !cJSON_IsFalse(f) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return BAD("logprobs", "logprobs are not supported");
-    if ((f = field(root, "top_logprobs")) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return BAD("top_logprobs", "logprobs are not supported");
-    if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
-        return BAD("echo", "echo is not supported");
+    /* logprobs, top_logprobs, echo: scoring.c */
+    if (!srv_parse_logprob_fields(kind, root, r, err)) return false;
     if ((f = field(root, "best_of")) &&
         !(cJSON_IsNumber(f) && f->valuedouble == 1))
         return BAD("best_of", "only best_of = 1 is supported");
