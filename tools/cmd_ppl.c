@@ -258,11 +258,11 @@ int cmd_ppl(int argc, char **argv) {
             return cli_fail(cmd, kst);
         }
         if (ctx_len && ctx_len != ks.base.n_ctx) {
+            int32_t fc = ks.base.n_ctx;
             lb_kl_base_close(&ks.base);
             lb_unmap_file(&kmf);
             return cli_usage_error(cmd, "--ctx %ld, but %s was made with "
-                                   "n_ctx %d", ctx_len, kl_path,
-                                   (int)ks.base.n_ctx);
+                                   "n_ctx %d", ctx_len, kl_path, (int)fc);
         }
         ctx_len = ks.base.n_ctx;
         chunks = ks.base.n_chunk;

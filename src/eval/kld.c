@@ -8,6 +8,7 @@
 #include "lowbit/kld.h"
 #include "core/internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -128,6 +129,15 @@ double lb_kl_encode_row(const float *logits, int32_t n_vocab, int32_t tok,
     return (double)(max_logit + log_sum_exp - logits[tok]);
 }
 
+/* double -> float without undefined behaviour for values beyond FLT_MAX
+ * (a hostile base file can produce them; C leaves that conversion
+ * undefined, x86 gives inf) */
+static float to_float(double x) {
+    if (x > FLT_MAX) return INFINITY;
+    if (x < -FLT_MAX) return -INFINITY;
+    return (float)x;
+}
+
 static bool grow(lb_kl_stats *s) {
     int64_t nc = s->cap ? s->cap * 2 : 4096;
     float *a = realloc(s->kld_values, (size_t)nc * sizeof(float));
@@ -198,7 +208,7 @@ lb_status lb_kl_add(lb_kl_stats *s, const float *logits, int32_t n_vocab,
     s->sum_p_diff2 += p_diff2;
     s->sum_p_diff4 += p_diff2 * p_diff2;
     s->max_p_diff = fmaxf_cpp(s->max_p_diff, fabsf(p_diff));
-    s->kld_values[s->count] = (float)sum;
+    s->kld_values[s->count] = to_float(sum);
     s->p_diff_values[s->count] = p_diff;
     ++s->count;
     return LB_OK;
@@ -230,10 +240,13 @@ static double covariance(double suma, double sumb, double sumab,
     return var / (double)(count - 1);
 }
 
+/* ascending, NaN last (a total order for qsort) */
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
+    if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
     return (x > y) - (x < y);
 }
+
 
 static float percentile(const float *v, int64_t n, float fraction) {
     if (fraction <= 0) return v[0];
