@@ -3,7 +3,7 @@
 # quantized (RTN / GPTQ 4-bit and 3-bit g128 checkpoints, the lossless GGUF
 # Q4_0 export of the GPTQ 4-bit checkpoint, llama.cpp's own Q4_0), on the
 # TinyStories story-ending task and the 5 rolling documents
-# (tests/data/eval). GGUF files are scored with the HF tokenizer.json
+# (tests/data/eval), and KL divergence against the dense model. GGUF files are scored with the HF tokenizer.json
 # (--tokenizer) unless the row says otherwise. Prints a Markdown table
 # (docs/eval.md).
 #   sh scripts/eval_table.sh [BUILD_DIR] [WORK_DIR]
@@ -47,3 +47,26 @@ row "GPTQ 3-bit g128" "$W/gptq3"
 row "llama.cpp's Q4_0 GGUF (llama-quantize)" "$SHARED/models/tinystories-656k-gguf/ts656k-q4_0.gguf" --tokenizer "$M"
 row "llama.cpp's F32 GGUF" "$SHARED/models/tinystories-656k-gguf/ts656k-f32.gguf" --tokenizer "$M"
 row "GGUF Q4_0 export, its own GGUF tokenizer" "$W/gptq4-q4_0.gguf"
+
+# KL divergence against the dense model (llama-perplexity's protocol, ctx
+# 256, the TinyStories 30 KB head): base file from the dense model, each
+# quantized model read against it (its tokens: no text needed)
+TXT=$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt
+"$LB" --quiet ppl "$M" --text-file "$TXT" --ctx 256 -t 2 --save-logits "$W/dense-base.bin" >/dev/null
+echo
+echo "| model | PPL(Q) | mean KLD | 99% KLD | same top p | RMS Δp |"
+echo "|---|---|---|---|---|---|"
+kl() {
+    "$LB" --quiet --json ppl "$2" --kl-base "$W/dense-base.bin" -t 2 | python3 -c '
+import json, sys
+k = json.load(sys.stdin)["kl"]
+print("| %s | %.4f | %.6f ± %.6f | %.4f | %.2f ± %.2f %% | %.3f %% |" % (sys.argv[1], k["ppl_q"],
+      k["kld_mean"], k["kld_unc"], k["kld_p99"], 100 * k["same_top_p"], 100 * k["same_top_p_unc"],
+      100 * k["dp_rms"]))' "$1"
+}
+kl "RTN 4-bit g128" "$W/rtn4"
+kl "GPTQ 4-bit g128" "$W/gptq4"
+kl "GGUF Q4_0 (lossless export of GPTQ 4-bit)" "$W/gptq4-q4_0.gguf"
+kl "RTN 3-bit g128" "$W/rtn3"
+kl "GPTQ 3-bit g128" "$W/gptq3"
+kl "llama.cpp's Q4_0 GGUF (llama-quantize)" "$SHARED/models/tinystories-656k-gguf/ts656k-q4_0.gguf"
