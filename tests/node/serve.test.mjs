@@ -371,7 +371,7 @@ test('400: missing and mistyped fields name the param', async () => {
     [C, { prompt: 'x', model: 3 }, 'model'],
     [C, { prompt: 'x', max_tokens: 'ten' }, 'max_tokens'],
     [C, { prompt: 'x', max_tokens: 1.5 }, 'max_tokens'],
-    [C, { prompt: 'x', max_tokens: 0 }, 'max_tokens'],
+    [C, { prompt: 'x', max_tokens: -1 }, 'max_tokens'],
     [H, { messages: MSGS, max_completion_tokens: -1 }, 'max_completion_tokens'],
     [C, { prompt: 'x', temperature: 'hot' }, 'temperature'],
     [C, { prompt: 'x', temperature: 3 }, 'temperature'],
