@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (!(r.temperature >= 0 && r.temperature <= 2) || !(r.top_p >= 0 && r.top_p <= 1) ||
         !(r.min_p >= 0 && r.min_p <= 1) || r.top_k < 0 || r.n_stop > SRV_MAX_STOP ||
-        (r.max_tokens != -1 && r.max_tokens < 1))
+        (r.max_tokens != -1 && r.max_tokens < 0) || r.logprobs < -1 ||
+        r.logprobs > SRV_MAX_LOGPROBS || (r.echo && kind != SRV_COMPLETION))
         abort();
     for (int i = 0; i < r.n_stop; i++)
         if (!r.stop[i][0] || strlen(r.stop[i]) > SRV_MAX_STOP_BYTES) abort();

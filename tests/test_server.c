@@ -56,6 +56,8 @@ static void test_defaults_and_fields(void) {
                    &r, &e));
     TH_CHECK(r.prompt && !strcmp(r.prompt, "x"));
     TH_CHECK_INT(r.max_tokens, 7);
+    TH_CHECK_INT(r.logprobs, -1);
+    TH_CHECK(!r.echo);
     TH_CHECK(r.temperature == 0.0f && r.top_p == 0.5f && r.top_k == 3);
     TH_CHECK(fabsf(r.min_p - 0.1f) < 1e-7f);
     TH_CHECK(r.has_seed && r.seed == UINT64_MAX);
@@ -63,6 +65,28 @@ static void test_defaults_and_fields(void) {
     TH_CHECK(r.n_stop == 2 && !strcmp(r.stop[0], "a") && !strcmp(r.stop[1], "bc"));
     TH_CHECK(r.presence_penalty == -2.0f && r.frequency_penalty == 2.0f);
     TH_CHECK(r.stream && r.include_usage);
+    srv_request_free(&r);
+    /* lm-eval local-completions' scoring request */
+    TH_CHECK(parse(SRV_COMPLETION,
+                   "{\"model\":\"m\",\"prompt\":[[1,2,3]],\"temperature\":0,"
+                   "\"max_tokens\":1,\"logprobs\":1,\"seed\":1234,"
+                   "\"echo\":true}", &r, &e));
+    TH_CHECK(r.echo && r.logprobs == 1 && r.max_tokens == 1);
+    TH_CHECK(srv_wants_scorer(&r));
+    srv_request_free(&r);
+    TH_CHECK(parse(SRV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", &r,
+                   &e));
+    TH_CHECK(r.max_tokens == 0 && srv_wants_scorer(&r));
+    srv_request_free(&r);
+    TH_CHECK(parse(SRV_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                   "\"logprobs\":true,\"top_logprobs\":3}", &r, &e));
+    TH_CHECK(r.logprobs == 3 && !r.echo && srv_wants_scorer(&r));
+    srv_request_free(&r);
+    TH_CHECK(parse(SRV_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                   "\"logprobs\":false}", &r, &e));
+    TH_CHECK(r.logprobs == -1 && !srv_wants_scorer(&r));
     srv_request_free(&r);
     /* token ids, and [[ids]] */
     TH_CHECK(parse(SRV_COMPLETION, "{\"prompt\":[1, 2, 3]}", &r, &e));
@@ -113,7 +137,7 @@ static void test_unsupported_fields(void) {
     expect_bad(H, CH("\"logprobs\":0"), "logprobs");
     expect_bad(H, CH("\"logprobs\":\"yes\""), "logprobs");
     expect_bad(C, CO("\"logprobs\":true"), "logprobs");
-    expect_bad(C, CO("\"logprobs\":6"), "logprobs");
+    expect_bad(C, CO("\"logprobs\":21"), "logprobs"); /* 0..20, as llama-server */
     expect_bad(C, CO("\"logprobs\":-1"), "logprobs");
     expect_bad(H, CH("\"top_logprobs\":21"), "top_logprobs");
     expect_bad(H, CH("\"top_logprobs\":1.5"), "top_logprobs");
@@ -181,7 +205,7 @@ static void test_errors_name_param(void) {
     expect_bad(C, "{\"prompt\":[1,1e20]}", "prompt");
     expect_bad(C, "{\"prompt\":[true]}", "prompt");
     expect_bad(C, "{\"prompt\":\"x\",\"model\":1}", "model");
-    expect_bad(C, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+    expect_bad(C, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens");
     expect_bad(C, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens");
     expect_bad(C, "{\"prompt\":\"x\",\"max_tokens\":1e300}", "max_tokens");
     expect_bad(C, "{\"prompt\":\"x\",\"max_completion_tokens\":-5}",
@@ -211,9 +235,21 @@ static void test_errors_name_param(void) {
     expect_bad(C, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options");
     expect_bad(C, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":1}}",
                "stream_options.include_usage");
+    /* logprobs / echo (scoring.c): completions take logprobs N 0..20 and
+     * echo; chat takes logprobs true + top_logprobs 0..20 */
     expect_bad(C, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
+    expect_bad(C, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs");
+    expect_bad(C, "{\"prompt\":\"x\",\"logprobs\":1.5}", "logprobs");
     expect_bad(C, "{\"prompt\":\"x\",\"top_logprobs\":2}", "top_logprobs");
-    expect_bad(C, "{\"prompt\":\"x\",\"echo\":true}", "echo");
+    expect_bad(C, "{\"prompt\":\"x\",\"echo\":1}", "echo");
+    expect_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"logprobs\":1}", "logprobs");
+    expect_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"top_logprobs\":2}", "top_logprobs");
+    expect_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs");
+    expect_bad(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"echo\":true}", "echo");
     expect_bad(C, "{\"prompt\":\"x\",\"best_of\":2}", "best_of");
     expect_bad(C, "{\"prompt\":\"x\",\"suffix\":\"s\"}", "suffix");
     expect_bad(H, "{}", "messages");

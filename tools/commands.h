@@ -11,3 +11,4 @@ LB_CMD(export, "write a HF or GPTQ checkpoint as GGUF (direct, mixed, K-quant fa
 LB_CMD(plan, "show the per-tensor routes and GGUF types lowbit export would use")
 LB_CMD(parity, "compare two models: top-1 agreement, logit correlation/MSE, KL, divergence")
 LB_CMD(eora, "EoRA: fit a low-rank adapter to a quantized checkpoint's error (PEFT LoRA)")
+LB_CMD(eval, "score multiple-choice / rolling log-likelihood tasks as lm-eval does")

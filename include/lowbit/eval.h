@@ -70,6 +70,14 @@ typedef struct lb_ppl_params {
     lb_progress progress;     /* stage "ppl", done/total = chunks           */
     lb_ppl_chunk_fn on_chunk; /* optional                                   */
     void *user;
+    /* Optional: called for every scored row after its NLL is counted, with
+     * the chunk index, the row within the chunk (first .. n_ctx-2), the
+     * row's logits [n_vocab] (valid during the call) and the target token.
+     * A status other than LB_OK stops lb_perplexity with that status. Used
+     * for llama-perplexity's KL-divergence base files (lowbit/kld.h). */
+    lb_status (*on_row)(void *row_user, int64_t chunk, int32_t row,
+                        const float *logits, int32_t n_vocab, int32_t target);
+    void *row_user;
 } lb_ppl_params;
 
 /* Defaults: llama protocol, n_ctx 512, n_batch = n_ctx, all chunks,

@@ -19,9 +19,17 @@
  *                              a string, a list of text parts joined with
  *                              "\n", or null for assistant) rendered with the
  *                              model's chat template (see lb_chat_prompt)
+ *   POST /tokenize             llama-server's: {"content": TEXT, "add_special":
+ *                              bool, "with_pieces": bool} -> {"tokens": [id
+ *                              | {"id", "piece"}], "count"}; also vLLM's
+ *                              {"prompt", "add_special_tokens"}
+ *   POST /detokenize           {"tokens": [ids]} -> {"content", "prompt"}
+ *   GET  /tokenizer_info       {"bos_token", "eos_token", "pad_token",
+ *                              "chat_template", "vocab_size"} (what
+ *                              lm-eval's remote tokenizer reads)
  * (also without the /v1 prefix, as llama.cpp accepts them).
  * Request fields: model (string, ignored: the one model is served),
- * max_tokens / max_completion_tokens (integer >= 1; default and cap: the
+ * max_tokens / max_completion_tokens (integer >= 0; default and cap: the
  * rest of the slot's context), temperature (0..2, default 1 as OpenAI; 0 =
  * greedy), top_p (0..1), top_k (integer >= 0, 0 = off), min_p (0..1), seed
  * (integer; default: random), stop (string or list of at most 16 non-empty
@@ -29,21 +37,32 @@
  * stream (bool), stream_options.include_usage (bool), and llama.cpp's
  * extension ignore_eos (bool: generate to max_tokens). null counts as
  * absent; unknown fields are ignored; a field of the wrong type or out of
- * range is a 400 naming it in error.param. Features lowbit cannot honour
- * are rejected (400), not ignored: logprobs / top_logprobs, echo, best_of
- * > 1, suffix, n != 1, more than one prompt, logit_bias (non-empty),
+ * range is a 400 naming it in error.param. Log-probabilities (for
+ * evaluation harnesses; src/server/scoring.c): completions take logprobs
+ * (integer 0..20: top-N alternatives per token) and echo (bool: the prompt's
+ * tokens come first in text and logprobs, the first one with null
+ * token_logprobs / top_logprobs as OpenAI returns it), and max_tokens 0
+ * (score the prompt only); the choice's logprobs is then {tokens,
+ * token_logprobs, top_logprobs [{piece: logprob}], text_offset}. Chat takes
+ * logprobs (bool) and top_logprobs (0..20, needs logprobs true): logprobs
+ * {content: [{token, logprob, bytes, top_logprobs: [{token, logprob,
+ * bytes}]}]}. Log-probabilities are the model's log-softmax (before
+ * sampling filters); a generated EOS keeps its entry. Such requests are not
+ * streamed (stream true is a 400) and run one at a time on a context of
+ * their own. Features lowbit cannot honour are rejected (400), not ignored:
+ * best_of > 1, suffix, n != 1, more than one prompt, logit_bias (non-empty),
  * tools (non-empty) / tool_choice (other than "none"/"auto") / functions /
  * function_call, response_format other than {"type":"text"}, modalities
  * other than ["text"], audio, prediction, web_search_options,
  * reasoning_effort, and the constrained-decoding extensions grammar,
- * json_schema, guided_json/regex/choice/grammar; logprobs of the wrong
- * type or range (chat: a boolean; completions: an integer 0..5;
- * top_logprobs 0..20) likewise. Output-neutral fields (user, metadata,
- * store, service_tier, parallel_tool_calls) are ignored. A JSON string
- * holding \u0000 is refused (400): it cannot be passed on uncut.
+ * json_schema, guided_json/regex/choice/grammar. Output-neutral fields
+ * (user, metadata, store, service_tier, parallel_tool_calls) are ignored.
+ * A JSON string holding \u0000 is refused (400): it cannot be passed on
+ * uncut.
  * Responses: id, object ("text_completion" / "chat.completion" /
  * "chat.completion.chunk"), created, model, choices [{index 0, text or
- * message {role "assistant", content}, logprobs null, finish_reason "stop"
+ * message {role "assistant", content}, logprobs (null unless asked),
+ * finish_reason "stop"
  * (EOS or a stop string) or "length" (max_tokens or the context)}], usage
  * {prompt_tokens, completion_tokens (generated tokens, EOS not counted),
  * total_tokens}. Streaming: server-sent events "data: {chunk}\n\n", chat

@@ -146,6 +146,11 @@ lb_status lb_perplexity(lb_context *ctx, const int32_t *tokens,
                 nll += v;
                 nll2 += v * v;
                 count++;
+                if (p->on_row) {
+                    st = p->on_row(p->row_user, c, row,
+                                   logits + (size_t)j * V, V, chunk[row + 1]);
+                    if (st != LB_OK) break;
+                }
             }
         }
         if (st != LB_OK) break;

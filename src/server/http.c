@@ -35,6 +35,7 @@ struct lb_server {
     uint64_t seed_base;
     atomic_uint_fast64_t requests, counter;
     lb_lora_set loras; /* lb_server_config.loras */
+    srv_scorer *scorer; /* logprobs / echo requests (scoring.c) */
 };
 
 /* The adapters of a request (lb_server_config.loras): its "lora" list, or
@@ -98,6 +99,9 @@ enum route {
     R_HEALTH,
     R_MODELS,
     R_COMPLETIONS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_TOKENIZER_INFO,
     R_CHAT
 };
 
@@ -200,6 +204,9 @@ static enum route find_route(const char *url, const char **allow) {
         {"/completions", R_COMPLETIONS, "POST"},
         {"/v1/chat/completions", R_CHAT, "POST"},
         {"/chat/completions", R_CHAT, "POST"},
+        {"/tokenize", R_TOKENIZE, "POST"},
+        {"/detokenize", R_DETOKENIZE, "POST"},
+        {"/tokenizer_info", R_TOKENIZER_INFO, "GET"},
     };
     for (size_t i = 0; i < LB_ARRAY_LEN(routes); i++)
         if (!strcmp(url, routes[i].path)) {
@@ -601,6 +608,47 @@ static void stream_free(void *cls) {
     free(ss);
 }
 
+/* ---- scoring: logprobs / echo / max_tokens 0 (scoring.c) ------------------ */
+
+static enum MHD_Result handle_scored(lb_server *srv, struct MHD_Connection *c,
+                                     srv_kind kind, srv_task *t, bool echo,
+                                     int32_t logprobs) {
+    srv_error err;
+    cJSON *choice = NULL;
+    bool ok = srv_scorer_run(srv->scorer, kind, t, echo, logprobs, &choice,
+                             &err);
+    srv_task_release(t);
+    if (!ok) return send_error(c, &err);
+    char id[64];
+    make_id(srv, kind, id, sizeof id);
+    cJSON *o = response_head(srv, id,
+                             kind == SRV_CHAT ? "chat.completion"
+                                              : "text_completion",
+                             time(NULL));
+    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    if (!choices) {
+        cJSON_Delete(o);
+        cJSON_Delete(choice);
+        return send_json(c, 500, NULL);
+    }
+    cJSON *usage = cJSON_DetachItemFromObjectCaseSensitive(choice, "usage");
+    cJSON_AddItemToArray(choices, choice);
+    if (usage) cJSON_AddItemToObject(o, "usage", usage);
+    return send_json(c, 200, o);
+}
+
+static enum MHD_Result handle_tokenizer(lb_server *srv,
+                                        struct MHD_Connection *c,
+                                        enum route r, const char *body,
+                                        size_t len) {
+    srv_error err;
+    int which = r == R_TOKENIZE ? SRV_TOKENIZE
+                : r == R_DETOKENIZE ? SRV_DETOKENIZE : SRV_TOKENIZER_INFO;
+    char *s = srv_tokenizer_route(srv->tok, which, body, len, &err);
+    if (!s) return send_error(c, &err);
+    return send_text(c, 200, s, NULL, NULL);
+}
+
 /* ---- the POST handler ----------------------------------------------------- */
 
 static enum MHD_Result handle_completion(lb_server *srv,
@@ -611,10 +659,20 @@ static enum MHD_Result handle_completion(lb_server *srv,
     srv_error err;
     if (!srv_request_parse(kind, cr->body, cr->len, &rq, &err))
         return send_error(c, &err);
+    bool score = srv_wants_scorer(&rq), echo = rq.echo;
+    int32_t logprobs = rq.logprobs;
+    if (score && rq.stream) {
+        srv_request_free(&rq);
+        srv_fail(&err, 400, NULL, NULL, "stream",
+                 "logprobs, echo and max_tokens 0 are answered without "
+                 "streaming: set 'stream' to false");
+        return send_error(c, &err);
+    }
     srv_task *t = make_task(srv, &rq, &err);
     bool stream = rq.stream, include_usage = rq.include_usage;
     srv_request_free(&rq);
     if (!t) return send_error(c, &err);
+    if (score) return handle_scored(srv, c, kind, t, echo, logprobs);
     t->stream = stream;
     bool shutting;
     if (srv_sched_submit(srv->sched, t, &shutting) != 0) {
@@ -768,6 +826,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
             cr->responded = true;
             return handle_models(srv, c);
         }
+        if (cr->route == R_TOKENIZER_INFO) {
+            cr->responded = true;
+            return handle_tokenizer(srv, c, cr->route, NULL, 0);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      "Content-Length");
         if (cl) {
@@ -815,6 +877,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                  "the request body is larger than %zu bytes", srv->max_body);
         return send_error(c, &err);
     }
+    if (cr->route == R_TOKENIZE || cr->route == R_DETOKENIZE)
+        return handle_tokenizer(srv, c, cr->route, cr->body, cr->len);
     return handle_completion(srv, c, cr);
 }
 
@@ -937,7 +1001,9 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
                           host, gai_strerror(gai));
         goto fail;
     }
-    if ((st = srv_sched_create(model, tok, &cfg, &srv->sched)) != LB_OK) {
+    if ((st = srv_sched_create(model, tok, &cfg, &srv->sched)) != LB_OK ||
+        (st = srv_scorer_create(model, tok, srv_sched_n_ctx(srv->sched),
+                                cfg.n_threads, &srv->scorer)) != LB_OK) {
         freeaddrinfo(ai);
         goto fail;
     }
@@ -988,6 +1054,7 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
     return LB_OK;
 fail:
     srv_guard_free(srv->guard);
+    srv_scorer_free(srv->scorer);
     srv_sched_free(srv->sched);
     lb_chat_prompt_free(srv->chat);
     free(srv->api_key);
@@ -1010,6 +1077,7 @@ void lb_server_stop(lb_server *srv, unsigned drain_ms) {
     MHD_stop_daemon(srv->d);
     srv_guard_free(srv->guard);
     srv_sched_free(srv->sched);
+    srv_scorer_free(srv->scorer);
     lb_chat_prompt_free(srv->chat);
     free(srv->api_key);
     free(srv->model_name);

@@ -327,8 +327,8 @@ static bool parse_stop(const cJSON *root, srv_request *r, srv_error *err) {
  * tool_choice "none", response_format {"type":"text"}, logit_bias {},
  * modalities ["text"]). Fields without an effect on the output (user,
  * metadata, store, service_tier, parallel_tool_calls) are ignored as
- * other unknown fields are. logprobs / top_logprobs / echo: only values
- * the API reference forbids are refused here (see check_logprobs_spec). */
+ * other unknown fields are. logprobs / top_logprobs / echo are parsed
+ * and range-checked by srv_parse_logprob_fields (scoring.c). */
 static bool check_unsupported(srv_kind kind, const cJSON *root, srv_error *err) {
     const cJSON *f;
     if ((f = field(root, "logit_bias"))) {
@@ -375,26 +375,6 @@ static bool check_unsupported(srv_kind kind, const cJSON *root, srv_error *err) 
         if (field(root, refused[i]))
             return BAD(refused[i], "'%s' is not supported", refused[i]);
     (void)kind;
-    return true;
-}
-
-/* logprobs / top_logprobs values the OpenAI API reference forbids (types
- * and ranges; whether logprobs are returned is decided elsewhere):
- * completions: logprobs an integer 0..5; chat: logprobs a boolean,
- * top_logprobs an integer 0..20. */
-static bool check_logprobs_spec(srv_kind kind, const cJSON *root, srv_error *err) {
-    const cJSON *f;
-    double v;
-    if ((f = field(root, "logprobs"))) {
-        if (kind == SRV_CHAT && !cJSON_IsBool(f))
-            return BAD("logprobs", "'logprobs' must be a boolean");
-        if (kind == SRV_COMPLETION && !is_int(f, 0, 5, &v))
-            return BAD("logprobs", "'logprobs' must be an integer between 0 and 5");
-    }
-    if ((f = field(root, "top_logprobs")) && !is_int(f, 0, 20, &v))
-        return BAD("top_logprobs", "'top_logprobs' must be an integer between 0 and 20");
-    if ((f = field(root, "echo")) && !cJSON_IsBool(f))
-        return BAD("echo", "'echo' must be a boolean");
     return true;
 }
 
@@ -471,8 +451,9 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
         return false;
     }
     /* max_completion_tokens (chat's newer name) wins over max_tokens */
-    if (!get_int(root, "max_tokens", 1, 2147483647.0, &r->max_tokens, err) ||
-        !get_int(root, "max_completion_tokens", 1, 2147483647.0, &r->max_tokens,
+    /* max_tokens 0: score the prompt only (echo + logprobs) */
+    if (!get_int(root, "max_tokens", 0, 2147483647.0, &r->max_tokens, err) ||
+        !get_int(root, "max_completion_tokens", 0, 2147483647.0, &r->max_tokens,
                  err))
         return false;
     if (!get_number(root, "temperature", 0, 2, &r->temperature, err) ||
@@ -512,17 +493,9 @@ static bool parse_fields(srv_kind kind, const cJSON *root, srv_request *r,
                        "'stream_options.include_usage' must be a boolean");
         r->include_usage = iu && cJSON_IsTrue(iu);
     }
-    if (!check_unsupported(kind, root, err) || !check_logprobs_spec(kind, root, err))
-        return false;
-    /* features lowbit does not provide: reject rather than ignore */
-    if ((f = field(root, "logprobs")) && !cJSON_IsFalse(f) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return BAD("logprobs", "logprobs are not supported");
-    if ((f = field(root, "top_logprobs")) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return BAD("top_logprobs", "logprobs are not supported");
-    if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
-        return BAD("echo", "echo is not supported");
+    if (!check_unsupported(kind, root, err)) return false;
+    /* logprobs, top_logprobs, echo: scoring.c */
+    if (!srv_parse_logprob_fields(kind, root, r, err)) return false;
     if ((f = field(root, "best_of")) &&
         !(cJSON_IsNumber(f) && f->valuedouble == 1))
         return BAD("best_of", "only best_of = 1 is supported");

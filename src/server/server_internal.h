@@ -48,6 +48,10 @@ typedef struct srv_request {
     int lora_id[LB_LORA_MAX_SET];
     char lora_name[LB_LORA_MAX_SET][128];
     float lora_scale[LB_LORA_MAX_SET];
+    /* evaluation (scoring.c): completions' logprobs N / chat's top_logprobs
+     * N when logprobs is true; -1 = no logprobs. echo: completions only */
+    int32_t logprobs;
+    bool echo;
 } srv_request;
 
 /* An OpenAI-shaped error. */
@@ -143,5 +147,42 @@ int srv_sched_submit(srv_sched *s, srv_task *t, bool *shutting_down);
 void srv_sched_stop(srv_sched *s, unsigned drain_ms);
 void srv_sched_free(srv_sched *s);
 void srv_sched_stats(srv_sched *s, lb_server_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Scoring (scoring.c): logprobs, echo, max_tokens 0, tokenizer routes       */
+/* ------------------------------------------------------------------------ */
+
+#include <cjson/cJSON.h>
+
+#define SRV_MAX_LOGPROBS 20
+
+/* logprobs / top_logprobs / echo of a request body (sets r->logprobs,
+ * r->echo); false with a 400 in *err for a malformed value. */
+bool srv_parse_logprob_fields(srv_kind kind, const cJSON *root,
+                              srv_request *r, srv_error *err);
+
+typedef struct srv_scorer srv_scorer;
+lb_status srv_scorer_create(const lb_model *m, const lb_tokenizer *tok,
+                            int32_t n_ctx, int n_threads, srv_scorer **out);
+void srv_scorer_free(srv_scorer *s);
+/* Does this request need the scorer (echo, logprobs, max_tokens 0)? */
+bool srv_wants_scorer(const srv_request *rq);
+/* Run task t (prompt, max_tokens, sampling, stops as make_task built them)
+ * on the scorer's own context, one request at a time. *choice: the
+ * response's choices[0] with a "usage" member the caller moves to the top
+ * level. echo: completions' prompt tokens with their log-probabilities
+ * (the first one null). logprobs: top-N per token, -1 none. */
+bool srv_scorer_run(srv_scorer *s, srv_kind kind, const srv_task *t,
+                    bool echo, int32_t logprobs, cJSON **choice,
+                    srv_error *err);
+
+enum { SRV_TOKENIZE = 1, SRV_DETOKENIZE = 2, SRV_TOKENIZER_INFO = 3 };
+/* llama-server's POST /tokenize ({"content"|"prompt", "add_special",
+ * "with_pieces"} -> {"tokens"}) and /detokenize ({"tokens"} ->
+ * {"content", "prompt"}), and GET /tokenizer_info ({"bos_token",
+ * "eos_token", "pad_token", "chat_template"}, as lm-eval's remote tokenizer
+ * reads it). Returns malloc'd JSON, or NULL with *err set. */
+char *srv_tokenizer_route(const lb_tokenizer *tok, int route, const char *body,
+                          size_t len, srv_error *err);
 
 #endif

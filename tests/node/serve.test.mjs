@@ -371,7 +371,7 @@ test('400: missing and mistyped fields name the param', async () => {
     [C, { prompt: 'x', model: 3 }, 'model'],
     [C, { prompt: 'x', max_tokens: 'ten' }, 'max_tokens'],
     [C, { prompt: 'x', max_tokens: 1.5 }, 'max_tokens'],
-    [C, { prompt: 'x', max_tokens: 0 }, 'max_tokens'],
+    [C, { prompt: 'x', max_tokens: -1 }, 'max_tokens'],
     [H, { messages: MSGS, max_completion_tokens: -1 }, 'max_completion_tokens'],
     [C, { prompt: 'x', temperature: 'hot' }, 'temperature'],
     [C, { prompt: 'x', temperature: 3 }, 'temperature'],
@@ -389,8 +389,8 @@ test('400: missing and mistyped fields name the param', async () => {
     [C, { prompt: 'x', stream: 'yes' }, 'stream'],
     [C, { prompt: 'x', stream: true, stream_options: 1 }, 'stream_options'],
     [C, { prompt: 'x', stream: true, stream_options: { include_usage: 'y' } }, 'stream_options.include_usage'],
-    [C, { prompt: 'x', logprobs: 2 }, 'logprobs'],
-    [C, { prompt: 'x', echo: true }, 'echo'],
+    [C, { prompt: 'x', logprobs: 21 }, 'logprobs'],
+    [C, { prompt: 'x', echo: 'yes' }, 'echo'],
     [C, { prompt: 'x', best_of: 3 }, 'best_of'],
     [H, {}, 'messages'],
     [H, { messages: 'hi' }, 'messages'],
@@ -720,7 +720,7 @@ test('400 for fields lowbit cannot honour; \\u0000 never truncates a prompt', as
     ['/v1/chat/completions', { response_format: { type: 'json_object' } }, 'response_format'],
     ['/v1/chat/completions', { logprobs: 0 }, 'logprobs'],
     ['/v1/completions', { logit_bias: { 5: -100 } }, 'logit_bias'],
-    ['/v1/completions', { logprobs: 9 }, 'logprobs'],
+    ['/v1/completions', { logprobs: 21 }, 'logprobs'],
   ]) {
     const body = path.includes('chat') ? { messages: M, max_tokens: 1, ...extra }
       : { prompt: 'Hi', max_tokens: 1, ...extra };
