@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 uint8_t *w = make_weights(types[ti], out, in, &wbytes);
-                lb_tensor W = {"bench", types[ti], 2, {out, in}, w, wbytes};
+                lb_tensor W = {"bench", types[ti], 2, {out, in}, w, wbytes, LB_LAYOUT_ROWS};
                 float *X = malloc(sizeof(float) * (size_t)(NT * in));
                 float *Y = malloc(sizeof(float) * (size_t)(NT * out));
                 for (int64_t i = 0; i < NT * in; i++) X[i] = rndf();
