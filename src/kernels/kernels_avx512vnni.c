@@ -346,6 +346,7 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
     const size_t bb = q4 ? 16 * 18 : 16 * 34;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4];
+#pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
     const uint8_t *p = gp + (size_t)kb0 * bb;
     for (int i = 0; i < kbn; i++, p += bb) {
@@ -363,15 +364,18 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
         const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         __m512i k[8];
         if (q4) {
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
                 k[j] = _mm512_and_si512(v, m4);
                 k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
             }
         } else {
+#pragma GCC unroll 8
             for (int j = 0; j < 8; j++) k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
         }
-        for (int u = 0; u < U; u++) {
+    #pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
             const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
             /* Q4_0: k[j] = elements 4j.. (j < 4) and 16 + 4(j-4).., i.e.
              * activation dword j in both cases; Q8_0: dword j */
@@ -388,6 +392,7 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
                                      _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[u]);
         }
     }
+#pragma GCC unroll 4
     for (int u = 0; u < U; u++) {
         float *yu = y + (size_t)u * ldy;
         const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u]) : acc[u];
