@@ -71,6 +71,12 @@ lb_status lb_tensor_repack(lb_tensor *W, void *data);
  * is rebuilt into buf (row_bytes bytes) and buf is returned. */
 const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf);
 
+/* Name of the kernel lb_matmul runs for weights of `type` on n_tokens
+ * tokens as a GGUF load leaves them (repacked where lb_tensor_repack
+ * repacks), e.g. "mm_q4_0_x16_avx512_vnni" for decode (n_tokens 1) of Q4_0
+ * on an AVX-512 VNNI machine; NULL for a type without a kernel. */
+const char *lb_kernel_name(lb_type type, int64_t n_tokens);
+
 /* Free the calling thread's activation scratch now (it is otherwise freed
  * when the thread exits). Safe to call at any time. */
 void lb_kernels_release_scratch(void);

@@ -163,4 +163,6 @@ void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q8_0].batch_name = "mm_q8_0_amx";
     kt->w[LB_TYPE_Q4_0].mm_x16_batch = mm_q4_0_x16_amx;
     kt->w[LB_TYPE_Q8_0].mm_x16_batch = mm_q8_0_x16_amx;
+    kt->w[LB_TYPE_Q4_0].x16_batch_name = "mm_q4_0_x16_amx";
+    kt->w[LB_TYPE_Q8_0].x16_batch_name = "mm_q8_0_x16_amx";
 }

@@ -61,7 +61,7 @@ typedef struct lb_wkernel {
      * batch_min when set. x16_fast: this family streams X16 faster than row
      * form, so lb_tensor_repack repacks (false in the ref table). */
     lb_mm_fn mm_x16, mm_x16_batch;
-    const char *x16_name;
+    const char *x16_name, *x16_batch_name;
     bool x16_fast;
 } lb_wkernel;
 

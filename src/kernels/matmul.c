@@ -332,6 +332,24 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
 /* ---------------------------------------------------------------------- */
 /* Repacking (LB_LAYOUT_X16)                                               */
 
+/* lb_tensor_repack repacks weights of type t */
+static bool repacks(lb_type t) {
+    if (t != LB_TYPE_Q4_0 && t != LB_TYPE_Q8_0) return false;
+    const char *env = getenv("LB_REPACK");
+    if (env && strcmp(env, "0") == 0) return false;
+    const lb_wkernel *wk = &lb_kernels_current()->w[t];
+    return wk->x16_fast && wk->mm_x16;
+}
+
+const char *lb_kernel_name(lb_type type, int64_t n_tokens) {
+    if ((int)type < 0 || type >= LB_TYPE_COUNT_) return NULL;
+    const lb_wkernel *wk = &lb_kernels_current()->w[type];
+    if (!wk->mm) return NULL;
+    if (repacks(type))
+        return wk->mm_x16_batch && n_tokens >= wk->batch_min ? wk->x16_batch_name : wk->x16_name;
+    return wk->mm_batch && n_tokens >= wk->batch_min ? wk->batch_name : wk->mm_name;
+}
+
 lb_status lb_tensor_repack(lb_tensor *W, void *data) {
     if (!W || !data || data != W->data)
         return lb_set_error(LB_ERR_INVALID_ARG, "repack: NULL argument or data is not W's");
@@ -340,10 +358,7 @@ lb_status lb_tensor_repack(lb_tensor *W, void *data) {
         return LB_OK;
     if (W->n_dims != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
         return lb_set_error(LB_ERR_INVALID_ARG, "repack: %s is not a non-empty 2-D tensor", name);
-    const char *env = getenv("LB_REPACK");
-    if (env && strcmp(env, "0") == 0) return LB_OK;
-    const lb_wkernel *wk = &lb_kernels_current()->w[W->type];
-    if (!wk->x16_fast || !wk->mm_x16 || W->shape[0] < 16) return LB_OK;
+    if (!repacks(W->type) || W->shape[0] < 16) return LB_OK;
     size_t ws, total, gbytes;
     if (!lb_row_size(W->type, W->shape[1], &ws) ||
         !lb_mul_ok(ws, (size_t)W->shape[0], &total) || total > W->nbytes ||
