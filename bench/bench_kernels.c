@@ -5,7 +5,15 @@
  * weights streamed (GEMV), GFLOP/s (both), and each variant's speed relative
  * to the scalar reference measured in the same run.
  *
- *   bench_kernels [--quick] [--min-time SECONDS]
+ *   bench_kernels [--quick] [--min-time SECONDS] [--dram]
+ *
+ * Q4_0/Q8_0 are also timed in LB_LAYOUT_X16 (the layout the loader repacks
+ * them into where the family asks for it), as "<variant>+x16". --dram: the
+ * GEMVs cycle over copies of the weights totalling >= 512 MiB, so they
+ * stream from memory as decode does (without it a matrix stays in L2/L3).
+ * --cpu-time: 1-thread timings in process CPU time instead of wall time
+ * (less disturbed on a shared machine: time the process spends descheduled
+ * does not count). --only TYPE: one weight type.
  *
  * The reference GEMM is timed at 16 tokens (its cost per token is constant:
  * it is a loop of dot products) so that the run stays short; every other
@@ -51,24 +59,49 @@ static uint8_t *make_weights(lb_type t, int64_t out, int64_t in, size_t *bytes) 
     return w;
 }
 
-static double time_it(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
+#include <time.h>
+static int g_cpu_time;
+static double now_s(int th) {
+    if (!g_cpu_time || th > 1) return lb_time_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* W[0..nw) are copies of one matrix; calls cycle over them. */
+static double time_it(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W, int nw,
                       const float *X, float *Y, int64_t nt, double min_time) {
-    lb_matmul_table(kt, pool, W, X, Y, nt); /* warm-up */
+    for (int k = 0; k < nw; k++) lb_matmul_table(kt, pool, &W[k], X, Y, nt); /* warm-up */
     int iters = 0;
-    double t0 = lb_time_s(), el;
+    const int th = pool ? lb_pool_size(pool) : 1;
+    double t0 = now_s(th), el;
     do {
-        lb_matmul_table(kt, pool, W, X, Y, nt);
+        lb_matmul_table(kt, pool, &W[iters % nw], X, Y, nt);
         iters++;
-        el = lb_time_s() - t0;
-    } while (el < min_time);
+        el = now_s(th) - t0;
+    } while (el < min_time || iters < nw);
     return el / iters;
 }
 
+/* Copy of row-form Q4_0/Q8_0 weights in LB_LAYOUT_X16. */
+static uint8_t *pack_x16(lb_type t, const uint8_t *w, int64_t out, int64_t in, size_t bytes) {
+    size_t rb;
+    lb_row_size(t, in, &rb);
+    uint8_t *p = malloc(bytes);
+    memcpy(p, w, bytes);
+    for (int64_t g = 0; g < out / 16; g++)
+        lb_x16_pack_group(t, w + (size_t)g * 16 * rb, rb, in / 32, p + (size_t)g * 16 * rb);
+    return p;
+}
+
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, dram = 0, only = -1;
     double min_time = 0.25;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--dram")) dram = 1;
+        else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = lb_type_from_name(argv[++i]);
         else if (!strcmp(argv[i], "--min-time") && i + 1 < argc) min_time = atof(argv[++i]);
     }
     char feats[256];
@@ -83,6 +116,7 @@ int main(int argc, char **argv) {
     for (int th = 1; th <= 2; th++) {
         lb_pool *pool = th > 1 ? lb_pool_create(th) : NULL;
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            if (only >= 0 && (int)types[ti] != only) continue;
             for (int s = 0; s < n_shapes; s++) {
                 const int64_t out = shapes[s][0], in = shapes[s][1];
                 size_t wbytes;
@@ -93,38 +127,60 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 uint8_t *w = make_weights(types[ti], out, in, &wbytes);
-                lb_tensor W = {"bench", types[ti], 2, {out, in}, w, wbytes};
+                const bool xq = types[ti] == LB_TYPE_Q4_0 || types[ti] == LB_TYPE_Q8_0;
+                const int ncopy = dram ? (int)((512u << 20) / wbytes + 1) : 1;
+                lb_tensor *Ws = calloc((size_t)ncopy, sizeof *Ws), *Wx = calloc((size_t)ncopy, sizeof *Wx);
+                for (int k = 0; k < ncopy; k++) {
+                    uint8_t *c = k ? malloc(wbytes) : w;
+                    if (k) memcpy(c, w, wbytes);
+                    Ws[k] = (lb_tensor){.name = "bench", .type = types[ti], .n_dims = 2,
+                                        .shape = {out, in}, .data = c, .nbytes = wbytes};
+                    Wx[k] = Ws[k];
+                    if (xq) {
+                        Wx[k].data = pack_x16(types[ti], w, out, in, wbytes);
+                        Wx[k].layout = LB_LAYOUT_X16;
+                    }
+                }
                 float *X = malloc(sizeof(float) * (size_t)(NT * in));
                 float *Y = malloc(sizeof(float) * (size_t)(NT * out));
                 for (int64_t i = 0; i < NT * in; i++) X[i] = rndf();
                 for (int mode = 0; mode < 2; mode++) {
                     double ref_gflops = 0;
-                    for (int v = 0; v < LB_KV_COUNT; v++) {
+                    for (int vx = 0; vx < 2 * LB_KV_COUNT; vx++) {
+                        const int v = vx / 2, x16 = vx % 2;
                         if (!lb_kernels_usable(v)) continue;
                         const lb_kernel_table *kt = lb_kernels_table(v);
+                        if (x16 && (!xq || !kt->w[types[ti]].x16_fast)) continue;
+                        const lb_tensor *W = x16 ? Wx : Ws;
+                        const int nw = mode == 0 ? ncopy : 1;
                         /* skip variants identical to the one below for this type */
-                        if (v > 0) {
+                        if (v > 0 && !x16) {
                             const lb_wkernel *a = &kt->w[types[ti]], *b = &lb_kernels_table(v - 1)->w[types[ti]];
                             if (a->mm == b->mm && a->mm_batch == b->mm_batch &&
                                 kt->qact[a->act_type] == lb_kernels_table(v - 1)->qact[a->act_type])
                                 continue;
                         }
                         int64_t nt = mode == 0 ? 1 : (v == LB_KV_REF ? NT_REF : NT);
-                        double sec = time_it(kt, pool, &W, X, Y, nt, v == LB_KV_REF ? min_time / 2 : min_time);
+                        double sec = time_it(kt, pool, W, nw, X, Y, nt, v == LB_KV_REF ? min_time / 2 : min_time);
                         double gflops = 2.0 * (double)out * (double)in * (double)nt / sec * 1e-9;
                         double gbs = (double)wbytes / sec * 1e-9;
                         if (v == LB_KV_REF) ref_gflops = gflops;
-                        char shape[32];
+                        char shape[32], vname[32];
+                        snprintf(vname, sizeof vname, "%s%s", kt->name, x16 ? "+x16" : "");
                         snprintf(shape, sizeof shape, "%lldx%lld", (long long)out, (long long)in);
                         printf("%-5s %-11s %-6s %2d %-12s %10.3f %8.2f %9.2f %9.2f%s\n",
                                lb_type_name(types[ti]), shape, mode == 0 ? "gemv" : "gemm", th,
-                               kt->name, sec * 1e3, mode == 0 ? gbs : 0.0, gflops,
+                               vname, sec * 1e3, mode == 0 ? gbs : 0.0, gflops,
                                ref_gflops > 0 ? gflops / ref_gflops : 0.0,
                                (mode == 1 && v == LB_KV_REF) ? "  (ref at 16 tokens)" : "");
                         fflush(stdout);
                     }
                 }
-                free(w), free(X), free(Y);
+                for (int k = 0; k < ncopy; k++) {
+                    free((void *)Ws[k].data);
+                    if (xq) free((void *)Wx[k].data);
+                }
+                free(Ws), free(Wx), free(X), free(Y);
             }
         }
         lb_pool_free(pool);

@@ -4,7 +4,7 @@
 #
 #   bench/vs_llamacpp.sh [-d DIR] [-t THREADS] [-p 512] [-n 128] [-r REPS]
 #                        [-k ROUNDS] [-s "SHAPES"] [-y "TYPES"] [-b BUILD_DIR]
-#                        [-D DEPTH]
+#                        [-D DEPTH] [-R]
 #
 #   -d DIR     where the GGUF files are made / found (default /tmp/lowbit-bench)
 #   -t N       threads for both tools (default 2)
@@ -17,6 +17,11 @@
 #   -b DIR     lowbit build directory (default $LB_BUILD_DIR or ./build)
 #   -D DEPTH   tokens already in the KV cache when each test starts
 #              (llama-bench -d; default 0)
+#   -R         roofline: measure DRAM read bandwidth (bench/roofline, 1 and
+#              THREADS threads) before and after the runs, and print each
+#              decode test as a fraction of its ceiling, bandwidth / model
+#              bytes (every weight is read once per token; KV and
+#              activations not counted), for both tools
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -28,7 +33,7 @@
 # ../shared and the current directory visible inside the chroot; DIR must be
 # under /tmp or the project for the same reason).
 set -eu
-DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3 D=0
+DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3 D=0 ROOF=0
 SHAPES="qwen2.5-0.5b llama3.2-1b" TYPES="q4_0 q8_0"
 B=${LB_BUILD_DIR:-./build}
 while [ $# -gt 0 ]; do
@@ -36,8 +41,8 @@ while [ $# -gt 0 ]; do
     -d) DIR=$2; shift 2 ;; -t) T=$2; shift 2 ;; -p) P=$2; shift 2 ;;
     -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
     -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
-    -D) D=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -D) D=$2; shift 2 ;; -R) ROOF=1; shift ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +54,12 @@ command -v python3 >/dev/null || { echo "python3 is needed to read the JSON" >&2
 mkdir -p "$DIR"
 RES=$DIR/results.jsonl
 : > "$RES"
+roof() {
+  [ "$ROOF" = 1 ] || return 0
+  [ -x "$B/roofline" ] || { echo "build bench/roofline first ($B)" >&2; exit 1; }
+  echo "{\"tool\": \"roofline\", \"run\": $("$B/roofline" --threads "1 $T" --json)}" >> "$RES"
+}
+roof
 
 for shape in $SHAPES; do
   for type in $TYPES; do
@@ -77,14 +88,20 @@ for shape in $SHAPES; do
   done
 done
 
+roof
+
 python3 - "$RES" "$T" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 T = sys.argv[2]
 res = {}
+roofs = [r["run"]["read_gbs"] for r in rows if r["tool"] == "roofline"]
+size = {}
 for r in rows:
-    if r["tool"] == "rss":
+    if r["tool"] in ("rss", "roofline"):
         continue
+    if r["tool"] == "lowbit":
+        size[(r["shape"], r["type"])] = r["run"]["model_size"]
     key = (r["shape"], r["type"])
     if r["tool"] == "lowbit":
         for t in r["run"]["tests"]:
@@ -105,6 +122,21 @@ for key in sorted(res):
     ma, mb = sum(a) / len(a), sum(b) / len(b)
     print("| %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f | %.2f |"
           % (key[0], key[1], key[2], ma, max(a), mb, max(b), ma / mb, max(a) / max(b)))
+if roofs:
+    bw = sum(x[T] for x in roofs) / len(roofs)
+    print("\nRoofline: DRAM read %s GB/s at %s thread(s) (runs before / after: %s); decode as a"
+          " fraction of bandwidth / model bytes\n" % ("%.2f" % bw, T,
+          " / ".join("%.2f" % x[T] for x in roofs)))
+    print("| shape | type | test | ceiling t/s | lowbit | lowbit / ceiling | llama.cpp | llama.cpp / ceiling |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for key in sorted(res):
+        a, b = res[key].get("lowbit", []), res[key].get("llama", [])
+        if not key[2].startswith("tg") or not a or not b or key[:2] not in size:
+            continue
+        ceil = bw * 1e9 / size[key[:2]]
+        ma, mb = sum(a) / len(a), sum(b) / len(b)
+        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f |" % (key[0], key[1], key[2], ceil,
+              ma, ma / ceil, mb, mb / ceil))
 print("\nlowbit peak RSS vs file + KV cache (f16)\n")
 print("| shape | type | file MiB | KV MiB | peak RSS MiB | RSS / (file + KV) |")
 print("|---|---|---:|---:|---:|---:|")

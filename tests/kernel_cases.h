@@ -310,6 +310,95 @@ static inline int kc_check_table(const lb_kernel_table *kt) {
     return cases;
 }
 
+/* A copy of row-form weights w [out, in] of type wt (Q4_0/Q8_0) in
+ * LB_LAYOUT_X16 (whole groups of 16 rows packed, the rest copied), made with
+ * a packer written here from the layout's description, not with the
+ * library's. */
+static inline uint8_t *kc_pack_x16(lb_type wt, const uint8_t *w, int64_t out, int64_t in) {
+    size_t rb;
+    lb_row_size(wt, in, &rb);
+    uint8_t *p = malloc(rb * (size_t)out);
+    memcpy(p, w, rb * (size_t)out);
+    const size_t bb = wt == LB_TYPE_Q4_0 ? 18 : 34, ncode = bb - 2;
+    for (int64_t g = 0; g < out / 16; g++)
+        for (int64_t b = 0; b < in / 32; b++)
+            for (int n = 0; n < 16; n++) {
+                const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb;
+                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
+                memcpy(dst + 2 * n, src, 2);
+                for (size_t k = 0; k < ncode; k++)
+                    dst[32 + 64 * (k / 4) + 4 * n + k % 4] =
+                        (uint8_t)(src[2 + k] ^ (wt == LB_TYPE_Q8_0 ? 0x80 : 0));
+            }
+    return p;
+}
+
+/* Table kt on X16 weights: the same bytes as kt itself on the row-form
+ * weights, for Q4_0 and Q8_0, on awkward shapes (rows below, at and past
+ * multiples of 16; more than 256 blocks per row), 1..70 tokens (decode,
+ * tiles, prefill), 1 and 3 threads; and lb_tensor_row_canonical gives the
+ * row-form bytes back. Returns the number of products compared. */
+static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
+    const int64_t ins[] = {32, 96, 32 * 300}, outs[] = {5, 16, 33, 64};
+    const int64_t toks[] = {1, 2, 4, 5, 15, 16, 17, 70};
+    lb_pool *pool = lb_pool_create(3);
+    int runs = 0, bad = 0;
+    for (int k = 0; k < 2; k++) {
+        const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
+        TH_CHECK_MSG(kt->w[wt].mm_x16 != NULL, "%s: no X16 kernel for %s", kt->name,
+                     lb_type_name(wt));
+        if (!kt->w[wt].mm_x16) continue;
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++)
+            for (size_t io = 0; io < sizeof outs / sizeof outs[0]; io++)
+                for (size_t it = 0; it < sizeof toks / sizeof toks[0]; it++) {
+                    const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                    if (in > 1000 && nt > 17 && strcmp(kt->name, "ref") == 0) continue;
+                    size_t rb;
+                    lb_row_size(wt, in, &rb);
+                    uint8_t *w = malloc(rb * (size_t)out);
+                    make_weights(wt, w, out, in, 0);
+                    if ((ii + io + it) % 2) /* extreme codes: block sums near their maximum */
+                        for (int64_t o = 0; o < out; o++)
+                            for (int64_t b = 0; b < in / 32; b++) {
+                                uint8_t *blk = w + (size_t)o * rb + (size_t)b * (k ? 34 : 18);
+                                for (int j = 0; j < (k ? 32 : 16); j++)
+                                    blk[2 + j] = k ? (uint8_t)(o % 2 ? 0x80 : 0x7F) : (o % 2 ? 0 : 0xFF);
+                            }
+                    uint8_t *wx = kc_pack_x16(wt, w, out, in);
+                    float *x = malloc(sizeof(float) * (size_t)(in * nt));
+                    float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                    for (int64_t i = 0; i < in * nt; i++) x[i] = rng_f(-2, 2);
+                    lb_tensor W = {"w_rows", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
+                    lb_tensor WX = {"w_x16", wt, 2, {out, in}, wx, rb * (size_t)out, LB_LAYOUT_X16};
+                    TH_CHECK_OK(lb_matmul_table(kt, NULL, &W, x, y0, nt));
+                    for (int p = 0; p < 2; p++) {
+                        memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
+                        TH_CHECK_OK(lb_matmul_table(kt, p ? pool : NULL, &WX, x, y1, nt));
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
+                            if (bad < 5)
+                                fprintf(stderr, "  %s %s X16 in=%lld out=%lld nt=%lld: not the row-form bits\n",
+                                        kt->name, lb_type_name(wt), (long long)in,
+                                        (long long)out, (long long)nt);
+                            bad++;
+                        }
+                        runs++;
+                    }
+                    if (it == 0) {
+                        uint8_t *buf = malloc(rb);
+                        for (int64_t r = 0; r < out; r++)
+                            TH_CHECK(memcmp(lb_tensor_row_canonical(&WX, r, buf),
+                                            w + (size_t)r * rb, rb) == 0);
+                        free(buf);
+                    }
+                    free(w), free(wx), free(x), free(y0), free(y1);
+                }
+    }
+    lb_pool_free(pool);
+    TH_CHECK_MSG(bad == 0, "%s: %d of %d X16 products differ from row form", kt->name, bad, runs);
+    return runs;
+}
+
 /* lb_matmul with table kt gives the AVX2 table's bytes for Q4_0 and Q8_0
  * weights (the SIMD variants share one per-output arithmetic,
  * kernels_internal.h), on 1..130 tokens (decode, VNNI/AMX tiles and their
@@ -335,7 +424,7 @@ static inline int kc_same_bits_as_avx2(const lb_kernel_table *kt, const int64_t 
                     float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
                     make_weights(wt, w, out, in, 0);
                     for (int64_t i = 0; i < in * nt; i++) x[i] = rng_f(-2, 2);
-                    lb_tensor W = {"w_bits", wt, 2, {out, in}, w, rb * (size_t)out};
+                    lb_tensor W = {"w_bits", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
                     TH_CHECK_OK(lb_matmul_table(avx2, NULL, &W, x, y0, nt));
                     for (int p = 0; p < 2; p++) {
                         memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
@@ -417,7 +506,7 @@ static inline void kc_matmul_oracle_and_threads(const lb_kernel_table *kt) {
                 }
                 free(tmp);
             }
-            lb_tensor W = {"w_test", wt, 2, {out, in}, w, rb * (size_t)out};
+            lb_tensor W = {"w_test", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
             float *y[3];
             int bad = 0;
             for (int p = 0; p < 3; p++) {

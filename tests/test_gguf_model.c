@@ -19,6 +19,7 @@
 #include "th.h"
 
 #include "lowbit/gguf.h"
+#include "lowbit/kernels.h"
 #include "lowbit/model.h"
 #include "lowbit/quants.h"
 #include "model/model_internal.h"
@@ -513,13 +514,16 @@ static void test_mlp_paths(void) {
         size_t rb4, rb8;
         lb_row_size(u->type, cols, &rb4);
         lb_row_size(LB_TYPE_Q8_0, cols, &rb8);
+        uint8_t *rowbuf = malloc(rb4); /* the loader may have repacked u */
         for (int64_t r = 0; r < rows; r++)
-            TH_CHECK_OK(lb_dequantize_row(u->type, (const uint8_t *)u->data + r * rb4,
+            TH_CHECK_OK(lb_dequantize_row(u->type, lb_tensor_row_canonical(u, r, rowbuf),
                                           f + r * cols, cols));
+        free(rowbuf);
         void *q8 = lb_alloc(rb8 * (size_t)rows);
         TH_CHECK_OK(lb_quantize_rows(NULL, LB_TYPE_Q8_0, f, q8, rows, cols));
         lb_tensor t = *u;
         t.type = LB_TYPE_Q8_0;
+        t.layout = LB_LAYOUT_ROWS;
         t.data = q8;
         t.nbytes = rb8 * (size_t)rows;
         TH_CHECK_OK(lb_model_set_linear(m, l, LB_LINEAR_UP, &t, q8));

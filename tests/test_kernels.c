@@ -29,6 +29,47 @@ static void test_simd_same_bits(void) {
                     kc_same_bits_as_avx2(lb_kernels_table(v), ins, 3, toks, 8));
 }
 
+/* X16 (repacked) weights: every usable table gives its row-form bits */
+static void test_x16_same_bits(void) {
+    for (int v = 0; v < LB_KV_COUNT; v++)
+        if (lb_kernels_usable(v))
+            fprintf(stderr, "  %s: %d X16 products bit-identical to row form (Q4_0, Q8_0)\n",
+                    lb_kernels_table(v)->name, kc_x16_same_bits(lb_kernels_table(v)));
+}
+
+/* lb_tensor_repack: in place, only where the family in use asks for it,
+ * row form back through lb_tensor_row_canonical, products unchanged. */
+static void test_tensor_repack(void) {
+    const int64_t out = 40, in = 64;
+    for (int k = 0; k < 2; k++) {
+        const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
+        size_t rb;
+        lb_row_size(wt, in, &rb);
+        uint8_t *w = malloc(rb * (size_t)out), *orig = malloc(rb * (size_t)out);
+        make_weights(wt, w, out, in, 0);
+        memcpy(orig, w, rb * (size_t)out);
+        float x[2 * 64], y0[2 * 40], y1[2 * 40];
+        for (int i = 0; i < 2 * in; i++) x[i] = rng_f(-1, 1);
+        lb_tensor W = {"w", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
+        TH_CHECK_OK(lb_matmul(NULL, &W, x, y0, 2));
+        TH_CHECK_OK(lb_tensor_repack(&W, w));
+        const bool fast = lb_kernels_current()->w[wt].x16_fast;
+        TH_CHECK(W.layout == (fast ? LB_LAYOUT_X16 : LB_LAYOUT_ROWS));
+        TH_CHECK((memcmp(w, orig, rb * (size_t)out) != 0) == fast);
+        /* rows 32..39 (after the last whole group) stay in row form */
+        TH_CHECK(memcmp(w + 32 * rb, orig + 32 * rb, 8 * rb) == 0);
+        uint8_t buf[80];
+        for (int64_t r = 0; r < out; r++)
+            TH_CHECK(memcmp(lb_tensor_row_canonical(&W, r, buf), orig + (size_t)r * rb, rb) == 0);
+        TH_CHECK_OK(lb_matmul(NULL, &W, x, y1, 2));
+        TH_CHECK(memcmp(y0, y1, sizeof y0) == 0);
+        TH_CHECK_OK(lb_tensor_repack(&W, w)); /* already repacked: nothing */
+        TH_CHECK(lb_tensor_repack(&W, orig) == LB_ERR_INVALID_ARG);
+        lb_clear_error();
+        free(w), free(orig);
+    }
+}
+
 static void test_qact_edges(void) {
     for (int v = 1; v < LB_KV_COUNT; v++)
         if (lb_kernels_usable(v)) kc_qact_edges(lb_kernels_table(v));
@@ -42,7 +83,7 @@ static void test_matmul_oracle_and_threads(void) {
 static void test_matmul_errors(void) {
     float x[64] = {0}, y[64];
     uint8_t w[2048] = {0};
-    lb_tensor W = {"blk.0.bad", LB_TYPE_Q8_1, 2, {2, 32}, w, sizeof w};
+    lb_tensor W = {"blk.0.bad", LB_TYPE_Q8_1, 2, {2, 32}, w, sizeof w, LB_LAYOUT_ROWS};
     TH_CHECK_FAILS(lb_matmul(NULL, &W, x, y, 1), LB_ERR_UNSUPPORTED);
     TH_CHECK(strstr(lb_last_error(), "blk.0.bad") != NULL);
     W.type = LB_TYPE_I32;
@@ -91,6 +132,8 @@ int main(int argc, char **argv) {
             lb_kernels_variant());
     TH_RUN(test_variants_vs_ref);
     TH_RUN(test_simd_same_bits);
+    TH_RUN(test_x16_same_bits);
+    TH_RUN(test_tensor_repack);
     TH_RUN(test_qact_edges);
     TH_RUN(test_matmul_oracle_and_threads);
     TH_RUN(test_matmul_errors);

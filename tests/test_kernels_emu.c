@@ -294,6 +294,21 @@ static void test_emu_cast_insert_load_store(void) {
         const __m512i li = _mm512_load_si512(mem + 64);
         const __m512 lf = _mm512_load_ps(mem);
         bad += memcmp(li.u8, mem + 64, 64) != 0 || memcmp(lf.f, mem, 64) != 0;
+        /* unaligned loads/store, vcvtph2ps vs F16C's on each half */
+        const int o = rng_int(1, 63);
+        const __m512i lu = _mm512_loadu_si512(mem + o);
+        const __m512 lfu = _mm512_loadu_ps(mem + o);
+        bad += memcmp(lu.u8, mem + o, 64) != 0 || memcmp(lfu.f, mem + o, 64) != 0;
+        uint8_t st[72];
+        memset(st, 0x5A, sizeof st);
+        _mm512_storeu_ps(st + 3, lfu);
+        bad += memcmp(st + 3, mem + o, 64) != 0 || st[2] != 0x5A || st[67] != 0x5A;
+        const __m256i hv = _mm256_loadu_si256((const __m256i *)(mem + o));
+        const __m512 cv = _mm512_cvtph_ps(hv);
+        float cr[16];
+        _mm256_storeu_ps(cr, _mm256_cvtph_ps(_mm256_castsi256_si128(hv)));
+        _mm256_storeu_ps(cr + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(hv, 1)));
+        bad += memcmp(cv.f, cr, 64) != 0;
         /* masked store vs AVX's vmaskmovps on each half; guards untouched */
         float out_e[20], out_r[20], val[16];
         for (int i = 0; i < 20; i++) out_e[i] = out_r[i] = (float)(1000 + i);
@@ -543,7 +558,7 @@ static void test_emu_matmul_vs_avx2(void) {
                                                : (neg ? 0x00 : 0xFF);
                         }
                     }
-                    lb_tensor W = {"w_emu", wt, 2, {out, in}, w, rb * (size_t)out};
+                    lb_tensor W = {"w_emu", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
                     float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
                     float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
                     TH_CHECK_OK(lb_matmul_table(avx2, NULL, &W, x, y0, nt));
@@ -567,6 +582,9 @@ static void test_emu_matmul_vs_avx2(void) {
     /* more than 256 blocks per row: the K-chunk boundary */
     const int64_t big_in[] = {32 * 300}, big_toks[] = {16, 33};
     for (int e = 0; e < E_COUNT; e++) kc_same_bits_as_avx2(&g_emu[e], big_in, 1, big_toks, 2);
+    /* X16 (repacked) weights: the emulated tables' row-form bits, which
+     * are AVX2's (above) */
+    for (int e = 0; e < E_COUNT; e++) kc_x16_same_bits(&g_emu[e]);
     lb_emu_tile_counts(&cfg1, &rel1);
     TH_CHECK_MSG(bad == 0, "%d of %d emulated lb_matmul runs differ from avx2", bad, runs);
     TH_CHECK_MSG(cfg1 - cfg0 > 0, "the AMX path never ran");

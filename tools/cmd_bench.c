@@ -295,12 +295,30 @@ int cmd_bench(int argc, char **argv) {
                "\"active_bytes_per_token\": %zu, \"n_threads\": %d, \"kernels\": "
                "\"%s\", \"kv_type\": \"%s\", \"n_batch\": %d, "
                "\"n_ctx\": %d, \"kv_cache_bytes\": %zu, "
-               "\"peak_rss_bytes\": %lld, \"tests\": [",
+               "\"peak_rss_bytes\": %lld, ",
                type, size, (long long)params,
                (long long)lb_model_n_active_params(m), lb_model_active_weight_bytes(m),
                nth, lb_kernels_variant(), kv,
                (int)cp.n_batch, (int)lb_context_n_ctx(ctx),
                lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024);
+        /* the matmul kernel per weight type of the model's linears and
+         * lm_head: decode (1 token) and prefill (n_batch tokens) */
+        bool seen[LB_TYPE_COUNT_] = {false};
+        for (int l = 0; l < m->config.n_layers; l++)
+            for (int i = 0; i < LB_LINEAR_COUNT; i++)
+                if ((unsigned)m->layers[l].w[i].type < LB_TYPE_COUNT_)
+                    seen[m->layers[l].w[i].type] = true;
+        if ((unsigned)m->output.type < LB_TYPE_COUNT_) seen[m->output.type] = true;
+        printf("\"matmul\": {");
+        for (int t = 0, first = 1; t < LB_TYPE_COUNT_; t++) {
+            if (!seen[t]) continue;
+            const char *d = lb_kernel_name((lb_type)t, 1);
+            const char *pf = lb_kernel_name((lb_type)t, cp.n_batch);
+            printf("%s\"%s\": {\"decode\": \"%s\", \"prefill\": \"%s\"}", first ? "" : ", ",
+                   lb_type_name(t), d ? d : "", pf ? pf : "");
+            first = 0;
+        }
+        printf("}, \"tests\": [");
         for (int k = 0; k < n_tests; k++) {
             const bench_test *t = &tests[k];
             printf("%s{\"name\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "

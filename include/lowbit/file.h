@@ -21,6 +21,7 @@ typedef struct lb_mapped_file {
     const uint8_t *data;
     size_t size;
     char *path; /* owned copy of the path */
+    bool copy;  /* LB_MAP_COPY took effect: private anonymous pages   */
 } lb_mapped_file;
 
 /* Map `path` read-only (MAP_PRIVATE). Errors: LB_ERR_IO naming the path. */
@@ -39,6 +40,10 @@ lb_status lb_map_file(const char *path, lb_mapped_file *out);
  * by lb_map_file. Errors: LB_ERR_IO naming the path (also for a
  * short read). */
 lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out);
+/* Make a copy (mf->copy) writable or read-only again (mprotect), e.g. to
+ * repack weights in place. LB_ERR_UNSUPPORTED when mf is a file mapping;
+ * LB_ERR_IO if mprotect fails. */
+lb_status lb_mapped_file_set_writable(lb_mapped_file *mf, bool writable);
 /* Unmap and free; safe on a zeroed struct. */
 void lb_unmap_file(lb_mapped_file *mf);
 

@@ -185,6 +185,14 @@ lb_status lb_gguf_open(const char *path, lb_gguf **out);
  * huge-page-advised memory, lowbit/file.h). */
 lb_status lb_gguf_open_ex(const char *path, unsigned map_flags, lb_gguf **out);
 
+/* Tensor data of a reader opened with LB_MAP_COPY (when the copy took
+ * effect) made writable (true) or read-only again (false), for repacking
+ * weights in place at load (lb_tensor_repack). LB_ERR_UNSUPPORTED for a
+ * file mapping or an lb_gguf_open_memory reader (never written). */
+lb_status lb_gguf_set_writable(lb_gguf *g, bool writable);
+/* True if [p, p + n) lies inside the reader's image. */
+bool lb_gguf_contains(const lb_gguf *g, const void *p, size_t n);
+
 /* Parse a GGUF image already in memory (same checks as lb_gguf_open). The
  * buffer is NOT copied: it must stay valid and unchanged until
  * lb_gguf_close. `name` (may be NULL: "<memory>") is used in messages. */

@@ -55,6 +55,28 @@ lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
  * machine; falls back to the best usable family below it). */
 const char *lb_kernels_variant(void);
 
+/* Repack a Q4_0 or Q8_0 weight in place into LB_LAYOUT_X16 (lowbit/types.h)
+ * when the kernel family in use streams that layout faster (today:
+ * avx2, avx512, avx512_vnni, amx; not ref) and W has at least 16 rows.
+ * `data` is W's data, writable (W->data itself is const); W->layout is set
+ * on success. Same products afterwards, bit for bit: the repacked kernels
+ * give each family's row-form results. Does nothing (LB_OK, layout
+ * unchanged) for other types, fewer than 16 rows, an already repacked W, or
+ * when the environment variable LB_REPACK=0 is set. Uses a 16-row temporary
+ * buffer. Errors: LB_ERR_INVALID_ARG (shape/size as lb_matmul), LB_ERR_NOMEM. */
+lb_status lb_tensor_repack(lb_tensor *W, void *data);
+
+/* Row `row` of a 2-D weight in row form (the file's bytes), whatever its
+ * layout: for LB_LAYOUT_ROWS a pointer into W->data; for a repacked row it
+ * is rebuilt into buf (row_bytes bytes) and buf is returned. */
+const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf);
+
+/* Name of the kernel lb_matmul runs for weights of `type` on n_tokens
+ * tokens as a GGUF load leaves them (repacked where lb_tensor_repack
+ * repacks), e.g. "mm_q4_0_x16_avx512_vnni" for decode (n_tokens 1) of Q4_0
+ * on an AVX-512 VNNI machine; NULL for a type without a kernel. */
+const char *lb_kernel_name(lb_type type, int64_t n_tokens);
+
 /* Free the calling thread's activation scratch now (it is otherwise freed
  * when the thread exits). Safe to call at any time. */
 void lb_kernels_release_scratch(void);

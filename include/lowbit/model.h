@@ -158,7 +158,12 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
  * opts->mmap_weights (lb_model_load_opts); linear weights are used in
  * place from that read-only image in their stored type (anything lb_matmul has a kernel for: F32, F16,
  * BF16, Q4_0 ... Q8_0, Q2_K ... Q6_K; checked at load); token embedding
- * rows are converted to f32 per lookup. RoPE: llama -> LB_ROPE_NORM
+ * rows are converted to f32 per lookup. When the file was read into memory
+ * (not mapped), Q4_0/Q8_0 linear weights and lm_head (also when tied to
+ * the embeddings) are repacked in place in that copy (lb_tensor_repack,
+ * lowbit/kernels.h; their layout is then LB_LAYOUT_X16: read their rows
+ * with lb_tensor_row_canonical); LB_REPACK=0 turns this off. The file is
+ * never written. RoPE: llama -> LB_ROPE_NORM
  * (convert_hf_to_gguf.py permuted the q/k rows), qwen2/qwen3 ->
  * LB_ROPE_NEOX.
  * Errors: LB_ERR_IO, LB_ERR_FORMAT (malformed file, a key of the wrong type
@@ -200,7 +205,9 @@ void lb_model_free(lb_model *model);
 
 /* Replace linear `which` of layer `layer` by `w` (any type lb_matmul
  * supports; shape must equal the current one, [out, in]). The tensor view
- * is copied; its data must stay valid for the model's lifetime. If
+ * is copied, w->layout included (a copy of a loaded weight's view keeps
+ * its LB_LAYOUT_X16: set LB_LAYOUT_ROWS for new row-form data); its data
+ * must stay valid for the model's lifetime. If
  * `owned` is non-NULL it is a buffer from lb_alloc that the model frees
  * (typically the one w->data points into). Any context created from this
  * model sees the new weight at its next forward.

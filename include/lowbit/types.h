@@ -82,7 +82,18 @@ typedef struct lb_tensor {
     int64_t shape[LB_MAX_DIMS];
     const void *data; /* not owned (mmap'd file or a module's buffer)  */
     size_t nbytes;    /* total bytes                                   */
+    int layout;       /* LB_LAYOUT_ROWS (0) unless a loader repacked   */
 } lb_tensor;
+
+/* lb_tensor.layout. LB_LAYOUT_ROWS: rows back to back as described above
+ * (the file's form). LB_LAYOUT_X16: Q4_0/Q8_0 weights repacked in place at
+ * load for the matmul kernels: each group of 16 whole rows keeps its bytes
+ * (rows 16g..16g+15 at data + 16g * row_bytes) but interleaved block by
+ * block (src/kernels/kernels_internal.h describes it); rows after the last
+ * whole group stay in row form. Only lb_matmul and lb_tensor_row_canonical
+ * (lowbit/kernels.h) read such a tensor. */
+#define LB_LAYOUT_ROWS 0
+#define LB_LAYOUT_X16 1
 
 /* Number of elements (product of shape; 1 for 0-d). */
 int64_t lb_tensor_nelements(const lb_tensor *t);

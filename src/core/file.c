@@ -71,8 +71,10 @@ lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out) 
     }
     size_t size = (size_t)st.st_size;
     void *p = NULL;
+    bool copied = false;
     if (size > 0 && (flags & LB_MAP_COPY)) {
         p = copy_to_anon(fd, size);
+        copied = p != NULL;
         if (!p && errno != ENOMEM) {
             int e = errno;
             close(fd);
@@ -89,6 +91,7 @@ lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out) 
         }
     }
     close(fd);
+    out->copy = p && (flags & LB_MAP_COPY) && copied;
     out->data = p;
     out->size = size;
     out->path = lb_strdup(path);
@@ -96,6 +99,19 @@ lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out) 
         lb_unmap_file(out);
         return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", path);
     }
+    return LB_OK;
+}
+
+lb_status lb_mapped_file_set_writable(lb_mapped_file *mf, bool writable) {
+    if (!mf || !mf->copy || !mf->data)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: not a private copy",
+                            mf && mf->path ? mf->path : "mapping");
+    const long psz = sysconf(_SC_PAGESIZE);
+    const size_t page = psz > 0 ? (size_t)psz : 4096;
+    const size_t len = (mf->size + page - 1) / page * page;
+    if (mprotect((void *)mf->data, len, PROT_READ | (writable ? PROT_WRITE : 0)) != 0)
+        return lb_set_error(LB_ERR_IO, "%s: mprotect: %s", mf->path ? mf->path : "mapping",
+                            strerror(errno));
     return LB_OK;
 }
 

@@ -585,6 +585,16 @@ lb_status lb_gguf_open_ex(const char *path, unsigned map_flags, lb_gguf **out) {
     return open_common(g, out);
 }
 
+lb_status lb_gguf_set_writable(lb_gguf *g, bool writable) {
+    if (!g) return lb_set_error(LB_ERR_INVALID_ARG, "lb_gguf_set_writable: NULL argument");
+    return lb_mapped_file_set_writable(&g->mf, writable);
+}
+
+bool lb_gguf_contains(const lb_gguf *g, const void *p, size_t n) {
+    const uint8_t *b = g->base, *q = p;
+    return q >= b && (size_t)(q - b) <= g->size && n <= g->size - (size_t)(q - b);
+}
+
 void lb_gguf_close(lb_gguf *g) {
     if (!g) return;
     for (size_t i = 0; i < g->n_kv; i++) {

@@ -52,5 +52,5 @@ static void mm_f8b32_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const
 
 void lb_kernels_fill_fp8_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_F8_E4M3_B32] =
-        (lb_wkernel){LB_TYPE_F32, mm_f8b32_avx2, NULL, 0, "mm_f8b32_avx2", NULL};
+        (lb_wkernel){.act_type = LB_TYPE_F32, .mm = mm_f8b32_avx2, .mm_name = "mm_f8b32_avx2"};
 }

@@ -35,5 +35,5 @@ static void mm_f8b32_ref(int64_t n, const void *w, size_t ws, int64_t nr, const 
 void lb_kernels_fill_fp8_ref(lb_kernel_table *kt) {
     (void)lb_fp8_table(LB_FP8_E4M3); /* built before any worker thread uses it */
     kt->w[LB_TYPE_F8_E4M3_B32] =
-        (lb_wkernel){LB_TYPE_F32, mm_f8b32_ref, NULL, 0, "mm_f8b32_ref", NULL};
+        (lb_wkernel){.act_type = LB_TYPE_F32, .mm = mm_f8b32_ref, .mm_name = "mm_f8b32_ref"};
 }

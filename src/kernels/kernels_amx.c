@@ -39,13 +39,20 @@ static inline float h2f(const void *p) {
 
 /* Repack rows [r0, r0 + 16) (rows >= nr are zero) of block b into B
  * (8 x 64 bytes) and their scales into dw[16]. */
-static void repack_b(int q4, const uint8_t *w, size_t ws, int64_t r0, int64_t nr, int64_t b,
-                     int8_t B[8][64], float dw[16]) {
+static void repack_b(int q4, bool x16, const uint8_t *w, size_t ws, int64_t r0, int64_t nr,
+                     int64_t b, int8_t B[8][64], float dw[16]) {
     const int wb = q4 ? 18 : 34;
+    /* X16 weights: whole groups interleaved, rows after them in row form */
+    const bool grp = x16 && r0 + 16 <= nr;
+    uint8_t xb[34];
     for (int n = 0; n < 16; n++) {
         int8_t v[32];
         if (r0 + n < nr) {
             const uint8_t *blk = w + (size_t)(r0 + n) * ws + (size_t)b * (size_t)wb;
+            if (grp) {
+                lb_x16_get_block(q4 ? LB_TYPE_Q4_0 : LB_TYPE_Q8_0, w + (size_t)r0 * ws, b, n, xb);
+                blk = xb;
+            }
             dw[n] = h2f(blk);
             if (q4) {
                 for (int j = 0; j < 16; j++) {
@@ -63,7 +70,7 @@ static void repack_b(int q4, const uint8_t *w, size_t ws, int64_t r0, int64_t nr
     }
 }
 
-static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+static void mm_amx(int q4, bool x16, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                    size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
@@ -83,11 +90,12 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
         /* out of memory: the AVX2 kernel computes the same bits */
         free(B), free(dw);
         _tile_release();
-        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, vw, ws, nr, va, as, nt, y, ldy);
+        if (x16) (q4 ? lb_mm_q4_0_x16_avx2 : lb_mm_q8_0_x16_avx2)(n, vw, ws, nr, va, as, nt, y, ldy);
+        else (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, vw, ws, nr, va, as, nt, y, ldy);
         return;
     }
     for (int64_t r0 = 0; r0 < nr; r0 += 16) {
-        for (int64_t b = 0; b < nb; b++) repack_b(q4, w, ws, r0, nr, b, B[b], dw + 16 * b);
+        for (int64_t b = 0; b < nb; b++) repack_b(q4, x16, w, ws, r0, nr, b, B[b], dw + 16 * b);
         const int rn = (int)LB_MIN(16, nr - r0);
         for (int64_t t0 = 0; t0 < nt; t0 += 16) {
             const int tn = (int)LB_MIN(16, nt - t0);
@@ -131,11 +139,19 @@ static void mm_amx(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
 
 static void mm_q4_0_amx(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_amx(1, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_amx(1, false, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q4_0_x16_amx(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                            size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_amx(1, true, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q8_0_x16_amx(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                            size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_amx(0, true, n, w, ws, nr, a, as, nt, y, ldy);
 }
 static void mm_q8_0_amx(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_amx(0, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_amx(0, false, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt) {
@@ -145,4 +161,8 @@ void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q8_0].mm_batch = mm_q8_0_amx;
     kt->w[LB_TYPE_Q8_0].batch_min = 16;
     kt->w[LB_TYPE_Q8_0].batch_name = "mm_q8_0_amx";
+    kt->w[LB_TYPE_Q4_0].mm_x16_batch = mm_q4_0_x16_amx;
+    kt->w[LB_TYPE_Q8_0].mm_x16_batch = mm_q8_0_x16_amx;
+    kt->w[LB_TYPE_Q4_0].x16_batch_name = "mm_q4_0_x16_amx";
+    kt->w[LB_TYPE_Q8_0].x16_batch_name = "mm_q8_0_x16_amx";
 }

@@ -958,16 +958,64 @@ void lb_quantize_q8_K_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* X16 weights on AVX2 (kernels_internal.h): each 256-block K-chunk of a
+ * group is rebuilt in row form in a per-thread buffer and multiplied by the
+ * row-form kernel, whose K-chunks are the same 256 blocks, so the result is
+ * its bits: y = part (first chunk) or y + part. Not a fast path (the avx2
+ * table does not ask for repacking); it serves tests and tables that find
+ * X16 weights repacked for another family. */
+static _Thread_local uint8_t x16_rows[16 * 256 * 34];
+
+static void mm_x16_rows(lb_type type, lb_mm_fn mm, int64_t n, const void *vw, size_t ws,
+                        int64_t nr, const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw;
+    const size_t bb = type == LB_TYPE_Q4_0 ? 18 : 34;
+    const int64_t nb = n / 32, ng = nr / 16;
+    float part[64 * 16];
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += 256) {
+            const int64_t kbn = LB_MIN(256, nb - kb0);
+            const size_t cs = (size_t)kbn * bb;
+            for (int rn = 0; rn < 16; rn++)
+                for (int64_t i = 0; i < kbn; i++)
+                    lb_x16_get_block(type, w + (size_t)g * 16 * ws, kb0 + i, rn,
+                                     x16_rows + (size_t)rn * cs + (size_t)i * bb);
+            for (int64_t t0 = 0; t0 < nt; t0 += 64) {
+                const int64_t tn = LB_MIN(64, nt - t0);
+                const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as + (size_t)kb0 * 34;
+                mm(kbn * 32, x16_rows, cs, 16, at, as, tn, part, 16);
+                for (int64_t t = 0; t < tn; t++) {
+                    float *yt = y + (size_t)(t0 + t) * ldy + (size_t)(16 * g);
+                    for (int k = 0; k < 16; k++) yt[k] = kb0 ? yt[k] + part[16 * t + k] : part[16 * t + k];
+                }
+            }
+        }
+    if (nr > 16 * ng)
+        mm(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
+}
+void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_rows(LB_TYPE_Q4_0, lb_mm_q4_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_rows(LB_TYPE_Q8_0, lb_mm_q8_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
 void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->qact[LB_TYPE_Q8_0] = lb_quantize_q8_0_avx2;
     kt->qact[LB_TYPE_Q8_1] = lb_quantize_q8_1_avx2;
     kt->qact[LB_TYPE_Q8_K] = lb_quantize_q8_K_avx2;
-#define SETW(T, A, F) kt->w[T] = (lb_wkernel){A, F, NULL, 0, #F, NULL}
-    kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, lb_mm_q4_0_avx2, NULL, 0, "mm_q4_0_avx2", NULL};
+#define SETW(T, A, F) kt->w[T] = (lb_wkernel){.act_type = A, .mm = F, .mm_name = #F}
+    kt->w[LB_TYPE_Q4_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = lb_mm_q4_0_avx2, .mm_name = "mm_q4_0_avx2"};
+    kt->w[LB_TYPE_Q4_0].mm_x16 = lb_mm_q4_0_x16_avx2;
+    kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_avx2";
     SETW(LB_TYPE_Q4_1, LB_TYPE_Q8_1, mm_q4_1_avx2);
     SETW(LB_TYPE_Q5_0, LB_TYPE_Q8_0, mm_q5_0_avx2);
     SETW(LB_TYPE_Q5_1, LB_TYPE_Q8_1, mm_q5_1_avx2);
-    kt->w[LB_TYPE_Q8_0] = (lb_wkernel){LB_TYPE_Q8_0, lb_mm_q8_0_avx2, NULL, 0, "mm_q8_0_avx2", NULL};
+    kt->w[LB_TYPE_Q8_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = lb_mm_q8_0_avx2, .mm_name = "mm_q8_0_avx2"};
+    kt->w[LB_TYPE_Q8_0].mm_x16 = lb_mm_q8_0_x16_avx2;
+    kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_avx2";
     SETW(LB_TYPE_Q2_K, LB_TYPE_Q8_K, mm_q2_K_avx2);
     SETW(LB_TYPE_Q3_K, LB_TYPE_Q8_K, mm_q3_K_avx2);
     SETW(LB_TYPE_Q4_K, LB_TYPE_Q8_K, mm_q4_K_avx2);

@@ -63,8 +63,25 @@ typedef struct {
 /* Repack blocks [b0, b0 + sn) of rows r0.. r0 + 15 (lanes of rows >= rn
  * read row 0 again: their outputs are never stored). */
 static void repack(int q4, const uint8_t *w, size_t ws, int rn, int64_t b0, int sn,
-                   wblock *W, float (*dw)[16]) {
+                   wblock *W, float (*dw)[16], bool x16) {
     const int wb = q4 ? 18 : 34;
+    if (x16) { /* a whole X16 group at w: plain loads */
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        for (int i = 0; i < sn; i++) {
+            const uint8_t *p = w + (size_t)(b0 + i) * 16 * (size_t)wb;
+            _mm512_storeu_ps(dw[i], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
+            if (q4) {
+                for (int j = 0; j < 4; j++) {
+                    const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
+                    W[i].k[j] = _mm512_and_si512(v, m4);
+                    W[i].k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                }
+            } else {
+                for (int j = 0; j < 8; j++) W[i].k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
+            }
+        }
+        return;
+    }
     int32_t idx[16] __attribute__((aligned(64)));
     for (int n = 0; n < 16; n++) idx[n] = (int32_t)((size_t)(n < rn ? n : 0) * ws);
     const __m512i vidx = _mm512_load_si512(idx);
@@ -127,8 +144,8 @@ tokens_pass(const int U, const wblock *W, float (*dw)[16], const uint8_t *at, si
     for (int u = 0; u < U; u++) _mm512_mask_storeu_ps(acc_out[u], 0xFFFF, acc[u]);
 }
 
-static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                    size_t as, int64_t nt, float *y, size_t ldy) {
+static void mm_vnni(int q4, bool x16, int64_t n, const void *vw, size_t ws, int64_t nr,
+                    const void *va, size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
     const int32_t c = q4 ? 8 : 128;
@@ -156,7 +173,7 @@ static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, co
                     for (int g = 0; g < ng; g++) {
                         const int64_t r0 = R0 + 16 * g;
                         const int rn = (int)LB_MIN(16, nr - r0);
-                        repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw);
+                        repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw, x16 && rn == 16);
                         int t = 0;
                         for (; t + 4 <= tn; t += 4)
                             tokens_pass(4, W, dw, at + (size_t)t * as, as, b0, sn, corr + t,
@@ -296,7 +313,7 @@ static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
     if (!WS_OK(ws)) {
         lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
     } else if (nt >= LB_VNNI_MIN_TOKENS) {
-        mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
+        mm_vnni(1, false, n, w, ws, nr, a, as, nt, y, ldy);
     } else if (nt < 4) {
         for (int64_t t = 0; t < nt; t++)
             gemv_q4_0(n, w, ws, nr, (const uint8_t *)a + (size_t)t * as, y + (size_t)t * ldy);
@@ -308,12 +325,142 @@ static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
 static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                 size_t as, int64_t nt, float *y, size_t ldy) {
     if (nt < LB_VNNI_MIN_TOKENS || !WS_OK(ws)) lb_mm_q8_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
-    else mm_vnni(0, n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_vnni(0, false, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
+/* ---- X16 layout (kernels_internal.h): decode and small tiles ------------
+ * One group of 16 rows is one sequential stream: per block, the 16 scales
+ * (one 256-bit load, vcvtph2ps) and 4 (Q4_0) or 8 (Q8_0) 512-bit code
+ * loads, lane n = 4 code bytes of row n. Each is multiplied by the token's
+ * matching activation dword broadcast (vpdpbusd), in two independent
+ * chains that start from -c * sum a (the correction) and 0; their sum is
+ * the 16 exact block sums, scaled as in every variant:
+ *   acc = fma(dw * da, (float)isum, acc)
+ * U tokens (1..4) share each block's loads. No gathers, no horizontal
+ * sums. */
+#define XB(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
+
+static inline __attribute__((always_inline)) void
+x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
+         size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
+    const size_t bb = q4 ? 16 * 18 : 16 * 34;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * bb;
+    for (int i = 0; i < kbn; i++, p += bb) {
+        _mm_prefetch((const char *)(p + 8 * bb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + 8 * bb + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + 8 * bb + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + 8 * bb + 192), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + 8 * bb + 256), _MM_HINT_T0);
+        if (!q4) {
+            _mm_prefetch((const char *)(p + 8 * bb + 320), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + 8 * bb + 384), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + 8 * bb + 448), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + 8 * bb + 512), _MM_HINT_T0);
+        }
+        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        __m512i k[8];
+        if (q4) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
+                k[j] = _mm512_and_si512(v, m4);
+                k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
+        }
+    #pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
+            /* Q4_0: k[j] = elements 4j.. (j < 4) and 16 + 4(j-4).., i.e.
+             * activation dword j in both cases; Q8_0: dword j */
+            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, k[0], XB(ap, 0));
+            s1 = _mm512_dpbusd_epi32(s1, k[1], XB(ap, 1));
+            s0 = _mm512_dpbusd_epi32(s0, k[2], XB(ap, 2));
+            s1 = _mm512_dpbusd_epi32(s1, k[3], XB(ap, 3));
+            s0 = _mm512_dpbusd_epi32(s0, k[4], XB(ap, 4));
+            s1 = _mm512_dpbusd_epi32(s1, k[5], XB(ap, 5));
+            s0 = _mm512_dpbusd_epi32(s0, k[6], XB(ap, 6));
+            s1 = _mm512_dpbusd_epi32(s1, k[7], XB(ap, 7));
+            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
+                                     _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        float *yu = y + (size_t)u * ldy;
+        const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u]) : acc[u];
+        _mm512_storeu_ps(yu, v);
+    }
+}
+
+static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                   size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    const int32_t c = q4 ? 8 : 128;
+    if (nt >= LB_VNNI_MIN_TOKENS) {
+        mm_vnni(q4, true, n, w, ws, ng * 16, a, as, nt, y, ldy);
+    } else {
+        int32_t corr[LB_VNNI_MIN_TOKENS][KB];
+        float da[LB_VNNI_MIN_TOKENS][KB];
+        for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+            const int kbn = (int)LB_MIN(KB, nb - kb0);
+            for (int64_t t = 0; t < nt; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
+                    corr[t][i] = c * q8_sum(ap);
+                    da[t][i] = h2f(ap);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + 16 * g;
+                int64_t t = 0;
+                if (q4) {
+                    for (; t + 4 <= nt; t += 4)
+                        x16_pass(4, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                 yg + (size_t)t * ldy, ldy);
+                    for (; t < nt; t++)
+                        x16_pass(1, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                 yg + (size_t)t * ldy, ldy);
+                } else {
+                    for (; t + 4 <= nt; t += 4)
+                        x16_pass(4, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                 yg + (size_t)t * ldy, ldy);
+                    for (; t < nt; t++)
+                        x16_pass(1, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                 yg + (size_t)t * ldy, ldy);
+                }
+            }
+        }
+    }
+    if (nr > ng * 16) /* rows after the last whole group: row form */
+        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, w + (size_t)ng * 16 * ws, ws, nr - ng * 16,
+                                                  a, as, nt, y + ng * 16, ldy);
+}
+
+static void mm_q4_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q8_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
-    kt->w[LB_TYPE_Q4_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q4_0_avx512_vnni, NULL, 0,
-                                       "mm_q4_0_avx512_vnni", NULL};
-    kt->w[LB_TYPE_Q8_0] = (lb_wkernel){LB_TYPE_Q8_0, mm_q8_0_avx512_vnni, NULL, 0,
-                                       "mm_q8_0_avx512_vnni", NULL};
+    kt->w[LB_TYPE_Q4_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q4_0_avx512_vnni, .mm_name = "mm_q4_0_avx512_vnni"};
+    kt->w[LB_TYPE_Q8_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q8_0_avx512_vnni, .mm_name = "mm_q8_0_avx512_vnni"};
+    kt->w[LB_TYPE_Q4_0].mm_x16 = mm_q4_0_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q4_0].x16_fast = true;
+    kt->w[LB_TYPE_Q8_0].mm_x16 = mm_q8_0_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q8_0].x16_fast = true;
 }

@@ -53,7 +53,49 @@ typedef struct lb_wkernel {
     lb_mm_fn mm_batch;  /* optional kernel for n_tokens >= batch_min       */
     int batch_min;      /* (e.g. AMX tiles); 0 when mm_batch is NULL       */
     const char *mm_name, *batch_name; /* for test/benchmark output         */
+    /* Kernels for LB_LAYOUT_X16 weights (Q4_0/Q8_0; layout below): same
+     * contract as mm with w at a row that is a multiple of 16 in the tensor;
+     * the nr / 16 whole groups from there are interleaved, the nr % 16 rows
+     * after them in row form (only a tensor's last chunk has such rows).
+     * Same bits as mm on the row-form tensor. mm_x16_batch for n_tokens >=
+     * batch_min when set. x16_fast: this family streams X16 faster than row
+     * form, so lb_tensor_repack repacks (false in the ref table). */
+    lb_mm_fn mm_x16, mm_x16_batch;
+    const char *x16_name, *x16_batch_name;
+    bool x16_fast;
 } lb_wkernel;
+
+/* ---- LB_LAYOUT_X16 ---------------------------------------------------------
+ * The rows 16g..16g+15 of a Q4_0 / Q8_0 matrix with nb blocks per row
+ * (block bytes BB = 18 / 34) occupy the same 16 * nb * BB bytes as in row
+ * form, block by block: block b of the group at offset b * 16 * BB holds
+ *   the 16 rows' fp16 scales d (row n at 2n, 32 bytes), then
+ *   Q4_0: 4 vectors of 64 bytes, vector j bytes 4n..4n+3 = packed nibble
+ *         bytes qs[4j..4j+3] of row n (elements 4j.. in the low nibbles,
+ *         16+4j.. in the high nibbles);
+ *   Q8_0: 8 vectors of 64 bytes, vector j bytes 4n..4n+3 = codes
+ *         qs[4j..4j+3] of row n, each XOR 0x80 (w + 128 as unsigned bytes,
+ *         for vpdpbusd: sum u * a = sum w * a + 128 * sum a).
+ * One 512-bit load puts 4 code bytes of row n in int32 lane n (a 256-bit
+ * load: rows 0-7 or 8-15), and a group is one sequential stream. */
+static inline size_t lb_x16_block_bytes(lb_type t) {
+    return t == LB_TYPE_Q4_0 ? 16 * 18 : 16 * 34;
+}
+/* Rebuild row n (< 16) of block b of group gp (X16) into the row-form
+ * block blk (18 or 34 bytes). */
+static inline void lb_x16_get_block(lb_type t, const uint8_t *gp, int64_t b, int n,
+                                    uint8_t *blk) {
+    const uint8_t *p = gp + (size_t)b * lb_x16_block_bytes(t);
+    blk[0] = p[2 * n];
+    blk[1] = p[2 * n + 1];
+    const int nv = t == LB_TYPE_Q4_0 ? 4 : 8;
+    const uint8_t x = t == LB_TYPE_Q4_0 ? 0 : 0x80;
+    for (int j = 0; j < nv; j++)
+        for (int k = 0; k < 4; k++) blk[2 + 4 * j + k] = p[32 + 64 * j + 4 * n + k] ^ x;
+}
+/* Row-form bytes of 16 rows (row n at src + n * ws, nb blocks) -> one X16
+ * group at dst (no overlap). */
+void lb_x16_pack_group(lb_type t, const uint8_t *src, size_t ws, int64_t nb, uint8_t *dst);
 
 /* Vector helpers of the forward pass (attention, elementwise), one set per
  * variant like the matmul kernels (vec_ref.c, vec_avx2.c). Variants agree
@@ -179,6 +221,12 @@ float lb_vec_dot_f32_f32_ref(int64_t n, const void *vx, const void *vy);
 float lb_vec_dot_f16_f32_ref(int64_t n, const void *vx, const void *vy);
 float lb_vec_dot_bf16_f32_ref(int64_t n, const void *vx, const void *vy);
 void lb_kernels_fill_ref(lb_kernel_table *kt);
+/* X16 twins of mm_q4_0_ref / mm_q8_0_ref (same bits: each block rebuilt
+ * and dotted with the reference, block results added in its order). */
+void lb_mm_q4_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_ref(lb_kernel_table *kt);  /* vec_ref.c */
 
 /* ---- AVX2 + FMA + F16C (kernels_avx2.c) --------------------------------- */
@@ -195,6 +243,12 @@ void lb_mm_q4_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void
                      size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                      size_t as, int64_t nt, float *y, size_t ldy);
+/* X16 twins of the two above (same bits; a row-form rebuild per K-chunk,
+ * not a fast path). */
+void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 
 /* LB_KSYM(name): exported name of a function defined in kernels_avx512vnni.c

@@ -278,6 +278,53 @@ LB_REF_MM(mm_f32_ref, lb_vec_dot_f32_f32_ref)
 LB_REF_MM(mm_f16_ref, lb_vec_dot_f16_f32_ref)
 LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
 
+void lb_x16_pack_group(lb_type t, const uint8_t *src, size_t ws, int64_t nb, uint8_t *dst) {
+    const size_t bb = t == LB_TYPE_Q4_0 ? 18 : 34;
+    const int nv = t == LB_TYPE_Q4_0 ? 4 : 8;
+    const uint8_t x = t == LB_TYPE_Q4_0 ? 0 : 0x80;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = dst + (size_t)b * 16 * bb;
+        for (int n = 0; n < 16; n++) {
+            const uint8_t *blk = src + (size_t)n * ws + (size_t)b * bb;
+            p[2 * n] = blk[0];
+            p[2 * n + 1] = blk[1];
+            for (int j = 0; j < nv; j++)
+                for (int k = 0; k < 4; k++) p[32 + 64 * j + 4 * n + k] = blk[2 + 4 * j + k] ^ x;
+        }
+    }
+}
+
+/* X16 twins: each row's dot product block by block through the reference
+ * dot of one block (0 + term is the term, so the sum is the reference's). */
+static void mm_x16_ref(lb_type type, float (*dot)(int64_t, const void *, const void *), int64_t n,
+                       const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
+                       int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    uint8_t blk[34];
+    for (int64_t g = 0; g < ng; g++)
+        for (int rn = 0; rn < 16; rn++)
+            for (int64_t t = 0; t < nt; t++) {
+                float s = 0;
+                for (int64_t b = 0; b < nb; b++) {
+                    lb_x16_get_block(type, w + (size_t)g * 16 * ws, b, rn, blk);
+                    s += dot(32, blk, a + (size_t)t * as + (size_t)b * 34);
+                }
+                y[(size_t)t * ldy + (size_t)(16 * g + rn)] = s;
+            }
+    for (int64_t r = 16 * ng; r < nr; r++)
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
+}
+void lb_mm_q4_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q4_0, lb_vec_dot_q4_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q8_0, lb_vec_dot_q8_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
 static void qact_q8_0_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_0_ref(x, y, n); }
 static void qact_q8_1_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_1_ref(x, y, n); }
 static void qact_q8_K_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_K_ref(x, y, n); }
@@ -286,7 +333,7 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     kt->qact[LB_TYPE_Q8_0] = qact_q8_0_ref;
     kt->qact[LB_TYPE_Q8_1] = qact_q8_1_ref;
     kt->qact[LB_TYPE_Q8_K] = qact_q8_K_ref;
-#define SETW(T, A, F) kt->w[T] = (lb_wkernel){A, F, NULL, 0, #F, NULL}
+#define SETW(T, A, F) kt->w[T] = (lb_wkernel){.act_type = A, .mm = F, .mm_name = #F}
     SETW(LB_TYPE_Q4_0, LB_TYPE_Q8_0, mm_q4_0_ref);
     SETW(LB_TYPE_Q4_1, LB_TYPE_Q8_1, mm_q4_1_ref);
     SETW(LB_TYPE_Q5_0, LB_TYPE_Q8_0, mm_q5_0_ref);
@@ -301,4 +348,8 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     SETW(LB_TYPE_F16, LB_TYPE_F32, mm_f16_ref);
     SETW(LB_TYPE_BF16, LB_TYPE_F32, mm_bf16_ref);
 #undef SETW
+    kt->w[LB_TYPE_Q4_0].mm_x16 = lb_mm_q4_0_x16_ref;
+    kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_ref";
+    kt->w[LB_TYPE_Q8_0].mm_x16 = lb_mm_q8_0_x16_ref;
+    kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_ref";
 }

@@ -199,6 +199,16 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
     pl->mm = wk->mm;
     pl->act_type = wk->act_type;
     if (wk->mm_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_batch;
+    const bool x16 = W->layout == LB_LAYOUT_X16;
+    if (x16) {
+        if ((W->type != LB_TYPE_Q4_0 && W->type != LB_TYPE_Q8_0) || !wk->mm_x16)
+            return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: no kernel for repacked %s", name,
+                                lb_type_name((int)W->type));
+        pl->mm = wk->mm_x16;
+        if (wk->mm_x16_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_x16_batch;
+    } else if (W->layout != LB_LAYOUT_ROWS) {
+        return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s: unknown layout %d", name, W->layout);
+    }
     if (wk->act_type == LB_TYPE_F32) {
         pl->a_stride = (size_t)pl->in * sizeof(float);
     } else {
@@ -230,10 +240,15 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
             chunk = LB_MAX(4, (chunk + 3) / 4 * 4);
         }
     }
+    /* X16: chunks start at whole groups of 16 rows */
+    if (x16 && row_align % 16) row_align = row_align % 8 == 0 ? row_align * 2
+                                         : row_align % 4 == 0 ? row_align * 4
+                                         : row_align % 2 == 0 ? row_align * 8 : row_align * 16;
     if (row_align > 1) chunk = (chunk + row_align - 1) / row_align * row_align;
     pl->row_chunk = LB_MIN(chunk, pl->out);
     pl->n_chunks = (pl->out + pl->row_chunk - 1) / pl->row_chunk;
-    pl->tok_tile = pl->mm == wk->mm_batch ? LB_MAX(n_tokens, 1) : LB_MIN(LB_MAX(n_tokens, 1), 64);
+    const bool batch = x16 ? pl->mm == wk->mm_x16_batch : pl->mm == wk->mm_batch;
+    pl->tok_tile = batch ? LB_MAX(n_tokens, 1) : LB_MIN(LB_MAX(n_tokens, 1), 64);
     return LB_OK;
 }
 
@@ -314,6 +329,69 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
     }
     lb_pool_run(pool, mm_worker, &j);
     return LB_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Repacking (LB_LAYOUT_X16)                                               */
+
+/* lb_tensor_repack repacks weights of type t */
+static bool repacks(lb_type t) {
+    if (t != LB_TYPE_Q4_0 && t != LB_TYPE_Q8_0) return false;
+    const char *env = getenv("LB_REPACK");
+    if (env && strcmp(env, "0") == 0) return false;
+    const lb_wkernel *wk = &lb_kernels_current()->w[t];
+    return wk->x16_fast && wk->mm_x16;
+}
+
+const char *lb_kernel_name(lb_type type, int64_t n_tokens) {
+    if ((int)type < 0 || type >= LB_TYPE_COUNT_) return NULL;
+    const lb_wkernel *wk = &lb_kernels_current()->w[type];
+    if (!wk->mm) return NULL;
+    if (repacks(type))
+        return wk->mm_x16_batch && n_tokens >= wk->batch_min ? wk->x16_batch_name : wk->x16_name;
+    return wk->mm_batch && n_tokens >= wk->batch_min ? wk->batch_name : wk->mm_name;
+}
+
+lb_status lb_tensor_repack(lb_tensor *W, void *data) {
+    if (!W || !data || data != W->data)
+        return lb_set_error(LB_ERR_INVALID_ARG, "repack: NULL argument or data is not W's");
+    const char *name = W->name ? W->name : "weight";
+    if ((W->type != LB_TYPE_Q4_0 && W->type != LB_TYPE_Q8_0) || W->layout != LB_LAYOUT_ROWS)
+        return LB_OK;
+    if (W->n_dims != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
+        return lb_set_error(LB_ERR_INVALID_ARG, "repack: %s is not a non-empty 2-D tensor", name);
+    if (!repacks(W->type) || W->shape[0] < 16) return LB_OK;
+    size_t ws, total, gbytes;
+    if (!lb_row_size(W->type, W->shape[1], &ws) ||
+        !lb_mul_ok(ws, (size_t)W->shape[0], &total) || total > W->nbytes ||
+        !lb_mul_ok(ws, 16, &gbytes))
+        return lb_set_error(LB_ERR_INVALID_ARG, "repack: %s: data too small for its shape", name);
+    uint8_t *tmp = lb_alloc(gbytes);
+    if (!tmp) return lb_set_error(LB_ERR_NOMEM, "repack: %s: out of memory", name);
+    uint8_t *p = data;
+    const int64_t nb = W->shape[1] / 32;
+    for (int64_t g = 0; g < W->shape[0] / 16; g++) {
+        uint8_t *gp = p + (size_t)g * gbytes;
+        memcpy(tmp, gp, gbytes);
+        lb_x16_pack_group(W->type, tmp, ws, nb, gp);
+    }
+    lb_free(tmp);
+    W->layout = LB_LAYOUT_X16;
+    return LB_OK;
+}
+
+const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf) {
+    size_t ws = 0;
+    (void)lb_row_size(W->type, lb_tensor_cols(W), &ws);
+    const uint8_t *p = W->data;
+    if (W->layout != LB_LAYOUT_X16 || row >= lb_tensor_rows(W) / 16 * 16)
+        return p + (size_t)row * ws;
+    const size_t bb = W->type == LB_TYPE_Q4_0 ? 18 : 34;
+    const int64_t nb = lb_tensor_cols(W) / 32;
+    for (int64_t b = 0; b < nb; b++)
+        lb_x16_get_block(W->type, p + (size_t)(row / 16) * 16 * ws, b, (int)(row % 16),
+                         (uint8_t *)buf + (size_t)b * bb);
+    return buf;
 }
 
 lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X, float *Y,

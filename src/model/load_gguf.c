@@ -414,12 +414,45 @@ static lb_status load_rope_freqs(lb_model *m, const lb_gguf *g) {
     return LB_OK;
 }
 
+/* Repack the Q4_0/Q8_0 linear weights (and lm_head, tied or not) in place
+ * into the layout the kernels stream fastest (lb_tensor_repack), when the
+ * weights are this loader's private copy of the file: the copy's pages are
+ * rewritten, so no second copy of the weights exists. The file itself is
+ * never written. */
+static lb_status repack_weights(lb_model *m, lb_gguf *g) {
+    if (lb_gguf_set_writable(g, true) != LB_OK) {
+        lb_clear_error();
+        return LB_OK; /* a file mapping: row form */
+    }
+    lb_status s = LB_OK;
+    const lb_model_config *c = &m->config;
+    for (int l = 0; l < c->n_layers && s == LB_OK; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
+            lb_tensor *w = &m->layers[l].w[i];
+            if (lb_gguf_contains(g, w->data, w->nbytes))
+                s = lb_tensor_repack(w, (void *)(uintptr_t)w->data);
+        }
+    if (s == LB_OK && m->output.data && lb_gguf_contains(g, m->output.data, m->output.nbytes)) {
+        const bool tied = m->output.data == m->tok_embd.data;
+        s = lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data);
+        if (tied) m->tok_embd.layout = m->output.layout;
+    }
+    lb_status s2 = lb_gguf_set_writable(g, false);
+    return s != LB_OK ? s : s2;
+}
+
 lb_status lb_model_load_gguf(const char *path, const lb_model_load_opts *opts,
                              lb_model **out) {
     *out = NULL;
     lb_gguf *g = NULL;
     LB_TRY(lb_gguf_open_ex(path, opts && opts->mmap_weights ? 0 : LB_MAP_COPY, &g));
-    return lb_model_load_gguf_reader(g, true, opts, out);
+    LB_TRY(lb_model_load_gguf_reader(g, true, opts, out));
+    lb_status s = repack_weights(*out, g);
+    if (s != LB_OK) {
+        lb_model_free(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take, const lb_model_load_opts *opts,

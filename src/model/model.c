@@ -4,6 +4,7 @@
  * Tensor names: transformers 5.12 modeling_{llama,mistral,qwen2,qwen3}.py.
  */
 #include "model/model_internal.h"
+#include "lowbit/kernels.h"
 #include "lowbit/file.h"
 #include "lowbit/safetensors.h"
 #include "core/internal.h"
@@ -425,6 +426,19 @@ lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
         return lb_set_error(LB_ERR_UNSUPPORTED, "tensor '%s': bad row",
                             t->name ? t->name : "?");
     const uint8_t *src = (const uint8_t *)t->data + (size_t)row * rb;
+    if (t->layout == LB_LAYOUT_X16) { /* repacked at load: row form again */
+        uint8_t stack[8192];
+        uint8_t *buf = rb <= sizeof stack ? stack : lb_alloc(rb);
+        if (!buf) return lb_set_error(LB_ERR_NOMEM, "tensor '%s': out of memory",
+                                      t->name ? t->name : "?");
+        lb_status s = m->priv->dequant_row
+                          ? m->priv->dequant_row(t->type, lb_tensor_row_canonical(t, row, buf),
+                                                 dst, n)
+                          : lb_set_error(LB_ERR_UNSUPPORTED, "tensor '%s': no row conversion",
+                                         t->name ? t->name : "?");
+        if (buf != stack) lb_free(buf);
+        return s;
+    }
     switch (t->type) {
     case LB_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return LB_OK;
     case LB_TYPE_F16:

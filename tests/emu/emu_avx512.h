@@ -163,6 +163,26 @@ LB_EMU_FN lb_emu_m512i lb_emu_mm512_load_si512(void const *p) {
     memcpy(r.u8, p, 64);
     return r;
 }
+/* unaligned loads / store: any address */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_loadu_si512(void const *p) {
+    lb_emu_m512i r;
+    memcpy(r.u8, p, 64);
+    return r;
+}
+LB_EMU_FN lb_emu_m512 lb_emu_mm512_loadu_ps(void const *p) {
+    lb_emu_m512 r;
+    memcpy(r.f, p, 64);
+    return r;
+}
+LB_EMU_FN void lb_emu_mm512_storeu_ps(void *p, lb_emu_m512 a) { memcpy(p, a.f, 64); }
+/* vcvtph2ps zmm: 16 binary16 -> binary32 (exact), lane i from bits 16i. */
+LB_EMU_FN lb_emu_m512 lb_emu_mm512_cvtph_ps(__m256i h) {
+    uint16_t u[16];
+    memcpy(u, &h, 32);
+    lb_emu_m512 r;
+    for (int i = 0; i < 16; i++) r.f[i] = _cvtsh_ss(u[i]);
+    return r;
+}
 /* vmovups with a writemask: lanes with k bit clear are not written. */
 LB_EMU_FN void lb_emu_mm512_mask_storeu_ps(void *p, lb_emu_mmask16 k, lb_emu_m512 a) {
     for (int i = 0; i < 16; i++)
@@ -383,6 +403,14 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_load_ps lb_emu_mm512_load_ps
 #undef _mm512_load_si512
 #define _mm512_load_si512 lb_emu_mm512_load_si512
+#undef _mm512_loadu_si512
+#define _mm512_loadu_si512 lb_emu_mm512_loadu_si512
+#undef _mm512_loadu_ps
+#define _mm512_loadu_ps lb_emu_mm512_loadu_ps
+#undef _mm512_storeu_ps
+#define _mm512_storeu_ps lb_emu_mm512_storeu_ps
+#undef _mm512_cvtph_ps
+#define _mm512_cvtph_ps lb_emu_mm512_cvtph_ps
 #undef _mm512_mask_storeu_ps
 #define _mm512_mask_storeu_ps lb_emu_mm512_mask_storeu_ps
 #undef _mm512_sub_epi8
