@@ -124,6 +124,8 @@ static void print_plan_json(FILE *fp, const lb_export_plan *p, bool tensors) {
     cli_json_string(fp, p->tokenizer_model);
     fprintf(fp, ", \"tokenizer_pre\": ");
     cli_json_string(fp, p->tokenizer_pre);
+    fprintf(fp, ", \"tokenizer_warning\": ");
+    cli_json_string(fp, p->tokenizer_warning);
     fprintf(fp, ", \"n_tensors\": %zu, \"routes\": {", p->n_tensors);
     for (int r = 0; r < LB_EXPORT_ROUTE_COUNT_; r++)
         fprintf(fp, "%s\"%s\": %d", r ? ", " : "", lb_export_route_name((lb_export_route)r),
@@ -179,6 +181,7 @@ static void print_plan_text(FILE *fp, const lb_export_plan *p) {
             (unsigned long long)p->n_params, (double)p->file_bytes / 1e6,
             p->n_params ? 8.0 * (double)p->data_bytes / (double)p->n_params : 0.0);
     if (p->notes[0]) fprintf(fp, "notes: %s\n", p->notes);
+    if (p->tokenizer_warning[0]) fprintf(fp, "WARNING (tokenizer): %s\n", p->tokenizer_warning);
 }
 
 /* GPTQ modules that were dequantized and quantized again (mixed/fallback
@@ -353,8 +356,9 @@ static int export_main(int argc, char **argv, bool plan_only) {
                 lb_ftype_name(st.file_type), (double)st.bytes_out / 1e6, st.seconds, st.mb_per_s);
         if (plan->notes[0]) fprintf(stderr, "lowbit export: note: %s\n", plan->notes);
         print_lists_text(stderr, plan, 64);
-    } else if (plan->n_substituted) {
-        print_lists_text(stderr, plan, 8); /* --quiet still warns */
+        if (plan->tokenizer_warning[0])
+            fprintf(stderr, "lowbit export: WARNING: the GGUF tokenizer differs from "
+                    "tokenizer.json: %s\n", plan->tokenizer_warning);
     }
     lb_export_plan_free(plan);
     rc = 0;

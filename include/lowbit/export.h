@@ -203,6 +203,10 @@ typedef struct lb_export_plan {
                                hold most of the quantized weights,
                                general.file_type names the type actually
                                predominant, not the --qtype              */
+    char tokenizer_warning[320]; /* "" or what the GGUF vocabulary cannot
+                               express of tokenizer.json, so that
+                               llama.cpp tokenizes some text differently
+                               (e.g. fuse_unk without byte tokens)       */
 } lb_export_plan;
 
 /* Plan the export of `in_path` (a HF or GPTQ checkpoint directory): reads

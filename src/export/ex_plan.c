@@ -936,6 +936,7 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
         snprintf(p->tokenizer_pre, sizeof p->tokenizer_pre, "%s", c->vocab.pre);
         if (c->vocab.note[0])
             snprintf(p->notes, sizeof p->notes, "%s", c->vocab.note);
+        snprintf(p->tokenizer_warning, sizeof p->tokenizer_warning, "%s", c->vocab.warning);
     }
     if (s == LB_OK && !o->vocab_only) s = open_weights(in_path, &c->st);
     if (s == LB_OK && !o->vocab_only) s = list_tensors(c);
