@@ -30,6 +30,7 @@
 #include "th.h"
 
 #include "lowbit/export.h"
+#include "lowbit/model.h"
 #include "lowbit/file.h"
 #include "lowbit/ftype.h"
 #include "lowbit/gguf.h"
@@ -1005,7 +1006,99 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* config vocab_size larger than the tokenizer (padding rows of the
+ * embedding, as many checkpoints have): the vocabulary is padded with
+ * [PAD1]..[PADn] (UNUSED, score -1000) as convert_hf_to_gguf's sentencepiece
+ * path does, so the token count equals the embedding rows and the file
+ * loads (lowbit here; llama.cpp in cli_export_interop). */
+static void test_vocab_padding(void) {
+    const char *dir = tmp_path("ts-padded");
+    mkdir(dir, 0755);
+    const char *src = th_shared("models/tinystories-656k");
+    static const char *files[] = {"tokenizer.json", "tokenizer_config.json",
+                                  "special_tokens_map.json", "generation_config.json"};
+    for (size_t i = 0; i < LB_ARRAY_LEN_T(files); i++) {
+        char a[1024], b[1024];
+        snprintf(a, sizeof a, "%s/%s", src, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        size_t n = 0;
+        char *d = th_read_bin(a, &n);
+        if (!d) continue;
+        FILE *f = fopen(b, "wb");
+        TH_CHECK(f && fwrite(d, 1, n, f) == n);
+        if (f) fclose(f);
+        free(d);
+    }
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", src);
+    size_t n = 0;
+    char *cfg = th_read_bin(p, &n);
+    cJSON *cj = cJSON_ParseWithLength(cfg, n);
+    free(cfg);
+    const int64_t V = (int64_t)cJSON_GetObjectItem(cj, "vocab_size")->valuedouble, pad = 8;
+    cJSON_ReplaceItemInObject(cj, "vocab_size", cJSON_CreateNumber((double)(V + pad)));
+    char *txt = cJSON_Print(cj);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    write_text(p, txt);
+    free(txt);
+    cJSON_Delete(cj);
+    /* the weights, with the [V, H] embedding/lm_head padded by zero rows */
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(src, &st));
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    void *bufs[4] = {0};
+    int nb = 0;
+    for (size_t i = 0; st && i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        if (t->n_dims == 2 && t->shape[0] == V && nb < 4) {
+            int64_t sh[2] = {V + pad, t->shape[1]};
+            size_t row = t->nbytes / (size_t)V;
+            void *b = calloc((size_t)(V + pad), row);
+            memcpy(b, t->data, t->nbytes);
+            bufs[nb++] = b;
+            TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, 2, sh, b));
+        } else {
+            TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, t->n_dims, t->shape, t->data));
+        }
+    }
+    TH_CHECK(nb >= 1);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    TH_CHECK_OK(lb_st_writer_write_file(w, p));
+    lb_st_writer_free(w);
+    lb_st_close(st);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+
+    const char *out = tmp_path("ts-padded.gguf");
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    o.qtype = "F32";
+    lb_export_plan *plan = NULL;
+    TH_CHECK_OK(lb_export_gguf(dir, out, &o, &plan, NULL));
+    TH_CHECK(plan && strstr(plan->notes, "padded with [PAD1]..[PAD8]"));
+    lb_export_plan_free(plan);
+    lb_gguf *g = NULL;
+    TH_CHECK_OK(lb_gguf_open(out, &g));
+    if (g) {
+        int64_t k = lb_gguf_find_key(g, "tokenizer.ggml.tokens");
+        TH_CHECK(k >= 0);
+        const lb_gguf_value *v = k >= 0 ? lb_gguf_kv_value(g, k) : NULL;
+        TH_CHECK(v && (int64_t)v->n == V + pad);
+        lb_gguf_str last;
+        if (v) {
+            TH_CHECK_OK(lb_gguf_get_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)(V + pad - 1), &last));
+            TH_CHECK(last.len == 6 && !memcmp(last.data, "[PAD8]", 6));
+        }
+        lb_gguf_close(g);
+    }
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(out, NULL, &m));
+    if (m) TH_CHECK_INT(m->config.vocab_size, V + pad);
+    lb_model_free(m);
+}
+
 int main(void) {
+    TH_RUN(test_vocab_padding);
     TH_RUN(test_qk_permutation);
     TH_RUN(test_names);
     TH_RUN(test_ts656k_f32_equals_converter);

@@ -846,7 +846,7 @@ static lb_status scores_from_merges(const cJSON *tj, const tok_index *ti, size_t
 
 /* LlamaHfVocab + SpecialVocab(n_vocab = len(tokens)). */
 static lb_status vocab_llama_hf(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
-                                const char *label, ex_vocab *v) {
+                                const char *label, int64_t cfg_vocab_size, ex_vocab *v) {
     tok_index ti;
     LB_TRY(tok_index_build(tj, label, &ti));
     lb_status s = LB_OK;
@@ -857,7 +857,13 @@ static lb_status vocab_llama_hf(const cJSON *tj, const cJSON *tc, const cJSON *c
         if (ti.added[id]) n_added++;
     snprintf(v->model, sizeof v->model, "llama");
     snprintf(v->pre, sizeof v->pre, "default");
-    s = vocab_alloc(v, base + n_added, true);
+    /* config vocab_size beyond the tokenizer (padding rows of the
+     * embedding): "[PAD1]".."[PADn]", score -1000, UNUSED, as
+     * convert_hf_to_gguf's _create_vocab_sentencepiece pads; without them
+     * llama.cpp refuses the file (token_embd rows != tokens) */
+    size_t n_pad = cfg_vocab_size > (int64_t)(base + n_added)
+                       ? (size_t)cfg_vocab_size - (base + n_added) : 0;
+    s = vocab_alloc(v, base + n_added + n_pad, true);
     /* special ids: tokenizer_config special tokens looked up in get_vocab */
     size_t k = 0;
     for (size_t id = 0; s == LB_OK && id < base; id++) {
@@ -883,6 +889,20 @@ static lb_status vocab_llama_hf(const cJSON *tj, const cJSON *tc, const cJSON *c
         v->scores[k] = n_scored ? 0.0f : -1000.0f;
         v->types[k] = (tc && is_special_text(tc, t)) ? 3 : 4;
         k++;
+    }
+    for (size_t i = 1; s == LB_OK && i <= n_pad; i++) {
+        char pad[32];
+        int m = snprintf(pad, sizeof pad, "[PAD%zu]", i);
+        s = vocab_set(v, k, pad, (size_t)m);
+        v->scores[k] = -1000.0f;
+        v->types[k] = 5; /* UNUSED */
+        k++;
+    }
+    if (s == LB_OK && n_pad) {
+        size_t l = strlen(v->note);
+        snprintf(v->note + l, sizeof v->note - l, "%sconfig vocab_size %lld > %zu tokens: "
+                 "padded with [PAD1]..[PAD%zu] (convert_hf_to_gguf's sentencepiece padding)",
+                 l ? "; " : "", (long long)cfg_vocab_size, base + n_added, n_pad);
     }
     if (s == LB_OK) {
         special_state st;
@@ -1008,7 +1028,7 @@ lb_status ex_vocab_from_json(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
     const char *dec = jstr(jget(tj, "decoder"), "type");
     bool llama_hf = is_llama && byte_fallback && dec && !strcmp(dec, "Sequence");
     if (llama_hf)
-        s = vocab_llama_hf(tj, tc, cfg, label, v);
+        s = vocab_llama_hf(tj, tc, cfg, label, cfg_vocab_size, v);
     else
         s = vocab_gpt2(tj, tc, cfg, label, cfg_vocab_size, v);
     if (s == LB_OK && tc) s = load_chat_template(dir, tc, v);
