@@ -67,6 +67,10 @@ void cli_progress_done(cli_progress *p);
 /* Install the stderr log printer (respecting --quiet / -v). */
 void cli_install_logger(void);
 
+/* Read all of standard input (at most max bytes) into a NUL-terminated
+ * heap buffer (free with free()); LB_ERR_RANGE beyond max. */
+lb_status cli_read_stdin(size_t max, char **out, size_t *len);
+
 /* JSON string escaping to a FILE (for --json output). */
 void cli_json_string(FILE *fp, const char *s);
 

@@ -184,3 +184,37 @@ void cli_json_string(FILE *fp, const char *s) {
     }
     fputc('"', fp);
 }
+
+lb_status cli_read_stdin(size_t max, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    *out = NULL;
+    if (!buf) return lb_set_error(LB_ERR_NOMEM, "stdin: out of memory");
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max) {
+                free(buf);
+                return lb_set_error(LB_ERR_RANGE, "stdin: larger than %zu bytes", max);
+            }
+            size_t nc = cap * 2 > max ? max : cap * 2;
+            char *nb = realloc(buf, nc + 1);
+            if (!nb) {
+                free(buf);
+                return lb_set_error(LB_ERR_NOMEM, "stdin: out of memory");
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t r = fread(buf + n, 1, cap - n, stdin);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        return lb_set_error(LB_ERR_IO, "stdin: read error");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return LB_OK;
+}
