@@ -20,6 +20,10 @@ trap 'rm -rf "$T"' EXIT
 "$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 2 --no-pin > "$T/table.txt" 2>/dev/null
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -d 20 -r 1 --json > "$T/depth.json"
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 3 -r 1 --mmap --json > "$T/mmap.json"
+# the untimed warm-up (default) is reported; --no-warmup skips it
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 2 -r 1 --no-warmup --json > "$T/nowarm.json"
+grep -q '"warmup": true' "$T/mmap.json" && grep -q '"warmup": false' "$T/nowarm.json" \
+  || { echo "FAIL: warmup not reported"; exit 1; }
 # llama.cpp's files: a Q4_0 whose ffn_down stayed F16 is still "Q4_0"; the
 # default pp512 + tg128 fits a 512-token model (each test alone)
 shared=${LB_SHARED:-../shared}

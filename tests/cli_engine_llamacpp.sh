@@ -39,9 +39,37 @@ def check(ok, what):
     else:
         failed += 1
         print("FAIL:", what)
-def ref(*args):
-    p = subprocess.run(["sh", refenv, "run", *args], capture_output=True)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+# llama.cpp 0.7.0's tools lose the tail of their output at random (an
+# asynchronous logger cut at exit; see tests/lib_refenv.sh): a run counts
+# when it exits 0 and `done(out, err)` finds what the tool prints last;
+# otherwise it is retried, at most 5 times, with the reason printed.
+def ref(done, *args, tries=5):
+    for k in range(1, tries + 1):
+        p = subprocess.run(["sh", refenv, "run", *args], capture_output=True)
+        rc, out, err = p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        if rc != 0:
+            why = f"exit status {rc}"
+        elif done(out, err):
+            return rc, out, err
+        else:
+            why = "output cut short"
+        if k < tries:
+            print(f"note: {args[0]}: {why} (attempt {k} of {tries}), retrying", file=sys.stderr)
+    return rc if rc else 1, out, err + f"\n[{why} in all {tries} attempts]"
+def json_last_line(out, err):
+    try:
+        json.loads(out.strip().splitlines()[-1])
+        return True
+    except (ValueError, IndexError):
+        return False
+def perf_summary(out, err):  # printed (stderr) after the generated text (stdout)
+    return "total time =" in err
+def json_doc(out, err):
+    try:
+        json.loads(out)
+        return True
+    except ValueError:
+        return False
 def lb(*args):
     p = subprocess.run([lowbit, *args], capture_output=True)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
@@ -59,7 +87,7 @@ files = [(f"{M}/stories260K/stories260K.gguf", common + unicode),
          (f"{T}/ts656k-vocab.gguf", common)]
 for path, texts in files:
     for text in texts:
-        rc, out, err = ref("llama-tokenize", "-m", path, "-p", text, "--ids", "--log-disable")
+        rc, out, err = ref(json_last_line, "llama-tokenize", "-m", path, "-p", text, "--ids", "--log-disable")
         if rc != 0:
             check(False, f"llama-tokenize failed on {path} {text!r}: {err[-300:]}")
             continue
@@ -87,7 +115,7 @@ gens = [(f"{M}/stories260K/stories260K.gguf", "Once upon a time", True),
         (f"{M}/tinystories-656k-gguf/ts656k-q4_0.gguf", "Once upon a time", False)]
 N = 48
 for path, prompt, exact in gens:
-    rc, out, err = ref("llama-completion", "-m", path, "-p", prompt, "-n", str(N + 16), "--temp", "0",
+    rc, out, err = ref(perf_summary, "llama-completion", "-m", path, "-p", prompt, "-n", str(N + 16), "--temp", "0",
                        "--ignore-eos", "-no-cnv", "-t", "2", "-ctk", "f32", "-ctv", "f32")
     if rc != 0:
         check(False, f"llama-completion failed on {path}: {err[-300:]}")
@@ -107,7 +135,7 @@ for path, prompt, exact in gens:
               f"  llama.cpp: {want!r}")
 
 # 3. llama-bench on a make_random_gguf file
-rc, out, err = ref("llama-bench", "-m", f"{T}/tiny-q4_0.gguf", "-p", "16", "-n", "4", "-r", "1", "-o", "json")
+rc, out, err = ref(json_doc, "llama-bench", "-m", f"{T}/tiny-q4_0.gguf", "-p", "16", "-n", "4", "-r", "1", "-o", "json")
 check(rc == 0, f"llama-bench on make_random_gguf output: exit {rc} {err[-300:]}")
 if rc == 0:
     runs = json.loads(out)

@@ -95,4 +95,18 @@ grep -q "greedy (prompt 8, 32 tokens): identical" "$T/par.txt" || fail "parity g
 set +e
 "$LOWBIT" parity "$TS" > /dev/null 2>&1; [ $? -eq 2 ] || fail "parity one model: want 2"
 set -e
+# a requested type that cannot be used says so, names the tensors, and the
+# file is not labelled with it (issue 11): Q2_K on tinystories' 64/384-wide
+# rows is written as Q4_0 (llama.cpp's fallback) and general.file_type says
+# Q4_0; a GPTQ export names the modules it re-quantized
+"$LOWBIT" export "$TS" --qtype Q2_K -o "$T/q2k.gguf" 2> "$T/q2k.err"
+grep -q "wrote $T/q2k.gguf: .*, Q4_0, " "$T/q2k.err" || fail "Q2_K: file type: $(cat "$T/q2k.err")"
+grep -q "general.file_type says Q4_0, not Q2_K" "$T/q2k.err" || fail "Q2_K: note"
+grep -q "warning: written in another type than asked .*blk.0.attn_q.weight Q2_K -> Q4_0" "$T/q2k.err" \
+  || fail "Q2_K: tensors not named"
+"$LOWBIT" inspect "$T/q2k.gguf" > "$T/q2k.txt"
+grep -Eq "general.file_type +UINT32 +2$" "$T/q2k.txt" || fail "Q2_K: general.file_type (want 2, MOSTLY_Q4_0): $(grep file_type "$T/q2k.txt")"
+"$LOWBIT" export "$GQ" --modules 'mlp.down=Q8_0' -o "$T/gre.gguf" 2> "$T/gre.err"
+grep -q "re-quantized GPTQ modules (dequantized, not lossless): model.layers.0.mlp.down_proj -> Q8_0, model.layers.1.mlp.down_proj -> Q8_0" \
+  "$T/gre.err" || fail "re-quantized modules not named: $(cat "$T/gre.err")"
 echo "cli_export: ok"

@@ -27,6 +27,7 @@ for tool in llama-quantize llama-perplexity llama-completion llama-bench python3
   sh "$REFENV" has "$tool" || skip "$tool missing in the reference chroot"
 done
 sh "$REFENV" run python3 -c 'import gguf, numpy' >/dev/null 2>&1 || skip "python3-gguf missing in the chroot"
+. "$(dirname "$0")/lib_refenv.sh" # ref_call: llama.cpp tools lose output at random; bounded retry
 
 T=$(mktemp -d /tmp/lb-export-interop.XXXXXX) # /tmp is visible in the chroot
 trap 'rm -rf "$T"' EXIT
@@ -64,13 +65,36 @@ EOF
 "$LOWBIT" export "$TS" --qtype F32 -o "$T/f32.gguf" -q
 for q in Q4_0 Q4_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K; do
   "$LOWBIT" export "$TS" --qtype $q -o "$T/lb-$q.gguf" -q
-  sh "$REFENV" run llama-quantize "$T/f32.gguf" "$T/lq-$q.gguf" $q > "$T/lq-$q.log" 2>&1 \
-    || fail "llama-quantize $q: $(tail -3 "$T/lq-$q.log")"
+  ref_call "$T/lq-$q.log" "$T/lq-$q.log" 'total time =' llama-quantize "$T/f32.gguf" "$T/lq-$q.gguf" $q \
+    || fail "llama-quantize $q: $ref_reason: $(tail -3 "$T/lq-$q.log")"
   out=$(sh "$REFENV" run python3 "$T/cmp.py" "$T/lb-$q.gguf" "$T/lq-$q.gguf" "$T/f32.gguf") \
     || fail "$q differs from llama-quantize: $out"
   echo "$q: $out" | tail -1
   rm -f "$T/lq-$q.gguf"
 done
+
+# the F32 export tokenizes as the HF tokenizer: llama-tokenize on the GGUF
+# gives the ids of `lowbit tokenize` with tokenizer.json on the whole text
+# (the converter's -1000 scores made llama.cpp split "little" as li|tt|le:
+# perplexity 186.9 instead of 35.2 here, ctx 128), and lowbit's perplexity
+# of the HF checkpoint and of its F32 GGUF agree
+"$LOWBIT" tokenize "$TS" - --json < "$TEXT" > "$T/hf-ids.json"
+ref_call "$T/lt.out" "$T/lt.err" '^\[' llama-tokenize -m "$T/f32.gguf" -f "$TEXT" --ids --log-disable \
+  || fail "llama-tokenize: $ref_reason: $(tail -3 "$T/lt.err")"
+sh "$REFENV" run python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["ids"]
+b = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+d = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+if d is not None or len(a) != len(b):
+    print(f"llama.cpp tokenizes the F32 export differently: {len(b)} ids vs {len(a)}, first difference at {d}")
+    sys.exit(1)
+print(f"llama-tokenize on the F32 export: {len(a)} ids, identical to the HF tokenizer")
+' "$T/hf-ids.json" "$T/lt.out" || fail "tokenization of the F32 export"
+p_hf=$("$LOWBIT" ppl "$TS" --text-file "$TEXT" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+p_gg=$("$LOWBIT" ppl "$T/f32.gguf" --text-file "$TEXT" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+[ -n "$p_hf" ] && [ "$p_hf" = "$p_gg" ] || fail "perplexity HF $p_hf vs F32 GGUF $p_gg"
+echo "lowbit perplexity: HF checkpoint $p_hf = F32 GGUF $p_gg"
 
 # files for the perplexity comparison
 "$LOWBIT" export "$GQ" -o "$T/gptq-direct.gguf" --mode direct -q
@@ -78,35 +102,38 @@ done
 "$LOWBIT" export "$GQ" -o "$T/gptq-mixed.gguf" --mode mixed --modules 'mlp=Q8_0' --modules 'self_attn=Q4_1' -q
 for f in f32 lb-Q4_0 lb-Q4_K_M lb-Q2_K gptq-direct gptq-deq-q4km gptq-mixed; do
   # llama.cpp's asynchronous logger sometimes loses its last lines at exit
-  # (exit status 0, output cut short), more often under load. The running
-  # value after the last chunk, "[N]x" with N the chunk count, is the final
-  # estimate (same 4 decimals); retry while neither is there.
+  # (exit status 0, output cut short), more often under load: ref_call
+  # retries until "Final estimate" is there. Should every attempt be cut,
+  # the running value after the last chunk, "[N]x" with N the chunk count,
+  # is the final estimate (same 4 decimals).
   a=""
-  for attempt in 1 2 3 4 5 6; do
-    sh "$REFENV" run llama-perplexity -m "$T/$f.gguf" -f "$TEXT" -c 128 -t 2 > "$T/$f.llama.log" 2>&1 \
-      || fail "llama-perplexity $f: $(tail -3 "$T/$f.llama.log")"
+  if ref_call "$T/$f.llama.log" "$T/$f.llama.log" 'Final estimate: PPL' \
+       llama-perplexity -m "$T/$f.gguf" -f "$TEXT" -c 128 -t 2; then
     a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/$f.llama.log")
-    if [ -z "$a" ]; then
-      nc=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$T/$f.llama.log")
-      [ -n "$nc" ] && a=$(tr ',' '\n' < "$T/$f.llama.log" | sed -n "s/^\[$nc\]\([0-9.]*\)\$/\1/p" | tail -n 1)
-    fi
-    [ -n "$a" ] && break
-    echo "note: llama-perplexity $f: output truncated (attempt $attempt)"
-  done
+  else
+    case $ref_reason in exit*) fail "llama-perplexity $f: $ref_reason: $(tail -3 "$T/$f.llama.log")" ;; esac
+    nc=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$T/$f.llama.log")
+    [ -n "$nc" ] && a=$(tr ',' '\n' < "$T/$f.llama.log" | sed -n "s/^\[$nc\]\([0-9.]*\)\$/\1/p" | tail -n 1)
+  fi
   b=$("$LOWBIT" ppl "$T/$f.gguf" --text-file "$TEXT" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
   [ -n "$a" ] && [ -n "$b" ] || fail "$f: no perplexity (llama.cpp '$a', lowbit '$b')"
   awk -v a="$a" -v b="$b" -v f="$f" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d;
       printf "%-14s llama.cpp %9.4f  lowbit %9.4f  diff %.3f%%\n", f, a, b, 100 * d;
       exit (d <= 0.005 ? 0 : 1) }' || fail "$f: perplexities differ by more than 0.5%"
 done
-out=$(sh "$REFENV" run llama-completion -m "$T/gptq-direct.gguf" -p "Once upon a time" -n 16 \
-      --temp 0 -no-cnv --no-display-prompt 2>/dev/null) || fail "llama-completion"
+# the generated text goes to stdout before the timing summary goes to stderr
+# (one logger thread, in order): the summary's "total time" line proves the
+# text is complete
+ref_call "$T/lc.out" "$T/lc.err" 'total time =' llama-completion -m "$T/gptq-direct.gguf" \
+    -p "Once upon a time" -n 16 --temp 0 -no-cnv --no-display-prompt \
+  || fail "llama-completion: $ref_reason: $(tail -3 "$T/lc.err")"
+out=$(cat "$T/lc.out")
 [ -n "$out" ] || fail "llama-completion printed nothing"
 echo "llama-completion on the GPTQ direct export: Once upon a time$out"
 
 # tokenizer-less Qwen3 (random weights): loads and runs in llama.cpp
 "$LOWBIT" export "$SHARED/models/random/qwen3-random" --qtype Q8_0 -o "$T/qwen3.gguf" -q
-sh "$REFENV" run llama-bench -m "$T/qwen3.gguf" -p 16 -n 4 -t 2 > "$T/bench.log" 2>&1 \
-  || fail "llama-bench qwen3: $(tail -3 "$T/bench.log")"
+ref_call "$T/bench.log" "$T/bench.log" '^\| *qwen3 .*\| *tg4 *\|' llama-bench -m "$T/qwen3.gguf" -p 16 -n 4 -t 2 \
+  || fail "llama-bench qwen3: $ref_reason: $(tail -3 "$T/bench.log")"
 grep -q "qwen3" "$T/bench.log" || fail "llama-bench output"
 echo "cli_export_interop: ok"

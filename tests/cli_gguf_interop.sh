@@ -20,6 +20,7 @@ F="$SHARED/models/stories260K/stories260K-Q4_0.gguf"
 sh "$REFENV" path >/dev/null 2>&1 || { echo "SKIPPED: reference chroot not built (refenv.sh setup)"; exit 77; }
 sh "$REFENV" run python3 -c 'import gguf' >/dev/null 2>&1 || { echo "SKIPPED: python3-gguf not in the chroot"; exit 77; }
 
+. "$(dirname "$0")/lib_refenv.sh" # ref_call: llama.cpp tools lose output at random; bounded retry
 # /tmp is visible inside the chroot at the same path
 T=$(mktemp -d /tmp/lb-interop.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -102,13 +103,17 @@ EOF
 sh "$REFENV" run python3 "$T/check.py" "$T/sample.gguf"
 
 if sh "$REFENV" has llama-gguf-split; then
-  sh "$REFENV" run llama-gguf-split --dry-run "$T/sample.gguf" "$T/split" > "$T/split.log" 2>&1 \
-    || { echo "llama-gguf-split rejected the sample:"; cat "$T/split.log"; exit 1; }
+  ref_call "$T/split.log" "$T/split.log" 'n_tensors = ' llama-gguf-split --dry-run "$T/sample.gguf" "$T/split" \
+    || { echo "llama-gguf-split rejected the sample ($ref_reason):"; cat "$T/split.log"; exit 1; }
   grep -q "n_tensors = 19" "$T/split.log" || { echo "llama-gguf-split:"; cat "$T/split.log"; exit 1; }
   echo "llama.cpp's gguf.cpp loaded the sample (19 tensors)"
 fi
 
-sh "$REFENV" run gguf-dump "$F" 2>/dev/null | grep -v 'Loading' > "$T/a.txt"
-sh "$REFENV" run gguf-dump "$T/rewritten.gguf" 2>/dev/null | grep -v 'Loading' > "$T/b.txt"
+# gguf-dump is Python (no llama.cpp logger); ref_call still checks its exit
+# status and that the listing reached the last tensor
+ref_call "$T/a.raw" "$T/a.err" 'blk\.4\.ffn_up\.weight' gguf-dump "$F" || { echo "gguf-dump: $ref_reason"; exit 1; }
+ref_call "$T/b.raw" "$T/b.err" 'blk\.4\.ffn_up\.weight' gguf-dump "$T/rewritten.gguf" || { echo "gguf-dump: $ref_reason"; exit 1; }
+grep -v 'Loading' "$T/a.raw" > "$T/a.txt"
+grep -v 'Loading' "$T/b.raw" > "$T/b.txt"
 [ -s "$T/a.txt" ] && cmp "$T/a.txt" "$T/b.txt"
 echo "1 passed, 0 failed"

@@ -33,5 +33,19 @@ for b in bad: print("FAIL:", b)
 sys.exit(1 if bad else 0)
 PY
 if "$LOWBIT" inspect /etc/hostname >/dev/null 2>&1; then echo "FAIL: non-model file accepted"; fail=1; fi
+# a GPTQ checkpoint: effective bits/weight as quantize reports them (the
+# int32 words of qweight are not weights; was 31.9 bits/weight)
+TSM=${LB_SHARED:-../shared}/models/tinystories-656k
+if [ -d "$TSM" ]; then
+  GT=$(mktemp -d)
+  "$LOWBIT" quantize "$TSM" -o "$GT/q" --method rtn --bits 4 --group-size 32 > "$GT/q.txt"
+  want=$(sed -n 's/.*weights, \([0-9.]*\) bits\/weight.*/\1/p' "$GT/q.txt")
+  got=$("$LOWBIT" --json inspect "$GT/q" | python3 -c 'import json,sys; g=json.load(sys.stdin)["gptq"]; print("%.3f %d" % (g["bpw"], g["modules"]))')
+  if [ -z "$want" ] || [ "$got" != "$want 14" ]; then
+    echo "FAIL: inspect GPTQ bits/weight '$got', quantize says '$want' (14 modules)"; fail=1
+  fi
+  "$LOWBIT" inspect "$GT/q" | grep -q "^GPTQ: *14 quantized modules, 393216 weights" || { echo "FAIL: inspect GPTQ line"; fail=1; }
+  rm -rf "$GT"
+fi
 [ "$fail" -eq 0 ] && echo "cli_inspect_st: ok"
 exit "$fail"

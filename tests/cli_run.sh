@@ -84,6 +84,50 @@ p = subprocess.run([lowbit, "run", model, "-p", "x", "--ctx", "4096"],
                    capture_output=True)
 check(p.returncode == 2 and b"exceeds the model's context length 512" in p.stderr,
       f"--ctx over the limit: {p.returncode} {p.stderr!r}")
+
+# long prompts (issue 11): -f FILE and -p - (stdin) give the same tokens as
+# -p TEXT; a prompt longer than the context is an error naming the sizes
+# unless --truncate, which keeps the first token and the last n_ctx - n
+def run(*args, stdin=None):
+    p = subprocess.run([lowbit, "run", model, *args], capture_output=True, input=stdin)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+import tempfile, os
+text = "Once upon a time, there was a little girl named Lily. " * 3
+with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+    f.write(text)
+    fname = f.name
+rc_a, out_a, _ = run("-p", text, "-n", "6", "--json")
+rc_b, out_b, _ = run("-f", fname, "-n", "6", "--json")
+rc_c, out_c, _ = run("-p", "-", "-n", "6", "--json", stdin=text.encode())
+check(rc_a == rc_b == rc_c == 0 and json.loads(out_a)["tokens"] == json.loads(out_b)["tokens"]
+      == json.loads(out_c)["tokens"] and json.loads(out_a)["n_prompt"] == json.loads(out_c)["n_prompt"],
+      f"-p / -f / -p - differ: {out_a} {out_b} {out_c}")
+long = "Once upon a time, there was a little girl named Lily. " * 60
+with open(fname, "w") as f:
+    f.write(long)
+rc, out, err = run("-f", fname, "-c", "64", "-n", "4")
+check(rc == 1 and "the prompt is" in err and "context holds 64" in err and "--truncate" in err,
+      f"long prompt: {rc} {err!r}")
+rc, out, err = run("-f", fname, "-c", "64", "-n", "4", "--truncate", "--json")
+j = json.loads(out) if rc == 0 else {}
+check(rc == 0 and j.get("n_prompt") == 60 and j.get("n_gen") == 4, f"--truncate: {rc} {out} {err!r}")
+rc, out, err = run("-p", "x", "-f", fname)
+check(rc == 2, f"-p with -f: {rc}")
+os.unlink(fname)
+# --seed -1: a random seed, reported, and reusable
+rc, out, err = run("-p", "Once upon a time", "-n", "12", "--temp", "1.5", "--seed", "-1", "--json")
+j = json.loads(out) if rc == 0 else {}
+seed = j.get("seed", -1)
+rc2, out2, _ = run("-p", "Once upon a time", "-n", "12", "--temp", "1.5", "--seed", str(seed), "--json")
+check(rc == 0 and rc2 == 0 and seed >= 0 and json.loads(out2)["tokens"] == j["tokens"],
+      f"--seed -1 not reproducible with the reported seed {seed}")
+seeds = set()
+for _ in range(3):
+    rc, out, err = run("-p", "x", "-n", "1", "--seed", "-1", "--json")
+    seeds.add(json.loads(out)["seed"] if rc == 0 else None)
+check(len(seeds) == 3 and None not in seeds, f"--seed -1 not random: {seeds}")
+rc, out, err = run("-p", "x", "--seed", "-2")
+check(rc == 2, f"--seed -2: {rc}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY

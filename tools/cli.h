@@ -40,7 +40,11 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s,
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* Progress: a single updating line on stderr when it is a TTY (with rate and
- * ETA), nothing when --quiet or not a TTY. Usable as an lb_progress. The
+ * ETA); when stderr is not a TTY (a log file, CI), one plain line per step
+ * ("lowbit: [elapsed 00:12] layer 3/24 q,k,v (12/96, 12%)"; a step is the
+ * stage text up to its first ':'), at most one a second
+ * (LOWBIT_PROGRESS_INTERVAL=S changes that), nothing for work done within
+ * the first second; nothing with --quiet. Usable as an lb_progress. The
  * clock restarts when a new phase begins (the total changes or done goes
  * back); a stage text that changes within one phase (e.g. "layer 3/24
  * q,k,v: loss 12.5") keeps it, so the ETA covers the whole phase. */
@@ -50,6 +54,11 @@ typedef struct cli_progress {
     char stage[128];
     bool active;
     uint64_t last_done, last_total;
+    /* stderr not a TTY (logs, CI): plain lines, no \r or escapes */
+    double t0, t_line;  /* creation, last line printed                   */
+    char line_key[128]; /* the stage up to its first ':' (one step)      */
+    int n_lines;
+    double line_interval; /* LOWBIT_PROGRESS_INTERVAL (s), default 1       */
 } cli_progress;
 lb_progress cli_progress_make(cli_progress *p);
 /* Finish the line (newline) if one is being shown. */
@@ -57,6 +66,10 @@ void cli_progress_done(cli_progress *p);
 
 /* Install the stderr log printer (respecting --quiet / -v). */
 void cli_install_logger(void);
+
+/* Read all of standard input (at most max bytes) into a NUL-terminated
+ * heap buffer (free with free()); LB_ERR_RANGE beyond max. */
+lb_status cli_read_stdin(size_t max, char **out, size_t *len);
 
 /* JSON string escaping to a FILE (for --json output). */
 void cli_json_string(FILE *fp, const char *s);

@@ -85,10 +85,43 @@ static void fmt_duration(char *buf, size_t n, double s) {
         snprintf(buf, n, "%02ld:%02ld", t / 60, t % 60);
 }
 
+/* stderr is not a TTY: one line per step, at most one a second (p->active
+ * here means: the final line of the current step was printed) */
+static bool progress_lines(cli_progress *p, const char *stage, uint64_t done, uint64_t total) {
+    const double now = lb_time_s();
+    char key[sizeof p->line_key];
+    size_t k = strcspn(stage, ":");
+    if (k >= sizeof key) k = sizeof key - 1;
+    memcpy(key, stage, k);
+    key[k] = '\0';
+    const bool final = total && done >= total;
+    const bool new_step = strcmp(key, p->line_key) != 0;
+    /* same step: its final line, or a heartbeat every 10 intervals */
+    if (!new_step && !(final && !p->active) && now - p->t_line < 10 * p->line_interval)
+        return true;
+    if (now - p->t_line < p->line_interval) return true;
+    snprintf(p->line_key, sizeof p->line_key, "%s", key);
+    p->active = final;
+    p->t_line = now;
+    p->n_lines++;
+    char elapsed[32];
+    fmt_duration(elapsed, sizeof elapsed, now - p->t0);
+    if (total)
+        fprintf(stderr, "lowbit: [elapsed %s] %s (%llu/%llu, %.0f%%)\n", elapsed, stage,
+                (unsigned long long)done, (unsigned long long)total,
+                100.0 * (double)done / (double)total);
+    else
+        fprintf(stderr, "lowbit: [elapsed %s] %s (%llu)\n", elapsed, stage,
+                (unsigned long long)done);
+    fflush(stderr);
+    return true;
+}
+
 static bool progress_cb(void *user, const char *stage, uint64_t done,
                         uint64_t total) {
     cli_progress *p = user;
-    if (g_cli.quiet || !isatty(STDERR_FILENO)) return true;
+    if (g_cli.quiet) return true;
+    if (!isatty(STDERR_FILENO)) return progress_lines(p, stage, done, total);
     double now = lb_time_s();
     bool stage_changed = strncmp(p->stage, stage, sizeof p->stage - 1) != 0;
     if (stage_changed) {
@@ -118,13 +151,18 @@ static bool progress_cb(void *user, const char *stage, uint64_t done,
 
 lb_progress cli_progress_make(cli_progress *p) {
     memset(p, 0, sizeof *p);
-    p->t_start = p->t_last = lb_time_s();
+    p->t_start = p->t_last = p->t0 = p->t_line = lb_time_s();
+    /* LOWBIT_PROGRESS_INTERVAL=S: seconds between non-TTY lines (default 1) */
+    const char *iv = getenv("LOWBIT_PROGRESS_INTERVAL");
+    char *end = NULL;
+    double v = iv ? strtod(iv, &end) : 1.0;
+    p->line_interval = iv && end != iv && v >= 0 && v < 1e6 ? v : 1.0;
     lb_progress pr = {progress_cb, p};
     return pr;
 }
 
 void cli_progress_done(cli_progress *p) {
-    if (p->active) fputc('\n', stderr);
+    if (p->active && isatty(STDERR_FILENO)) fputc('\n', stderr);
     p->active = false;
 }
 
@@ -145,4 +183,38 @@ void cli_json_string(FILE *fp, const char *s) {
         }
     }
     fputc('"', fp);
+}
+
+lb_status cli_read_stdin(size_t max, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    *out = NULL;
+    if (!buf) return lb_set_error(LB_ERR_NOMEM, "stdin: out of memory");
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max) {
+                free(buf);
+                return lb_set_error(LB_ERR_RANGE, "stdin: larger than %zu bytes", max);
+            }
+            size_t nc = cap * 2 > max ? max : cap * 2;
+            char *nb = realloc(buf, nc + 1);
+            if (!nb) {
+                free(buf);
+                return lb_set_error(LB_ERR_NOMEM, "stdin: out of memory");
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t r = fread(buf + n, 1, cap - n, stdin);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        return lb_set_error(LB_ERR_IO, "stdin: read error");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return LB_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * lowbit bench MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]
- *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--mmap] [--json]
+ *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--mmap] [--no-warmup] [--json]
  *
  * Prefill and decode speed as llama-bench (llama.cpp 0.7.0
  * tools/llama-bench/llama-bench.cpp) measures them:
@@ -52,6 +52,8 @@ static void usage(FILE *fp) {
             "      --no-pin          do not pin the threads to distinct CPUs\n"
             "      --mmap            map a GGUF file instead of reading it into\n"
             "                        memory (huge pages)\n"
+            "      --no-warmup       skip the untimed warm-up run of each test\n"
+            "                        (a prompt pass / one decode, as llama-bench)\n"
             "global: --json (one JSON object), --quiet\n");
 }
 
@@ -133,6 +135,7 @@ int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     const char *path = NULL;
     long p = 512, n = 128, depth = 0, threads = 0, reps = 5, n_batch = 512;
+    bool warmup = true; /* --no-warmup (llama-bench's flag) skips it */
     lb_type kv_type = LB_TYPE_F16;
     bool pin = true;
     lb_model_load_opts lo = {0};
@@ -171,6 +174,8 @@ int cmd_bench(int argc, char **argv) {
             pin = false;
         } else if (!strcmp(a, "--mmap")) {
             lo.mmap_weights = true;
+        } else if (!strcmp(a, "--no-warmup")) {
+            warmup = false;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!path) {
@@ -241,7 +246,7 @@ int cmd_bench(int argc, char **argv) {
         st = fill_depth(ctx, (int)depth, (int)cp.n_batch, V, bos, toks);
         for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
         if (p > 0 && bos >= 0 && depth == 0) toks[0] = bos;
-        if (st == LB_OK)
+        if (st == LB_OK && warmup)
             st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)depth,
                                       (int)cp.n_batch, logits)
                              : run_tg(ctx, 1, (int)depth, bos, V, logits);
@@ -295,12 +300,13 @@ int cmd_bench(int argc, char **argv) {
                "\"active_bytes_per_token\": %zu, \"n_threads\": %d, \"kernels\": "
                "\"%s\", \"kv_type\": \"%s\", \"n_batch\": %d, "
                "\"n_ctx\": %d, \"kv_cache_bytes\": %zu, "
-               "\"peak_rss_bytes\": %lld, ",
+               "\"peak_rss_bytes\": %lld, \"warmup\": %s, ",
                type, size, (long long)params,
                (long long)lb_model_n_active_params(m), lb_model_active_weight_bytes(m),
                nth, lb_kernels_variant(), kv,
                (int)cp.n_batch, (int)lb_context_n_ctx(ctx),
-               lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024);
+               lb_context_kv_bytes(ctx), (long long)ru.ru_maxrss * 1024,
+               warmup ? "true" : "false");
         /* the matmul kernel per weight type of the model's linears and
          * lm_head: decode (1 token) and prefill (n_batch tokens) */
         bool seen[LB_TYPE_COUNT_] = {false};

@@ -135,6 +135,8 @@ static void print_plan_json(FILE *fp, const lb_export_plan *p, bool tensors) {
     cli_json_string(fp, p->tokenizer_model);
     fprintf(fp, ", \"tokenizer_pre\": ");
     cli_json_string(fp, p->tokenizer_pre);
+    fprintf(fp, ", \"tokenizer_warning\": ");
+    cli_json_string(fp, p->tokenizer_warning);
     fprintf(fp, ", \"n_tensors\": %zu, \"routes\": {", p->n_tensors);
     for (int r = 0; r < LB_EXPORT_ROUTE_COUNT_; r++)
         fprintf(fp, "%s\"%s\": %d", r ? ", " : "", lb_export_route_name((lb_export_route)r),
@@ -158,6 +160,7 @@ static void print_plan_json(FILE *fp, const lb_export_plan *p, bool tensors) {
                 e->src_type >= 0 ? "\"" : "", e->bits, e->group_size, e->sym ? "true" : "false",
                 e->desc_act ? "true" : "false", e->permuted ? "true" : "false");
         print_shape(fp, e);
+        fprintf(fp, ", \"wanted_type\": \"%s\"", lb_type_name(e->wanted_type));
         fprintf(fp, ", \"bytes\": %zu, \"reason\": ", e->nbytes);
         cli_json_string(fp, e->reason);
         fputc('}', fp);
@@ -189,6 +192,59 @@ static void print_plan_text(FILE *fp, const lb_export_plan *p) {
             (unsigned long long)p->n_params, (double)p->file_bytes / 1e6,
             p->n_params ? 8.0 * (double)p->data_bytes / (double)p->n_params : 0.0);
     if (p->notes[0]) fprintf(fp, "notes: %s\n", p->notes);
+    if (p->tokenizer_warning[0]) fprintf(fp, "WARNING (tokenizer): %s\n", p->tokenizer_warning);
+}
+
+/* GPTQ modules that were dequantized and quantized again (mixed/fallback
+ * routes: not lossless), and tensors written in another type than asked
+ * (row fallback). Listed by name, at most `cap` each (0: all). */
+static bool is_requantized(const lb_export_plan *p, const lb_export_tensor *e) {
+    return p->gptq && e->bits > 0 &&
+           (e->route == LB_EXPORT_ROUTE_MIXED || e->route == LB_EXPORT_ROUTE_FALLBACK);
+}
+
+static void print_lists_text(FILE *fp, const lb_export_plan *p, size_t cap) {
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = 0, shown = 0;
+        for (size_t i = 0; i < p->n_tensors; i++) {
+            const lb_export_tensor *e = &p->tensors[i];
+            bool in = pass == 0 ? is_requantized(p, e) : e->type != e->wanted_type;
+            if (!in) continue;
+            if (n++ == 0)
+                fprintf(fp, "lowbit export: %s", pass == 0
+                        ? "re-quantized GPTQ modules (dequantized, not lossless): "
+                        : "warning: written in another type than asked (rows not a multiple "
+                          "of the type's block): ");
+            if (cap && shown == cap) continue;
+            if (pass == 0)
+                fprintf(fp, "%s%s -> %s", shown ? ", " : "", e->source, lb_type_name(e->type));
+            else
+                fprintf(fp, "%s%s %s -> %s", shown ? ", " : "", e->name,
+                        lb_type_name(e->wanted_type), lb_type_name(e->type));
+            shown++;
+        }
+        if (n > shown) fprintf(fp, ", and %zu more (lowbit plan lists all)", n - shown);
+        if (n) fputc('\n', fp);
+    }
+}
+
+static void print_lists_json(FILE *fp, const lb_export_plan *p) {
+    for (int pass = 0; pass < 2; pass++) {
+        fprintf(fp, ", \"%s\": [", pass == 0 ? "requantized" : "substituted");
+        size_t n = 0;
+        for (size_t i = 0; i < p->n_tensors; i++) {
+            const lb_export_tensor *e = &p->tensors[i];
+            bool in = pass == 0 ? is_requantized(p, e) : e->type != e->wanted_type;
+            if (!in) continue;
+            fprintf(fp, "%s{\"name\": ", n++ ? ", " : "");
+            cli_json_string(fp, e->name);
+            fprintf(fp, ", \"source\": ");
+            cli_json_string(fp, e->source);
+            fprintf(fp, ", \"type\": \"%s\", \"wanted_type\": \"%s\"}", lb_type_name(e->type),
+                    lb_type_name(e->wanted_type));
+        }
+        fputc(']', fp);
+    }
 }
 
 /* --format hf|gptq: a GGUF file back to a Hugging Face directory */
@@ -361,6 +417,7 @@ static int export_main(int argc, char **argv, bool plan_only) {
                 st.seconds, (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out,
                 st.mb_per_s, st.peak_buffer_bytes);
         print_plan_json(stdout, plan, false);
+        print_lists_json(stdout, plan);
         fputs("}\n", stdout);
     } else if (!g_cli.quiet) {
         fprintf(stderr, "lowbit export: wrote %s: %zu tensors (%d keep, %d direct, %d mixed, "
@@ -368,6 +425,10 @@ static int export_main(int argc, char **argv, bool plan_only) {
                 out, st.n_tensors, st.n_route[0], st.n_route[1], st.n_route[2], st.n_route[3],
                 lb_ftype_name(st.file_type), (double)st.bytes_out / 1e6, st.seconds, st.mb_per_s);
         if (plan->notes[0]) fprintf(stderr, "lowbit export: note: %s\n", plan->notes);
+        print_lists_text(stderr, plan, 64);
+        if (plan->tokenizer_warning[0])
+            fprintf(stderr, "lowbit export: WARNING: the GGUF tokenizer differs from "
+                    "tokenizer.json: %s\n", plan->tokenizer_warning);
     }
     lb_export_plan_free(plan);
     rc = 0;

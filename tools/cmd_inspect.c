@@ -449,6 +449,64 @@ static double bpw(uint64_t bytes, uint64_t n) {
     return n ? 8.0 * (double)bytes / (double)n : 0.0;
 }
 
+/* GPTQ checkpoints: the int32 words of PREFIX.qweight are not weights.
+ * Each quantized module (qweight [in*bits/32, out] with qzeros, scales,
+ * g_idx) counts as out*in weights stored in the bytes of its four tensors
+ * -- quantize's bits_per_weight -- and the model's effective bits/weight
+ * counts modules by their weights and every other tensor by its elements. */
+typedef struct insp_gptq {
+    size_t n_modules;
+    uint64_t weights, bytes;      /* quantized modules                     */
+    uint64_t eff_elements, eff_bytes; /* the whole model, modules as weights */
+} insp_gptq;
+
+static const insp_tensor *find_t(const insp_model *m, const char *prefix, const char *suffix) {
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s.%s", prefix, suffix);
+    for (size_t i = 0; i < m->n_t; i++)
+        if (!strcmp(m->t[i].name, nm)) return &m->t[i];
+    return NULL;
+}
+
+static insp_gptq gptq_of(const insp_model *m) {
+    insp_gptq g = {0};
+    uint64_t part_elems = 0, part_bytes = 0, all_elems = 0, all_bytes = 0;
+    for (size_t i = 0; i < m->n_t; i++) {
+        all_elems += (uint64_t)m->t[i].n_elements;
+        all_bytes += m->t[i].bytes;
+        const char *nm = m->t[i].name;
+        size_t l = strlen(nm);
+        if (l < 9 || l >= 500 || strcmp(nm + l - 8, ".qweight") || strcmp(m->t[i].type, "I32") ||
+            m->t[i].n_dims != 2)
+            continue;
+        char prefix[512];
+        memcpy(prefix, nm, l - 8);
+        prefix[l - 8] = '\0';
+        const insp_tensor *qw = &m->t[i], *qz = find_t(m, prefix, "qzeros"),
+                          *sc = find_t(m, prefix, "scales"), *gi = find_t(m, prefix, "g_idx");
+        if (!qz || !sc || qz->n_dims != 2) continue;
+        const int64_t out = qw->shape[1];
+        int64_t in = 0;
+        if (gi && gi->n_dims == 1) in = gi->shape[0];
+        else if (out > 0 && qz->shape[1] > 0) { /* bits from qzeros [G, out*bits/32] */
+            int64_t bits = qz->shape[1] * 32 / out;
+            if (bits > 0) in = qw->shape[0] * 32 / bits;
+        }
+        if (in <= 0 || out <= 0) continue;
+        const uint64_t b = qw->bytes + qz->bytes + sc->bytes + (gi ? gi->bytes : 0);
+        g.n_modules++;
+        g.weights += (uint64_t)(out * in);
+        g.bytes += b;
+        part_elems += (uint64_t)qw->n_elements + (uint64_t)qz->n_elements +
+                      (uint64_t)sc->n_elements + (gi ? (uint64_t)gi->n_elements : 0);
+        part_bytes += b;
+    }
+    g.eff_elements = all_elems - part_elems + g.weights;
+    g.eff_bytes = all_bytes;
+    (void)part_bytes;
+    return g;
+}
+
 /* "[d0, d1, ...]" (at most 4 dims of 20 digits: fits 96 bytes). */
 static const char *shape_str(char *buf, size_t n, const insp_tensor *t) {
     size_t len = (size_t)snprintf(buf, n, "[");
@@ -493,8 +551,15 @@ static void print_json(const insp_model *m, bool want_meta) {
                ", \"total_bytes\": %" PRIu64 ", \"bpw\": %.6f",
             m->n_t, s.n_elements, s.bytes, bpw(s.bytes, s.n_elements));
     fprintf(o, ", \"n_tensors_2d\": %zu, \"n_elements_2d\": %" PRIu64
-               ", \"total_bytes_2d\": %" PRIu64 ", \"bpw_2d\": %.6f}\n",
+               ", \"total_bytes_2d\": %" PRIu64 ", \"bpw_2d\": %.6f",
             s.n_2d, s.n_elements_2d, s.bytes_2d, bpw(s.bytes_2d, s.n_elements_2d));
+    insp_gptq g = gptq_of(m);
+    if (g.n_modules)
+        fprintf(o, ", \"gptq\": {\"modules\": %zu, \"weights\": %" PRIu64 ", \"bytes\": %" PRIu64
+                   ", \"bpw\": %.6f, \"effective_elements\": %" PRIu64 ", \"effective_bpw\": %.6f}",
+                g.n_modules, g.weights, g.bytes, bpw(g.bytes, g.weights), g.eff_elements,
+                bpw(g.eff_bytes, g.eff_elements));
+    fputs("}\n", o);
 }
 
 static void print_text(const insp_model *m, bool want_meta) {
@@ -534,6 +599,15 @@ static void print_text(const insp_model *m, bool want_meta) {
     fprintf(o, "2-D only:   %zu tensors, %" PRIu64 " elements, %" PRIu64
                " bytes, %.4f bits/weight\n",
             s.n_2d, s.n_elements_2d, s.bytes_2d, bpw(s.bytes_2d, s.n_elements_2d));
+    insp_gptq g = gptq_of(m);
+    if (g.n_modules) {
+        fprintf(o, "GPTQ:       %zu quantized modules, %" PRIu64 " weights in %" PRIu64
+                   " bytes (qweight + qzeros + scales + g_idx): %.4f bits/weight\n",
+                g.n_modules, g.weights, g.bytes, bpw(g.bytes, g.weights));
+        fprintf(o, "effective:  %" PRIu64 " weights (quantized modules counted by their "
+                   "weights, not int32 words): %.4f bits/weight\n",
+                g.eff_elements, bpw(g.eff_bytes, g.eff_elements));
+    }
 }
 
 static void usage(FILE *fp) {

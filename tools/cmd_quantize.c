@@ -327,6 +327,25 @@ int cmd_quantize(int argc, char **argv) {
                         "int32 [nsamples, seqlen])");
         goto out;
     }
+    /* the output must not be, contain or lie inside an input (with --force
+     * it replaces OUT, removing what is there): checked before any work,
+     * the model again in lb_quantize_model */
+    {
+        const int n_in = 2 + calib.n;
+        for (int i = 0; i < n_in; i++) {
+            const char *in_i = i == 0 ? model : i == 1 ? calib_ids : calib.v[i - 2];
+            if (!in_i) continue;
+            lb_path_relation r = lb_path_relate(out, in_i);
+            if (r == LB_PATH_UNRELATED) continue;
+            fprintf(stderr, "lowbit %s: error: %s: the output %s the input %s%s; "
+                    "choose an output directory outside it\n", cmd, out,
+                    r == LB_PATH_SAME ? "is" : r == LB_PATH_A_INSIDE ? "would be inside"
+                                                                     : "would contain",
+                    i ? "file " : "checkpoint ", in_i);
+            rc = 1;
+            goto out;
+        }
+    }
     rc = 1;
     lb_calib cal = {0};
     lb_status st = LB_OK;

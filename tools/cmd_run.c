@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cli_lora.h"
 
+#include "lowbit/file.h"
 #include "lowbit/generate.h"
 #include "lowbit/model.h"
 #include "lowbit/server.h"
@@ -16,7 +17,7 @@
 
 static void usage(FILE *fp) {
     fprintf(fp,
-            "usage: lowbit run MODEL -p TEXT [options]\n"
+            "usage: lowbit run MODEL (-p TEXT | -p - | -f FILE) [options]\n"
             "       lowbit run MODEL --chat [options]\n"
             "\n"
             "Generate a continuation of TEXT with MODEL (a Hugging Face\n"
@@ -33,7 +34,14 @@ static void usage(FILE *fp) {
             "      --chat               interactive chat (see above)\n"
             "      --system TEXT        system message for --chat\n"
             "  -p, --prompt TEXT        prompt (BOS added as the tokenizer's\n"
-            "                           post-processor does)\n"
+            "                           post-processor does); '-' reads it from\n"
+            "                           standard input\n"
+            "  -f, --file FILE          read the prompt from FILE\n"
+            "      --truncate           a prompt longer than the context keeps its\n"
+            "                           first token (BOS) and its last tokens, so\n"
+            "                           that n-predict tokens (at least 1) still fit\n"
+            "                           (llama-server's truncation); without it such\n"
+            "                           a prompt is an error, as in llama-cli\n"
             "  -n, --n-predict N        max new tokens (default 128; -1 = until\n"
             "                           the context is full)\n"
             "      --temp T             temperature (default 0 = greedy)\n"
@@ -43,7 +51,8 @@ static void usage(FILE *fp) {
             "      --repeat-penalty R   repetition penalty (default 1 = off)\n"
             "      --repeat-last-n N    penalty window (default 64, -1 = all)\n"
             "      --presence-penalty X, --frequency-penalty X (default 0)\n"
-            "      --seed S             PRNG seed (default 0)\n"
+            "      --seed S             PRNG seed (default 0; -1 = random, the\n"
+            "                           seed used is printed to stderr / in --json)\n"
             "      --stop STR           stop when STR appears (repeatable)\n"
             "      --ignore-eos         do not stop at end-of-sequence tokens\n"
             "  -t, --threads N          threads (default: all CPUs)\n"
@@ -178,6 +187,9 @@ int cmd_run(int argc, char **argv) {
     double temp = 0, top_p = 1, min_p = 0, rep = 1, pres = 0, freq = 0;
     long long seed = 0;
     bool stream = true, ignore_eos = false, chat = false, n_set = false;
+    bool truncate = false, random_seed = false;
+    const char *prompt_file = NULL;
+    char *prompt_buf = NULL;
     const char *system_msg = NULL;
     cli_lora lora = {0};
     for (int i = 1; i < argc; i++) {
@@ -196,6 +208,11 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             VAL();
             prompt = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            VAL();
+            prompt_file = v;
+        } else if (!strcmp(a, "--truncate")) {
+            truncate = true;
         } else if (!strcmp(a, "--chat")) {
             chat = true;
         } else if (!strcmp(a, "--system")) {
@@ -233,9 +250,10 @@ int cmd_run(int argc, char **argv) {
             VAL();
             char *end;
             seed = strtoll(v, &end, 10);
-            if (end == v || *end)
-                return cli_usage_error(cmd, "--seed: expected an integer, "
-                                       "got '%s'", v);
+            if (end == v || *end || seed < -1)
+                return cli_usage_error(cmd, "--seed: expected an integer >= 0 "
+                                       "or -1 (random), got '%s'", v);
+            random_seed = seed == -1;
         } else if (!strcmp(a, "--stop")) {
             VAL();
             if (n_stops == MAX_STOPS)
@@ -263,9 +281,35 @@ int cmd_run(int argc, char **argv) {
 #undef VAL
     }
     if (!model_path) return cli_usage_error(cmd, "missing MODEL");
-    if (!prompt && !chat) return cli_usage_error(cmd, "missing -p TEXT");
-    if (prompt && chat)
-        return cli_usage_error(cmd, "-p and --chat are exclusive");
+    if (prompt && prompt_file)
+        return cli_usage_error(cmd, "give -p or -f, not both");
+    if (!prompt && !prompt_file && !chat)
+        return cli_usage_error(cmd, "missing -p TEXT (or -f FILE, -p - for stdin)");
+    if ((prompt || prompt_file) && chat)
+        return cli_usage_error(cmd, "-p/-f and --chat are exclusive");
+    if (prompt_file || (prompt && !strcmp(prompt, "-"))) {
+        /* a long prompt: from a file or standard input (64 MiB at most) */
+        size_t len = 0;
+        lb_status rs = prompt_file ? lb_read_file(prompt_file, (size_t)64 << 20, &prompt_buf, &len)
+                                   : cli_read_stdin((size_t)64 << 20, &prompt_buf, &len);
+        if (rs != LB_OK) return cli_fail(cmd, rs);
+        if (strlen(prompt_buf) != len) {
+            free(prompt_buf);
+            fprintf(stderr, "lowbit run: the prompt contains a NUL byte\n");
+            return 1;
+        }
+        prompt = prompt_buf;
+    }
+    if (random_seed) {
+        uint64_t r = 0;
+        FILE *ur = fopen("/dev/urandom", "rb");
+        if (!ur || fread(&r, sizeof r, 1, ur) != 1)
+            r = (uint64_t)lb_time_s() * 1000003u ^ (uint64_t)getpid();
+        if (ur) fclose(ur);
+        seed = (long long)(r >> 1); /* non-negative, reusable with --seed */
+        if (!g_cli.quiet && !g_cli.json)
+            fprintf(stderr, "lowbit run: --seed -1: using seed %lld\n", seed);
+    }
 
     int rc = 1;
     lb_model *model = NULL;
@@ -279,7 +323,10 @@ int cmd_run(int argc, char **argv) {
     lb_model_load_opts lo = {.progress = cli_progress_make(&prog)};
     lb_status st = lb_server_load_model(model_path, &lo, &model, &tok);
     cli_progress_done(&prog);
-    if (st != LB_OK) return cli_fail(cmd, st);
+    if (st != LB_OK) {
+        free(prompt_buf);
+        return cli_fail(cmd, st);
+    }
     const int32_t max_pos = model->config.max_position_embeddings;
     if (max_pos > 0 && n_ctx > max_pos) {
         fprintf(stderr, "lowbit run: --ctx %ld exceeds the model's context "
@@ -331,6 +378,33 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lowbit run: the prompt encodes to no tokens\n");
         goto out;
     }
+    {
+        /* a prompt longer than the context: an error (llama-cli), or with
+         * --truncate the first token and the last ones (llama-server) */
+        const size_t n_ctx_eff = (size_t)lb_context_n_ctx(ctx);
+        size_t room = gp.n_predict > 0 ? (size_t)gp.n_predict : 1;
+        if (room >= n_ctx_eff) room = n_ctx_eff / 2;
+        if (room < 1) room = 1;
+        const size_t keep = n_ctx_eff - room;
+        if (n_ids > keep) {
+            if (!truncate || keep < 2) {
+                fprintf(stderr, "lowbit run: error: the prompt is %zu tokens and the "
+                        "context holds %zu with %zu for the reply (-c to enlarge it, "
+                        "-n to shorten the reply, or --truncate to keep its first "
+                        "token and its last %zu)\n",
+                        n_ids, n_ctx_eff, room, keep > 1 ? keep - 1 : 0);
+                goto out;
+            }
+            const size_t drop = n_ids - keep;
+            memmove(ids + 1, ids + 1 + drop, (keep - 1) * sizeof *ids);
+            if (!g_cli.quiet)
+                fprintf(stderr, "lowbit run: --truncate: the prompt's %zu tokens do not "
+                        "fit the context (%zu, %zu kept for the reply): kept the first "
+                        "and the last %zu, dropped %zu\n",
+                        n_ids, n_ctx_eff, room, keep - 1, drop);
+            n_ids = keep;
+        }
+    }
     run_stream rs = {stream && !g_cli.json};
     gp.stop = stops;
     gp.n_stop = n_stops;
@@ -352,9 +426,9 @@ int cmd_run(int argc, char **argv) {
         for (int32_t i = 0; i < res.n_tokens; i++)
             printf("%s%d", i ? ", " : "", (int)res.tokens[i]);
         printf("], \"n_prompt\": %d, \"n_gen\": %d, \"prefill_tps\": %.3f, "
-               "\"decode_tps\": %.3f, \"stop_reason\": \"%s\"}\n",
+               "\"decode_tps\": %.3f, \"stop_reason\": \"%s\", \"seed\": %lld}\n",
                (int)res.n_prompt, (int)res.n_tokens, prefill_tps, decode_tps,
-               lb_stop_reason_name(res.stop_reason));
+               lb_stop_reason_name(res.stop_reason), seed);
     } else {
         if (!stream && res.text) fwrite(res.text, 1, res.text_len, stdout);
         fputc('\n', stdout);
@@ -370,6 +444,7 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 out:
     lb_generate_result_free(&res);
+    free(prompt_buf);
     free(ids);
     lb_context_free(ctx);
     cli_lora_free(&lora);

@@ -171,6 +171,11 @@ typedef struct lb_export_tensor {
     int64_t shape[LB_MAX_DIMS]; /* outermost first (lb_tensor order)      */
     size_t nbytes;        /* bytes in the GGUF file (without padding)     */
     char reason[160];     /* why this route/type                          */
+    lb_type wanted_type;  /* the type the --qtype mix, a rule or the mixed
+                             route asked for; differs from `type` when the
+                             row length is not a multiple of its block
+                             (llama.cpp's tensor_type_fallback: e.g. Q2_K
+                             on 64-wide rows is written as Q4_0)          */
 } lb_export_tensor;
 
 /* What an export will do (lb_export_plan_make), and what it did. */
@@ -193,6 +198,15 @@ typedef struct lb_export_plan {
     size_t data_bytes;      /* tensor bytes without padding               */
     size_t file_bytes;      /* size of the GGUF file                      */
     char notes[512];        /* deliberate differences / warnings ("" if none) */
+    int n_substituted;      /* tensors written in another type than the one
+                               asked for (type != wanted_type); when they
+                               hold most of the quantized weights,
+                               general.file_type names the type actually
+                               predominant, not the --qtype              */
+    char tokenizer_warning[320]; /* "" or what the GGUF vocabulary cannot
+                               express of tokenizer.json, so that
+                               llama.cpp tokenizes some text differently
+                               (e.g. fuse_unk without byte tokens)       */
 } lb_export_plan;
 
 /* Plan the export of `in_path` (a HF or GPTQ checkpoint directory): reads

@@ -66,6 +66,31 @@ bool lb_is_dir(const char *path);
 /* Join directory and file name into a malloc'd string (free with free()). */
 char *lb_path_join(const char *dir, const char *name);
 
+/* An output path lowbit may replace: LB_OK if `path` does not exist or is a
+ * regular file (after symlinks). A device node, FIFO, socket or directory
+ * is refused with LB_ERR_INVALID_ARG ("not a regular file ... refusing to
+ * replace it"): an atomic write would rename a regular file over it (e.g.
+ * /dev/null as root). Check before any work. */
+lb_status lb_check_output_file(const char *path);
+
+/* How two paths relate once resolved (symlinks, "..", relative parts; a
+ * path that does not exist yet is resolved through its nearest existing
+ * ancestor). */
+typedef enum lb_path_relation {
+    LB_PATH_UNRELATED = 0,
+    LB_PATH_SAME = 1,     /* a and b are the same file or directory */
+    LB_PATH_A_INSIDE = 2, /* a lies inside directory b              */
+    LB_PATH_B_INSIDE = 3  /* b lies inside directory a              */
+} lb_path_relation;
+lb_path_relation lb_path_relate(const char *a, const char *b);
+
+/* Temp files of killed atomic writes of `path`: "<path>.tmp.<pid>.<n>"
+ * (lb_atomic_open's names) whose process <pid> no longer runs. Each one is
+ * removed and named through lb_log(LB_LOG_WARN) ("removed stale temp file
+ * ... of an interrupted run (process N)"); files of live processes are
+ * left alone. Returns the number removed (best effort: never fails). */
+int lb_atomic_remove_stale(const char *path);
+
 /* An output file written atomically. */
 typedef struct lb_atomic_file {
     FILE *fp;       /* write through this (buffered)              */

@@ -125,14 +125,37 @@ typedef struct lb_gptq_linear {
     lb_type scales_type;    /* F16, F32 or BF16                           */
     const void *g_idx;      /* int32 [in], or NULL: c / group_size        */
     int group_size;         /* used only when g_idx is NULL (-1: G == 1)  */
+    int64_t qzeros_cols;    /* int32 words per qzeros row; 0 means
+                               out*bits/32 (out a multiple of 32). An out
+                               that is not a multiple of 32 (GPTQModel
+                               checkpoints, e.g. 2/3-bit) needs at least
+                               ceil(out*bits/32): zero points are one
+                               little-endian bit stream per row (GPTQModel's
+                               per-word 2/4/8-bit packing and its 3-bit
+                               10|1|10|1|10 scheme are exactly that)      */
 } lb_gptq_linear;
 
-/* Validate a view: bits, in/out multiples of 32, G >= 1, scales type,
+/* Validate a view: bits, in a multiple of 32, out >= 1 (a multiple of 32,
+ * or qzeros_cols wide enough), G >= 1, scales type,
  * without g_idx G == ceil(in/group_size) (1 for -1); with g_idx every
  * entry in [0, G); every scale finite. `name` prefixes error messages
  * (e.g. "model.layers.0.mlp.down_proj"). Errors: LB_ERR_FORMAT,
  * LB_ERR_INVALID_ARG (NULL pointers), LB_ERR_UNSUPPORTED (bits, type). */
 lb_status lb_gptq_linear_check(const lb_gptq_linear *l, const char *name);
+
+/* What GPTQModel and vLLM correct or ignore in checkpoints, applied to a
+ * checked view (after lb_gptq_linear_check), each logged through lb_log
+ * (LB_LOG_WARN) naming the tensor:
+ *  - a "gptq" (v1) module whose zero fields are all 2^(bits-1) with
+ *    sym = true: v1 stores zero - 1 (7 for 4-bit), so these are raw
+ *    (gptq_v2-style) zeros; reading them as v1 would shift every weight by
+ *    one scale step. The view is switched to LB_GPTQ_FORMAT_V2.
+ *  - a g_idx that uses a single group (e.g. all zeros) on a layer with
+ *    G > 1 groups: with desc_act false and G == ceil(in/group_size) it is
+ *    dropped (groups c / group_size, as vLLM does for desc_act = false);
+ *    otherwise it is kept and the warning says so.
+ * Returns the number of corrections/warnings (0: nothing found). */
+int lb_gptq_linear_sanitize(lb_gptq_linear *l, const char *name, bool sym, bool desc_act);
 
 /* Code of weight [o, c] (0..2^bits-1) and zero point of group g, column o
  * (v1: field + 1, without wrap, so 1..2^bits; v2: field). No checks. */

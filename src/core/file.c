@@ -2,7 +2,10 @@
 #include "lowbit/file.h"
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -210,6 +213,116 @@ char *lb_path_join(const char *dir, const char *name) {
     if (slash) p[a++] = '/';
     memcpy(p + a, name, b + 1);
     return p;
+}
+
+lb_status lb_check_output_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return LB_OK; /* a new file (or the writer reports why not) */
+    if (S_ISREG(st.st_mode)) return LB_OK;
+    return lb_set_error(LB_ERR_INVALID_ARG,
+                        "%s: not a regular file (%s): refusing to replace it",
+                        path,
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device node"
+                                                                     : "not a file");
+}
+
+/* realpath of `path`, or of its nearest existing ancestor followed by the
+ * rest of the path (a path to be created); false if none resolves. */
+static bool resolve_path(const char *path, char *out) {
+    if (realpath(path, out)) return true;
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return false;
+    memcpy(buf, path, n + 1);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    const char *rest;
+    char parent[PATH_MAX];
+    if (!slash) {
+        rest = buf;
+        if (!getcwd(parent, sizeof parent)) return false;
+    } else {
+        *slash = '\0';
+        rest = slash + 1;
+        if (!resolve_path(buf[0] ? buf : "/", parent)) return false;
+    }
+    if (!strcmp(rest, ".") || !rest[0]) {
+        memcpy(out, parent, strlen(parent) + 1);
+        return true;
+    }
+    if (!strcmp(rest, "..")) return false; /* not worth resolving by hand */
+    int k = snprintf(out, PATH_MAX, "%s/%s", strcmp(parent, "/") ? parent : "", rest);
+    return k > 0 && k < PATH_MAX;
+}
+
+static bool path_under(const char *in, const char *dir) {
+    size_t n = strlen(dir);
+    if (n == 1 && dir[0] == '/') return in[0] == '/' && in[1];
+    return !strncmp(in, dir, n) && in[n] == '/';
+}
+
+lb_path_relation lb_path_relate(const char *a, const char *b) {
+    char *ra = malloc(PATH_MAX), *rb = malloc(PATH_MAX);
+    lb_path_relation r = LB_PATH_UNRELATED;
+    if (ra && rb && resolve_path(a, ra) && resolve_path(b, rb)) {
+        struct stat sa, sb;
+        if (!strcmp(ra, rb) || (stat(ra, &sa) == 0 && stat(rb, &sb) == 0 &&
+                                sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino))
+            r = LB_PATH_SAME;
+        else if (path_under(ra, rb)) r = LB_PATH_A_INSIDE;
+        else if (path_under(rb, ra)) r = LB_PATH_B_INSIDE;
+    }
+    free(ra);
+    free(rb);
+    return r;
+}
+
+int lb_atomic_remove_stale(const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash) {
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir) return 0;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    } else {
+        dir[0] = '.', dir[1] = '\0';
+    }
+    const size_t bl = strlen(base);
+    if (!bl) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        /* <base>.tmp.<pid>.<n>, digits only */
+        const char *nm = e->d_name;
+        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp.", 5)) continue;
+        const char *q = nm + bl + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(q, &end, 10);
+        if (errno || end == q || *end != '.' || pid <= 0) continue;
+        const char *q2 = end + 1;
+        if (!*q2 || q2[strspn(q2, "0123456789")]) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+            continue; /* a live process (perhaps another run): not ours to remove */
+        char *f = lb_path_join(dir, nm);
+        struct stat st;
+        if (f && lstat(f, &st) == 0 && S_ISREG(st.st_mode) && unlink(f) == 0) {
+            lb_log(LB_LOG_WARN, "removed %s: the temp file of an interrupted run "
+                   "(process %ld, no longer running; %lld bytes)", f, pid,
+                   (long long)st.st_size);
+            removed++;
+        }
+        free(f);
+    }
+    closedir(d);
+    return removed;
 }
 
 static atomic_uint tmp_counter = 0;

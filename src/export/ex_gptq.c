@@ -143,8 +143,9 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
                  (long long)(in * mc.bits / 32));
         return bad(c, module, why);
     }
-    if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 || qz->shape[1] * 32 != out * mc.bits)
-        return bad(c, module, "qzeros must be I32 [groups, out*bits/32]");
+    if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 ||
+        (qz->shape[1] != (out * mc.bits + 31) / 32 && qz->shape[1] != (out + 31) / 32 * mc.bits))
+        return bad(c, module, "qzeros must be I32 [groups, ceil(out*bits/32)]");
     if (sc->n_dims != 2 || sc->shape[1] != out || sc->shape[0] != qz->shape[0])
         return bad(c, module, "scales must be [groups, out] with qzeros' groups");
     if (gi && (gi->type != LB_TYPE_I32 || gi->n_dims != 1 || gi->shape[0] != in))
@@ -162,9 +163,11 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
     l->scales_type = sc->type;
     l->g_idx = gi ? gi->data : NULL;
     l->group_size = mc.group_size;
+    l->qzeros_cols = qz->shape[1];
     char label[256];
     snprintf(label, sizeof label, "%s/%s", c->dir, module);
     LB_TRY(lb_gptq_linear_check(l, label));
+    (void)lb_gptq_linear_sanitize(l, label, mc.sym, mc.desc_act);
     t->qweight = qw;
     t->qzeros = qz;
     t->scales = sc;

@@ -667,9 +667,11 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
     const bool deq = p->mode == LB_EXPORT_MODE_DEQUANTIZE;
     lb_tensor *views = calloc(c->n ? c->n : 1, sizeof *views);
     lb_type *mix = calloc(c->n ? c->n : 1, sizeof *mix);
-    if (!views || !mix) {
+    lb_type *wanted = calloc(c->n ? c->n : 1, sizeof *wanted);
+    if (!views || !mix || !wanted) {
         free(views);
         free(mix);
+        free(wanted);
         return lb_set_error(LB_ERR_NOMEM, "export: out of memory");
     }
     lb_status s = LB_OK;
@@ -688,6 +690,17 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
         lb_ftype_model fm = {c->arch, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads, 0};
         lb_ftype_params fp = {p->qtype.pure, false, o->output_type, o->embedding_type};
         s = lb_ftype_tensor_types(p->qtype.ftype, &fm, &fp, views, c->n, mix, NULL);
+        /* the types the mix asks for before the row-length fallback: the
+         * same rules on rows padded to a multiple of 256 (the rules look
+         * at names, layers and hyper-parameters, the fallback alone at the
+         * row length) */
+        for (size_t i = 0; i < c->n; i++)
+            if (views[i].n_dims >= 1) {
+                int64_t *cl = &views[i].shape[views[i].n_dims - 1];
+                *cl = (*cl + 255) / 256 * 256;
+            }
+        if (s == LB_OK)
+            s = lb_ftype_tensor_types(p->qtype.ftype, &fm, &fp, views, c->n, wanted, NULL);
     }
     for (size_t i = 0; i < c->n && s == LB_OK; i++) {
         ex_tensor *t = &c->t[i];
@@ -705,6 +718,7 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             override = o->embedding_type;
         if (rule && !rule->keep) override = rule->type;
         const int64_t cols = e->n_dims ? e->shape[e->n_dims - 1] : 1;
+        e->wanted_type = (lb_type)-1; /* = type unless set below */
 
         if (!t->is_weight2d) {
             /* 1-D tensors, norms, biases, rope_freqs: F32 (converter) */
@@ -745,6 +759,7 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                 default: want = LB_TYPE_Q8_0; break;
                 }
             e->type = row_fallback(want, cols);
+            e->wanted_type = want;
             e->route = LB_EXPORT_ROUTE_MIXED;
             set_reason(t, "%s; dequantized -> %s%s%s", retyped ? "retyped by rule/option"
                            : t->direct_why, lb_type_name(want),
@@ -758,10 +773,14 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
         char whybuf[96];
         if (override >= 0) {
             ty = row_fallback((lb_type)override, cols);
+            e->wanted_type = (lb_type)override;
             why = rule && !rule->keep ? "module rule" : "--output-type/--embedding-type";
         } else if (p->has_qtype) {
             ty = mix[i];
             if (!is_float_type(ty) && !lb_type_get_traits((int)ty)->quantized) ty = LB_TYPE_F32;
+            e->wanted_type = wanted[i];
+            if (!is_float_type(wanted[i]) && !lb_type_get_traits((int)wanted[i])->quantized)
+                e->wanted_type = ty;
             snprintf(whybuf, sizeof whybuf, "%s mix", lb_export_qtype_name(p->qtype));
             why = whybuf;
         } else if (t->kind == EX_SRC_GPTQ) {
@@ -793,12 +812,21 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
     }
     for (size_t i = 0; s == LB_OK && i < c->n; i++) {
         lb_export_tensor *e = &c->t[i].info;
+        if ((int)e->wanted_type < 0) e->wanted_type = e->type;
         size_t l = strlen(e->reason);
+        if (e->wanted_type != e->type && e->route != LB_EXPORT_ROUTE_MIXED && l + 8 < sizeof e->reason) {
+            const int64_t cols = e->n_dims ? e->shape[e->n_dims - 1] : 1;
+            snprintf(e->reason + l, sizeof e->reason - l, " (not %s: rows of %lld are not a "
+                     "multiple of its %d-value blocks)", lb_type_name(e->wanted_type),
+                     (long long)cols, lb_type_get_traits((int)e->wanted_type)->blck_size);
+            l = strlen(e->reason);
+        }
         if (e->permuted && l + 24 < sizeof e->reason)
             snprintf(e->reason + l, sizeof e->reason - l, "; q/k rows permuted");
     }
     free(views);
     free(mix);
+    free(wanted);
     LB_TRY(s);
     /* every type must hold its rows */
     for (size_t i = 0; i < c->n; i++) {
@@ -824,8 +852,25 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
 /* general.file_type: the qtype's, else the predominant 2-D weight type. */
 static lb_ftype choose_ftype(const ex_ctx *c) {
     const lb_export_plan *p = c->plan;
-    if (p->has_qtype) return p->qtype.ftype;
-    if (!c->gptq && !c->fp8_state) return ftype_of_type(c->default_float);
+    if (p->has_qtype) {
+        /* the qtype's, unless most quantized weights could not take the
+         * types it asks for (e.g. Q2_K on 64-wide rows: all Q4_0 then; the
+         * file must not be labelled Q2_K) */
+        uint64_t n_all = 0, n_sub = 0;
+        for (size_t i = 0; i < c->n; i++) {
+            const ex_tensor *t = &c->t[i];
+            if (!t->is_weight2d || is_category(t->info.name, "token_embd") ||
+                is_category(t->info.name, "output"))
+                continue;
+            int64_t ne = 1;
+            for (int d = 0; d < t->info.n_dims; d++) ne *= t->info.shape[d];
+            n_all += (uint64_t)ne;
+            if (t->info.type != t->info.wanted_type) n_sub += (uint64_t)ne;
+        }
+        if (!n_all || 2 * n_sub <= n_all) return p->qtype.ftype;
+    } else if (!c->gptq && !c->fp8_state) {
+        return ftype_of_type(c->default_float);
+    }
     uint64_t count[LB_TYPE_COUNT_] = {0};
     for (size_t i = 0; i < c->n; i++) {
         const ex_tensor *t = &c->t[i];
@@ -921,6 +966,7 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
         snprintf(p->tokenizer_pre, sizeof p->tokenizer_pre, "%s", c->vocab.pre);
         if (c->vocab.note[0])
             snprintf(p->notes, sizeof p->notes, "%s", c->vocab.note);
+        snprintf(p->tokenizer_warning, sizeof p->tokenizer_warning, "%s", c->vocab.warning);
     }
     if (s == LB_OK && !o->vocab_only) s = open_weights(in_path, &c->st);
     if (s == LB_OK && !o->vocab_only) s = list_tensors(c);
@@ -951,6 +997,37 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
             for (int d = 0; d < c->t[i].info.n_dims; d++) ne *= c->t[i].info.shape[d];
             p->n_params += (uint64_t)ne;
             p->data_bytes += c->t[i].info.nbytes;
+        }
+        /* requested types that could not be used, and what was written */
+        int by_type[LB_TYPE_COUNT_] = {0};
+        lb_type asked = (lb_type)-1;
+        bool one_asked = true;
+        for (size_t i = 0; i < c->n; i++) {
+            const lb_export_tensor *e = &c->t[i].info;
+            if (e->type == e->wanted_type) continue;
+            p->n_substituted++;
+            by_type[e->type]++;
+            if ((int)asked < 0) asked = e->wanted_type;
+            else if (asked != e->wanted_type) one_asked = false;
+        }
+        if (p->n_substituted) {
+            size_t l = strlen(p->notes);
+            snprintf(p->notes + l, sizeof p->notes - l, "%s%d tensor%s could not take the type "
+                     "asked for (%s; rows not a multiple of its block) and %s written as",
+                     l ? "; " : "", p->n_substituted, p->n_substituted == 1 ? "" : "s",
+                     one_asked ? lb_type_name(asked) : "several types",
+                     p->n_substituted == 1 ? "is" : "are");
+            for (int ty = 0; ty < LB_TYPE_COUNT_; ty++) {
+                if (!by_type[ty]) continue;
+                l = strlen(p->notes);
+                snprintf(p->notes + l, sizeof p->notes - l, " %s (%d)", lb_type_name((lb_type)ty),
+                         by_type[ty]);
+            }
+            if (p->has_qtype && p->file_type != p->qtype.ftype) {
+                l = strlen(p->notes);
+                snprintf(p->notes + l, sizeof p->notes - l, "; general.file_type says %s, not %s",
+                         lb_ftype_name(p->file_type), lb_export_qtype_name(p->qtype));
+            }
         }
         if (c->tied_note[0]) {
             size_t l = strlen(p->notes);

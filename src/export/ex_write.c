@@ -382,6 +382,7 @@ static lb_status check_out_path(const char *in_path, const char *out_path) {
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "%s is a directory (give the output .gguf file)",
                             out_path);
+    if (!S_ISREG(so.st_mode)) return lb_check_output_file(out_path); /* device, FIFO */
     struct stat si;
     if (stat(in_path, &si) != 0) return LB_OK; /* the export reports it */
     if (!S_ISDIR(si.st_mode))
@@ -416,6 +417,8 @@ lb_status lb_export_gguf(const char *in_path, const char *out_path,
     if (plan_out) *plan_out = NULL;
     if (!out_path) return lb_set_error(LB_ERR_INVALID_ARG, "export: NULL output path");
     if (in_path) LB_TRY(check_out_path(in_path, out_path));
+    else LB_TRY(lb_check_output_file(out_path));
+    (void)lb_atomic_remove_stale(out_path); /* temp files of killed exports (logged) */
     const double t0 = lb_time_s();
     lb_export_opts def;
     lb_export_opts_default(&def);

@@ -38,6 +38,7 @@ typedef struct ex_vocab {
     size_t *tok_off;           /* [n_tokens] offsets into arena           */
     size_t *tok_len;           /* [n_tokens]                              */
     float *scores;             /* [n_tokens] or NULL                      */
+    size_t n_scored;           /* "llama" path: tokens scored by merge rank */
     int32_t *types;            /* [n_tokens]                              */
     size_t n_merges;
     size_t *merge_off, *merge_len;
@@ -55,6 +56,8 @@ typedef struct ex_vocab {
     int n_tmpl;
     int norm_nfc, norm_lowercase, norm_strip_accents; /* -1 = not written  */
     char note[256];            /* deliberate differences for the plan     */
+    char warning[320];         /* what the GGUF vocabulary model cannot
+                                  express (tokenizes differently)          */
 } ex_vocab;
 
 /* Build the tokenizer metadata of HF directory `dir` the way

@@ -144,21 +144,19 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
                             "%s: tensor '%s' holds %d-bit codes but the "
                             "quantization config says %d bits",
                             c->dir, tname(qw), bits, mc.bits);
-    if (out % 32)
-        return lb_set_error(LB_ERR_FORMAT,
-                            "%s: %s: out_features %lld is not a multiple of "
-                            "32 (no GPTQ qzeros layout)",
-                            c->dir, prefix, (long long)out);
     lb_status s = LB_OK;
     const lb_tensor *qz = need(c, prefix, "qzeros", false, &s);
     const lb_tensor *sc = need(c, prefix, "scales", false, &s);
     const lb_tensor *gi = need(c, prefix, "g_idx", true, &s);
     if (s != LB_OK) return s;
+    /* qzeros words per row: out*bits/32; for an out_features that is not a
+     * multiple of 32 (GPTQModel) ceil(out*bits/32), or the padded
+     * ceil(out/32)*bits */
+    const int64_t qz_tight = (out * bits + 31) / 32, qz_padded = (out + 31) / 32 * bits;
     if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 ||
-        qz->shape[1] != out / 32 * bits || qz->shape[0] < 1 ||
+        (qz->shape[1] != qz_tight && qz->shape[1] != qz_padded) || qz->shape[0] < 1 ||
         qz->shape[0] > in) {
-        snprintf(want, sizeof want, "I32 [groups, %lld]",
-                 (long long)(out / 32 * bits));
+        snprintf(want, sizeof want, "I32 [groups, %lld]", (long long)qz_tight);
         return bad_shape(c, qz, want);
     }
     const int64_t G = qz->shape[0];
@@ -178,10 +176,12 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
         .out_features = out, .in_features = in, .bits = bits,
         .n_groups = G, .format = c->qc->format, .qweight = qw->data,
         .qzeros = qz->data, .scales = sc->data, .scales_type = sc->type,
-        .g_idx = gi ? gi->data : NULL, .group_size = mc.group_size};
+        .g_idx = gi ? gi->data : NULL, .group_size = mc.group_size,
+        .qzeros_cols = qz->shape[1]};
     char name[256];
     snprintf(name, sizeof name, "%s/%s", c->dir, prefix);
     LB_TRY(lb_gptq_linear_check(&l, name));
+    (void)lb_gptq_linear_sanitize(&l, name, mc.sym, mc.desc_act);
 
     lb_type type = LB_TYPE_F32;
     switch (c->mode) {

@@ -283,7 +283,7 @@ int32_t lb_gptq_linear_code(const lb_gptq_linear *l, int64_t o, int64_t c) {
 }
 
 int32_t lb_gptq_linear_zero(const lb_gptq_linear *l, int64_t g, int64_t o) {
-    const int64_t cols = l->out_features / 32 * l->bits;
+    const int64_t cols = l->qzeros_cols > 0 ? l->qzeros_cols : l->out_features / 32 * l->bits;
     int32_t f = (int32_t)field((const uint8_t *)l->qzeros +
                                    (size_t)(g * cols) * 4,
                                1, o, l->bits);
@@ -312,14 +312,22 @@ lb_status lb_gptq_linear_check(const lb_gptq_linear *l, const char *name) {
     if (l->bits != 2 && l->bits != 3 && l->bits != 4 && l->bits != 8)
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: %d-bit codes (lowbit "
                             "reads 2, 3, 4, 8)", name, l->bits);
-    if (l->in_features < 32 || l->in_features % 32 || l->out_features < 32 ||
-        l->out_features % 32 || l->in_features > INT32_MAX ||
-        l->out_features > INT32_MAX)
+    if (l->in_features < 32 || l->in_features % 32 || l->out_features < 1 ||
+        (l->out_features % 32 && l->qzeros_cols <= 0) ||
+        l->in_features > INT32_MAX || l->out_features > INT32_MAX)
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: [%lld, %lld] is not a GPTQ shape (both "
-                            "dimensions must be multiples of 32)",
+                            "%s: [%lld, %lld] is not a GPTQ shape (in_features "
+                            "must be a multiple of 32; out_features too unless "
+                            "the qzeros width is given)",
                             name, (long long)l->out_features,
                             (long long)l->in_features);
+    if (l->qzeros_cols > 0 &&
+        (l->qzeros_cols > INT32_MAX || l->qzeros_cols * 32 < l->out_features * l->bits))
+        return lb_set_error(LB_ERR_FORMAT,
+                            "%s: qzeros rows of %lld words cannot hold %lld "
+                            "%d-bit zero points",
+                            name, (long long)l->qzeros_cols,
+                            (long long)l->out_features, l->bits);
     if (l->n_groups < 1 || l->n_groups > l->in_features)
         return lb_set_error(LB_ERR_FORMAT, "%s: %lld groups for %lld input "
                             "columns", name, (long long)l->n_groups,
@@ -362,6 +370,51 @@ lb_status lb_gptq_linear_check(const lb_gptq_linear *l, const char *name) {
                                     (double)s);
         }
     return LB_OK;
+}
+
+int lb_gptq_linear_sanitize(lb_gptq_linear *l, const char *name, bool sym, bool desc_act) {
+    if (!name) name = "gptq linear";
+    int n = 0;
+    const int32_t half = 1 << (l->bits - 1);
+    if (l->format == LB_GPTQ_FORMAT_V1 && sym) {
+        /* lb_gptq_linear_zero adds 1 for v1: all fields == half means all
+         * zeros == half + 1 */
+        bool all_half = true;
+        for (int64_t g = 0; g < l->n_groups && all_half; g++)
+            for (int64_t o = 0; o < l->out_features && all_half; o++)
+                all_half = lb_gptq_linear_zero(l, g, o) == half + 1;
+        if (all_half) {
+            l->format = LB_GPTQ_FORMAT_V2;
+            lb_log(LB_LOG_WARN, "%s.qzeros: checkpoint_format \"gptq\" (v1) but every "
+                   "stored zero point is %d, the raw symmetric zero (v1 stores %d): read as "
+                   "gptq_v2, as GPTQModel does; as v1 every weight would shift by one scale "
+                   "step", name, half, half - 1);
+            n++;
+        }
+    }
+    if (l->g_idx && l->n_groups > 1) {
+        int32_t g0 = lb_gptq_linear_group(l, 0);
+        bool single = true;
+        for (int64_t c = 1; c < l->in_features && single; c++)
+            single = lb_gptq_linear_group(l, c) == g0;
+        if (single) {
+            const int64_t want = l->group_size > 0
+                                     ? (l->in_features + l->group_size - 1) / l->group_size
+                                     : 0;
+            if (!desc_act && want == l->n_groups) {
+                l->g_idx = NULL;
+                lb_log(LB_LOG_WARN, "%s.g_idx: every input column points at group %d of "
+                       "%lld: ignored (desc_act is false: groups are column / %d, as vLLM "
+                       "reads them)", name, g0, (long long)l->n_groups, l->group_size);
+            } else {
+                lb_log(LB_LOG_WARN, "%s.g_idx: every input column points at group %d of "
+                       "%lld (the other groups' scales are unused): kept as stored, the "
+                       "checkpoint is probably broken", name, g0, (long long)l->n_groups);
+            }
+            n++;
+        }
+    }
+    return n;
 }
 
 /* Codes of row o into codes[0..in). */

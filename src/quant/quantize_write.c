@@ -24,7 +24,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATE_FILE "lowbit-state.json"
@@ -175,6 +177,24 @@ static void pend_free(pend_mod *m) {
     memset(m, 0, sizeof *m);
 }
 
+static uint64_t fnv1a(const void *data, size_t n, uint64_t h);
+#define FNV_OFFSET 14695981039346656037ull
+
+/* Checksum of a layer state file, stored in its metadata ("lowbit_checksum")
+ * and verified on --resume, so a flipped byte in a finished layer cannot
+ * make a wrong checkpoint silently: FNV-1a 64 of the report JSON, plus (mod
+ * 2^64) per tensor FNV-1a 64 of its name, type, shape and data bytes
+ * (order-independent: the writer adds tensors in module order, the reader
+ * lists them by name). Detects corruption, not tampering. */
+static uint64_t tensor_sum(const char *name, lb_type type, int n_dims,
+                           const int64_t *shape, const void *data, size_t nbytes) {
+    uint64_t h = fnv1a(name, strlen(name) + 1, FNV_OFFSET);
+    int32_t t32 = (int32_t)type;
+    h = fnv1a(&t32, sizeof t32, h);
+    for (int d = 0; d < n_dims; d++) h = fnv1a(&shape[d], sizeof shape[d], h);
+    return fnv1a(data, nbytes, h);
+}
+
 static void layer_path(const qwriter *w, int layer, char *buf, size_t n) {
     if (layer >= w->n_layers)
         snprintf(buf, n, "%s/lm_head.safetensors", w->layers);
@@ -284,6 +304,7 @@ static lb_status w_layer_done(void *user, int layer) {
     lb_st_writer *sw = NULL;
     lb_status s = lb_st_writer_create(&sw);
     cJSON *arr = cJSON_CreateArray();
+    uint64_t sum = 0;
     for (int i = 0; i < w->n_pend && s == LB_OK; i++) {
         pend_mod *m = &w->pend[i];
         const qz_module *q = m->mod;
@@ -292,20 +313,30 @@ static lb_status w_layer_done(void *user, int layer) {
         sh[0] = q->in / 32 * q->bits, sh[1] = q->out;
         snprintf(nm, sizeof nm, "%s.qweight", q->name);
         s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 2, sh, m->qweight);
+        sum += tensor_sum(nm, LB_TYPE_I32, 2, sh, m->qweight, (size_t)(sh[0] * sh[1]) * 4);
         sh[0] = m->ng, sh[1] = q->out / 32 * q->bits;
         snprintf(nm, sizeof nm, "%s.qzeros", q->name);
         if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 2, sh, m->qzeros);
+        sum += tensor_sum(nm, LB_TYPE_I32, 2, sh, m->qzeros, (size_t)(sh[0] * sh[1]) * 4);
         sh[0] = m->ng, sh[1] = q->out;
         snprintf(nm, sizeof nm, "%s.scales", q->name);
         if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_F32, 2, sh, m->scales);
+        sum += tensor_sum(nm, LB_TYPE_F32, 2, sh, m->scales, (size_t)(sh[0] * sh[1]) * 4);
         snprintf(nm, sizeof nm, "%s.g_idx", q->name);
         if (s == LB_OK) s = lb_st_writer_add(sw, nm, LB_TYPE_I32, 1, &q->in, m->g_idx);
+        sum += tensor_sum(nm, LB_TYPE_I32, 1, &q->in, m->g_idx, (size_t)q->in * 4);
         cJSON_AddItemToArray(arr, report_to_json(m->rep));
     }
     char *js = cJSON_PrintUnformatted(arr);
     cJSON_Delete(arr);
     if (s == LB_OK && !js) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
     if (s == LB_OK) s = lb_st_writer_set_metadata(sw, "lowbit_report", js);
+    if (s == LB_OK) {
+        char hx[48];
+        snprintf(hx, sizeof hx, "fnv1a64:%016llx",
+                 (unsigned long long)(sum + fnv1a(js, strlen(js), FNV_OFFSET)));
+        s = lb_st_writer_set_metadata(sw, "lowbit_checksum", hx);
+    }
     if (s == LB_OK) s = lb_st_writer_set_metadata(sw, "format", "pt");
     if (s == LB_OK) s = lb_st_writer_write_file(sw, path);
     free(js);
@@ -313,6 +344,28 @@ static lb_status w_layer_done(void *user, int layer) {
     for (int i = 0; i < w->n_pend; i++) pend_free(&w->pend[i]);
     w->n_pend = 0;
     return s;
+}
+
+/* The file's "lowbit_checksum" against its contents (tensor_sum). */
+static lb_status verify_layer_file(const lb_safetensors *st, const char *path,
+                                   const char *report_json) {
+    const char *want = lb_st_metadata(st, "lowbit_checksum");
+    if (!want)
+        return lb_set_error(LB_ERR_FORMAT, "%s: no lowbit_checksum metadata "
+                            "(written by an older lowbit): it cannot be "
+                            "verified", path);
+    uint64_t sum = fnv1a(report_json, strlen(report_json), FNV_OFFSET);
+    for (size_t i = 0; i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        sum += tensor_sum(t->name, t->type, t->n_dims, t->shape, t->data, t->nbytes);
+    }
+    char hx[48];
+    snprintf(hx, sizeof hx, "fnv1a64:%016llx", (unsigned long long)sum);
+    if (strcmp(hx, want))
+        return lb_set_error(LB_ERR_FORMAT, "%s: checksum mismatch (stored %s, "
+                            "contents give %s): the finished layer file is "
+                            "corrupted", path, want, hx);
+    return LB_OK;
 }
 
 /* A finished layer of a previous run: dequantize its modules (f32 scales:
@@ -335,6 +388,7 @@ static lb_status w_layer_cached(void *user, int layer, const qz_module *mods,
         if (!cJSON_IsArray(arr))
             s = lb_set_error(LB_ERR_FORMAT, "%s: no lowbit_report metadata",
                              path);
+        if (s == LB_OK) s = verify_layer_file(st, path, js);
     }
     for (int i = 0; i < n && s == LB_OK; i++) {
         const qz_module *q = &mods[i];
@@ -401,8 +455,9 @@ static lb_status w_layer_cached(void *user, int layer, const qz_module *mods,
             lb_free(W_deq[i]);
             W_deq[i] = NULL;
         }
-        return lb_error_context(s, "resuming from %s (remove that directory "
-                                "to start afresh)", w->tmp);
+        return lb_error_context(s, "resuming from %s (run without --resume, "
+                                "or remove that directory, to start afresh)",
+                                w->tmp);
     }
     *found = true;
     return LB_OK;
@@ -421,6 +476,46 @@ static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
     return h;
 }
 
+/* Identity of the source checkpoint for the resume key: FNV-1a 64 over
+ * config.json's bytes and, per *.safetensors / *.json file of model_dir in
+ * name order, its name, size and modification time (hashing every weight
+ * would cost a pass over the model; a rewritten shard changes its mtime). */
+static int name_cmp(const struct dirent **a, const struct dirent **b) {
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static void source_fingerprint(const char *model_dir, char *hx, size_t n) {
+    uint64_t h = FNV_OFFSET;
+    char *cp = lb_path_join(model_dir, "config.json");
+    char *txt = NULL;
+    size_t len = 0;
+    if (cp && lb_read_file(cp, (size_t)16 << 20, &txt, &len) == LB_OK)
+        h = fnv1a(txt, len, h);
+    lb_clear_error();
+    free(txt);
+    free(cp);
+    struct dirent **list = NULL;
+    int k = scandir(model_dir, &list, NULL, name_cmp);
+    for (int i = 0; i < k; i++) {
+        const char *nm = list[i]->d_name;
+        size_t l = strlen(nm);
+        bool st_file = l > 12 && !strcmp(nm + l - 12, ".safetensors");
+        bool js_file = l > 5 && !strcmp(nm + l - 5, ".json");
+        char *f = (st_file || js_file) ? lb_path_join(model_dir, nm) : NULL;
+        struct stat sb;
+        if (f && stat(f, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            int64_t v[3] = {(int64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec,
+                            (int64_t)sb.st_mtim.tv_nsec};
+            h = fnv1a(nm, l + 1, h);
+            h = fnv1a(v, sizeof v, h);
+        }
+        free(f);
+        free(list[i]);
+    }
+    free(list);
+    snprintf(hx, n, "%016llx", (unsigned long long)h);
+}
+
 /* The settings that determine the quantized tensors (resume key). */
 static char *settings_json(const lb_quantize_params *p, const char *model_dir,
                            const lb_calib *cal) {
@@ -428,6 +523,9 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     char rp[PATH_MAX];
     cJSON_AddStringToObject(j, "model",
                             realpath(model_dir, rp) ? rp : model_dir);
+    char src_hx[32];
+    source_fingerprint(model_dir, src_hx, sizeof src_hx);
+    cJSON_AddStringToObject(j, "source_fnv1a", src_hx);
     cJSON_AddStringToObject(j, "lowbit", LB_VERSION_STRING);
     cJSON_AddStringToObject(j, "method",
                             p->method == LB_QUANT_RTN ? "rtn" : "gptq");
@@ -479,45 +577,131 @@ static int count_layer_files(const char *tmp) {
     return n;
 }
 
-/* Find OUT.tmp-* with the same settings; returns true and fills tmp. */
-static bool find_resumable(const char *out_dir, const char *settings,
-                           char *tmp, size_t n) {
+/* The keys of two settings objects that differ ("source_fnv1a, bits"). */
+static void settings_diff(const cJSON *a, const cJSON *b, char *out, size_t n) {
+    out[0] = '\0';
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(b, e->string);
+        if (f && cJSON_Compare(e, f, true)) continue;
+        size_t o = strlen(out);
+        snprintf(out + o, n - o, "%s%s", o ? ", " : "", e->string);
+    }
+    cJSON_ArrayForEach(e, b) {
+        if (cJSON_GetObjectItemCaseSensitive(a, e->string)) continue;
+        size_t o = strlen(out);
+        snprintf(out + o, n - o, "%s%s", o ? ", " : "", e->string);
+    }
+}
+
+/* Is the process that owns a work directory still running? This process
+ * counts as not running: its earlier runs have ended (a cancelled or failed
+ * lb_quantize_model); two concurrent runs in one process writing the same
+ * output are not supported. */
+static bool pid_alive(long pid) {
+    return pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* The work directories OUT.tmp-* of earlier runs writing OUT.
+ *  mode SCAN: log each (finished layers; whether its settings match, and
+ *    if not which keys differ; "in use" when its process still runs); with
+ *    `tmp` non-NULL pick the matching one with the most finished layers
+ *    whose process is gone (true: found, its path in tmp).
+ *  mode REMOVE: remove those other than `keep` whose process is gone
+ *    (a directory without a readable state file only when older than a
+ *    minute: it may be a run that has just created it), logging each. */
+enum { WD_SCAN, WD_REMOVE };
+static bool work_dirs(const char *out_dir, const char *settings, int mode,
+                      const char *keep, char *tmp, size_t n) {
     char dir[PATH_MAX], base[PATH_MAX];
     split_path(out_dir, dir, sizeof dir, base, sizeof base);
     char prefix[PATH_MAX + 8];
     snprintf(prefix, sizeof prefix, "%s.tmp-", base);
     DIR *d = opendir(dir);
     if (!d) return false;
+    cJSON *want = cJSON_Parse(settings);
     int best = -1;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
         char cand[PATH_MAX * 2 + 8];
         snprintf(cand, sizeof cand, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(cand, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (keep && !strcmp(cand, keep)) continue;
         char *sp = lb_path_join(cand, STATE_FILE);
         char *js = NULL;
         size_t len = 0;
-        bool match = false;
+        bool readable = false, match = false;
+        long pid = 0;
+        char diff[256] = "";
         if (sp && lb_read_file(sp, (size_t)1 << 20, &js, &len) == LB_OK) {
             cJSON *j = cJSON_ParseWithLength(js, len);
             const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings");
-            char *txt = st ? cJSON_PrintUnformatted(st) : NULL;
-            match = txt && !strcmp(txt, settings);
-            free(txt);
+            const cJSON *pj = cJSON_GetObjectItemCaseSensitive(j, "pid");
+            if (cJSON_IsNumber(pj)) pid = (long)pj->valuedouble;
+            readable = cJSON_IsObject(st);
+            if (readable && want) {
+                match = cJSON_Compare(st, want, true);
+                if (!match) settings_diff(want, st, diff, sizeof diff);
+            }
             cJSON_Delete(j);
         }
         lb_clear_error();
         free(js);
         free(sp);
-        if (!match) continue;
-        int k = count_layer_files(cand);
-        if (k > best) {
+        const bool alive = pid_alive(pid);
+        const int k = count_layer_files(cand);
+        if (mode == WD_REMOVE) {
+            if (alive || (!readable && time(NULL) - sb.st_mtime < 60)) continue;
+            rm_rf(cand);
+            lb_log(LB_LOG_WARN, "removed %s: the work directory of an "
+                   "interrupted run (%d finished layer file%s)", cand, k,
+                   k == 1 ? "" : "s");
+            continue;
+        }
+        if (alive) {
+            lb_log(LB_LOG_WARN, "%s: in use by a running lowbit (process "
+                   "%ld): left alone", cand, pid);
+            continue;
+        }
+        if (!readable)
+            lb_log(LB_LOG_WARN, "%s: an interrupted run's work directory "
+                   "without a readable state file: removed when this run "
+                   "completes", cand);
+        else if (!match)
+            lb_log(LB_LOG_WARN, "%s: an interrupted run (%d finished layer "
+                   "file%s) with other settings (%s differ%s): not resumable "
+                   "by this run; removed when it completes", cand, k,
+                   k == 1 ? "" : "s", diff[0] ? diff : "format",
+                   strchr(diff, ',') ? "" : "s");
+        else if (!tmp)
+            lb_log(LB_LOG_WARN, "%s: an interrupted run with these settings "
+                   "(%d finished layer file%s; --resume continues it): "
+                   "removed when this run completes", cand, k,
+                   k == 1 ? "" : "s");
+        if (tmp && match && k > best) {
             best = k;
             snprintf(tmp, n, "%s", cand);
         }
     }
     closedir(d);
+    cJSON_Delete(want);
     return best >= 0;
+}
+
+/* Record this process as the directory's owner (so that a concurrent run
+ * leaves it alone) in its state file. */
+static lb_status write_state(const char *tmp, const char *settings) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "what", "lowbit quantize work directory "
+                            "(resumable with --resume); removed when the "
+                            "run completes");
+    cJSON_AddNumberToObject(j, "pid", (double)getpid());
+    cJSON_AddItemToObject(j, "settings", cJSON_Parse(settings));
+    lb_status s = write_json(tmp, STATE_FILE, j);
+    cJSON_Delete(j);
+    return s;
 }
 
 /* mkdtemp, but the directory gets the mode a plain mkdir would give it
@@ -576,13 +760,7 @@ static lb_status make_tmp(const char *out_dir, const char *settings,
     if (!mkdtemp_umask(tmp))
         return lb_set_error(LB_ERR_IO, "%s: cannot create a temp directory: "
                             "%s", tmp, strerror(errno));
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "what", "lowbit quantize work directory "
-                            "(resumable with --resume); removed when the "
-                            "run completes");
-    cJSON_AddItemToObject(j, "settings", cJSON_Parse(settings));
-    lb_status s = write_json(tmp, STATE_FILE, j);
-    cJSON_Delete(j);
+    lb_status s = write_state(tmp, settings);
     if (s != LB_OK) rm_rf(tmp);
     return s;
 }
@@ -1107,6 +1285,18 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL path");
     lb_quantize_params p;
     LB_TRY(qz_effective_params(p_in, &p));
+    /* the output replaces OUT_DIR (with --force, removing it): it must be
+     * neither the source checkpoint, nor inside it, nor contain it */
+    const lb_path_relation rel = lb_path_relate(out_dir, model_dir);
+    if (rel != LB_PATH_UNRELATED)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: the output %s the input checkpoint %s; "
+                            "choose an output directory outside it",
+                            out_dir,
+                            rel == LB_PATH_SAME       ? "is"
+                            : rel == LB_PATH_A_INSIDE ? "would be inside"
+                                                      : "would contain",
+                            model_dir);
     /* refuse early: do not spend hours to fail at the rename */
     struct stat st;
     if (lstat(out_dir, &st) == 0 &&
@@ -1166,11 +1356,12 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         if (!settings) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
     }
     if (s == LB_OK) {
-        if (p.resume &&
-            find_resumable(out_dir, settings, w.tmp, sizeof w.tmp)) {
+        if (work_dirs(out_dir, settings, WD_SCAN, NULL,
+                      p.resume ? w.tmp : NULL, sizeof w.tmp)) {
             lb_log(LB_LOG_INFO, "resuming from %s (%d finished layer files)",
                    w.tmp, count_layer_files(w.tmp));
             s = clean_partial_outputs(w.tmp);
+            if (s == LB_OK) s = write_state(w.tmp, settings);
         } else {
             if (p.resume)
                 lb_log(LB_LOG_INFO, "no interrupted run with these settings "
@@ -1235,6 +1426,8 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         rm_rf(w.layers);
         s = install(w.tmp, out_dir, p.force);
         if (s == LB_OK) have_tmp = false;
+        /* work directories of interrupted runs for this output */
+        if (s == LB_OK) (void)work_dirs(out_dir, settings, WD_REMOVE, NULL, NULL, 0);
     }
     if (s != LB_OK && have_tmp) {
         if (count_layer_files(w.tmp) > 0)
