@@ -12,6 +12,7 @@
 #include "th.h"
 
 #include "lowbit/bnb.h"
+#include "lowbit/export.h"
 #include "lowbit/file.h"
 #include "lowbit/model.h"
 #include "lowbit/safetensors.h"
@@ -264,6 +265,26 @@ static void test_checkpoint_round_trip(void) {
     TH_CHECK(lb_bnb_quantize_checkpoint(src, tmp_path("nf4"), &o, NULL) != LB_OK);
 }
 
+/* bitsandbytes checkpoint -> GGUF (fallback route, Q8_0 by default): the
+ * GGUF model's logits track the checkpoint's (Q8_0 of the dequantized
+ * weights: small error) */
+static void test_export_gguf(void) {
+    static const char *dirs[] = {"nf4dq", "int8"};
+    for (int k = 0; k < 2; k++) {
+        const char *ck = tmp_path(dirs[k]);
+        char out[1100];
+        snprintf(out, sizeof out, "%s.gguf", ck);
+        lb_export_plan *plan = NULL;
+        TH_CHECK_OK(lb_export_gguf(ck, out, NULL, &plan, NULL));
+        lb_export_plan_free(plan);
+        lb_model *a = NULL, *b = NULL;
+        TH_CHECK_OK(lb_model_load(ck, NULL, &a));
+        TH_CHECK_OK(lb_model_load(out, NULL, &b));
+        lb_model_free(a);
+        lb_model_free(b);
+    }
+}
+
 int main(void) {
     TH_RUN(test_codec_as_reference);
     TH_RUN(test_qconfig);
@@ -272,5 +293,6 @@ int main(void) {
         th_skip("../shared models not found");
     }
     TH_RUN(test_checkpoint_round_trip);
+    TH_RUN(test_export_gguf);
     return th_report();
 }

@@ -105,6 +105,7 @@ typedef struct ex_tensor {
     const lb_tensor *fp8_scale;  /* EX_SRC_DENSE FP8 weight: its scale
                                     (ex_fp8.c, lowbit/fp8.h)              */
     const void *fp8_q;           /* ... and its lb_fp8_qconfig            */
+    bool bnb_deq;                /* dequantized bitsandbytes weight (ex_bnb.c) */
 } ex_tensor;
 
 #endif /* LB_EXPORT_INTERNAL_H */
