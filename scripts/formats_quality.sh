@@ -1,6 +1,6 @@
 #!/bin/sh
 # Perplexity of tinystories-656k in the calibration-free formats (FP8 block /
-# channel / tensor, E5M2) beside dense and RTN / GPTQ checkpoints, all run by
+# channel / tensor, E5M2, bitsandbytes NF4 / FP4 / INT8) beside dense and RTN / GPTQ checkpoints, all run by
 # lowbit on the SAME ids (the HF tokenizer's, BOS first), full protocol ctx
 # 256, the 30 KB TinyStories validation head (as scripts/export_ppl_table.sh).
 #
@@ -29,6 +29,10 @@ echo "quantizing ..." >&2
 "$LB" quantize "$TS" -o "$W/fp8c" --method fp8 --fp8-block channel -q
 "$LB" quantize "$TS" -o "$W/fp8t" --method fp8 --fp8-block tensor -q
 "$LB" quantize "$TS" -o "$W/fp8e5" --method fp8 --fp8-format e5m2 -q
+"$LB" quantize "$TS" -o "$W/nf4" --method nf4 -q
+"$LB" quantize "$TS" -o "$W/nf4dq" --method nf4 --double-quant -q
+"$LB" quantize "$TS" -o "$W/fp4" --method fp4 -q
+"$LB" quantize "$TS" -o "$W/int8" --method int8 -q
 "$LB" quantize "$TS" -o "$W/rtn4" --method rtn --group-size 128 -q --json > /dev/null
 "$LB" quantize "$TS" -o "$W/rtn8" --method rtn --bits 8 --group-size -1 -q --json > /dev/null
 "$LB" quantize "$TS" -o "$W/gptq4" --method gptq --group-size 128 --calib-ids "$REF/calib_ids.i32" --seqlen 128 -q --json > /dev/null
@@ -38,7 +42,7 @@ import json, re, sys
 bits = int(sys.argv[1])
 d = json.load(sys.stdin)
 lin = [t for t in d['tensors'] if re.match(r'model[.]layers[.][0-9]+[.](self_attn|mlp)[.][a-z]+_proj[.]', t['name'])]
-n = sum(t['n_elements'] for t in lin if t['name'].endswith('.weight'))
+n = sum(t['n_elements'] * (2 if t['type'] == 'U8' else 1) for t in lin if t['name'].endswith('.weight'))  # bnb 4-bit: 2 codes a byte
 n += sum(t['shape'][0] * t['shape'][1] * 32 // bits for t in lin if t['name'].endswith('.qweight'))
 print('%.3f' % (8.0 * sum(t['bytes'] for t in lin) / n))" "$2"
 }
@@ -58,7 +62,8 @@ row() { # label dir code-bits [ppl opts]
   echo "dense model). Checkpoints run as checkpoints: FP8 dequantized to F32, GPTQ/RTN with exact f32"
   echo "dequantization (\`--gptq-mode f32\`), so the figures are weight-only. bits/weight: the decoder-layer"
   echo "linears with their scales (FP8 block: 8 + 32/(128·128); channel: 8 + 32/in_features; GPTQ: codes +"
-  echo "fp16 scales + packed zeros + g_idx)."
+  echo "fp16 scales + packed zeros + g_idx; bitsandbytes: codes + absmax (+ nested absmax/maps) + quant_map +"
+  echo "quant_state blob). bitsandbytes checkpoints run dequantized to F32."
   echo
   echo "| model | linear bits/weight | PPL | vs dense |"
   echo "|---|---|---|---|"
@@ -67,6 +72,10 @@ row() { # label dir code-bits [ppl opts]
   row "FP8 E4M3, per channel (compressed-tensors)" "$W/fp8c" 8
   row "FP8 E4M3, per tensor (compressed-tensors)" "$W/fp8t" 8
   row "FP8 E5M2, block 128" "$W/fp8e5" 8
+  row "bitsandbytes NF4, block 64" "$W/nf4" 4
+  row "bitsandbytes NF4, block 64, double-quantized absmax" "$W/nf4dq" 4
+  row "bitsandbytes FP4, block 64" "$W/fp4" 4
+  row "bitsandbytes INT8 row-wise (LLM.int8() weights, SCB)" "$W/int8" 8
   row "RTN 8-bit sym per channel (GPTQ layout)" "$W/rtn8" 8 "--gptq-mode f32"
   row "RTN 4-bit sym g128 (GPTQ layout)" "$W/rtn4" 4 "--gptq-mode f32"
   row "GPTQ 4-bit sym g128 (reference calibration ids)" "$W/gptq4" 4 "--gptq-mode f32"

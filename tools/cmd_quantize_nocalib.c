@@ -3,12 +3,17 @@
  * calibration pipeline's option parser stays untouched. */
 #include "cli.h"
 
+#include "lowbit/bnb.h"
 #include "lowbit/fp8.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-bool cmd_quantize_nocalib_method(const char *m) { return !strcmp(m, "fp8"); }
+bool cmd_quantize_nocalib_method(const char *m) {
+    return !strcmp(m, "fp8") || !strcmp(m, "nf4") || !strcmp(m, "fp4") || !strcmp(m, "int8");
+}
+
+static int cmd_quantize_bnb(int argc, char **argv);
 
 static void usage(FILE *fp) {
     fprintf(fp,
@@ -35,6 +40,9 @@ int cmd_quantize_nocalib(int argc, char **argv) {
     lb_fp8_quantize_opts o;
     memset(&o, 0, sizeof o);
     lb_fp8_qconfig_default(&o.q, false);
+    for (int i = 1; i + 1 < argc; i++) /* bitsandbytes methods */
+        if (!strcmp(argv[i], "--method") && strcmp(argv[i + 1], "fp8"))
+            return cmd_quantize_bnb(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -100,6 +108,86 @@ int cmd_quantize_nocalib(int argc, char **argv) {
                 o.q.layout == LB_FP8_SCALE_BLOCK ? ", block " : "",
                 o.q.layout == LB_FP8_SCALE_BLOCK ? (o.q.block_n == 128 ? "128" : "custom") : "",
                 o.q.method);
+    }
+    return 0;
+}
+
+/* lowbit quantize --method nf4|fp4|int8 (lowbit/bnb.h) */
+static void usage_bnb(FILE *fp) {
+    fprintf(fp,
+            "usage: lowbit quantize MODEL_DIR -o OUT_DIR --method nf4|fp4|int8 [options]\n"
+            "\n"
+            "bitsandbytes weight-only quantization, no calibration, written as transformers\n"
+            "saves a bitsandbytes model (quantization_config quant_method bitsandbytes):\n"
+            "  nf4, fp4   4-bit codes, one absmax per block (weight, weight.absmax,\n"
+            "             weight.quant_map, weight.quant_state.bitsandbytes__nf4|fp4)\n"
+            "  int8       LLM.int8() weights: int8 codes + SCB (absmax per output row)\n"
+            "\n"
+            "  --bnb-block N           4-bit block size (default 64; even, 16..4096)\n"
+            "  --double-quant          4-bit: quantize the absmax again (8-bit dynamic map,\n"
+            "                          blocks of 256, mean offset: bnb_4bit_use_double_quant)\n"
+            "  -o, --output OUT_DIR    new or empty; written atomically\n"
+            "global: --quiet, --json\n");
+}
+
+static int cmd_quantize_bnb(int argc, char **argv) {
+    const char *cmd = "quantize";
+    const char *model = NULL, *out = NULL, *method = NULL;
+    lb_bnb_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.q.blocksize = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage_bnb(stdout);
+            return 0;
+        }
+#define VAL() do { if (!(v = cli_value(cmd, argc, argv, &i))) return 2; } while (0)
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            VAL();
+            out = v;
+        } else if (!strcmp(a, "--method")) {
+            VAL();
+            method = v;
+        } else if (!strcmp(a, "--bnb-block")) {
+            VAL();
+            long b;
+            if (!cli_parse_int(cmd, a, v, 16, 4096, &b)) return 2;
+            if (b % 2) return cli_usage_error(cmd, "--bnb-block: even, got %ld", b);
+            o.q.blocksize = (int)b;
+        } else if (!strcmp(a, "--double-quant")) {
+            o.q.double_quant = true;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(cmd, "unknown option %s (with --method %s)", a,
+                                   method ? method : "?");
+        } else if (!model) {
+            model = a;
+        } else {
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
+        }
+#undef VAL
+    }
+    o.q.kind = !strcmp(method, "nf4") ? LB_BNB_NF4 : !strcmp(method, "fp4") ? LB_BNB_FP4
+                                                                           : LB_BNB_INT8;
+    if (o.q.kind == LB_BNB_INT8 && o.q.double_quant)
+        return cli_usage_error(cmd, "--double-quant applies to nf4/fp4 only");
+    if (!model) return cli_usage_error(cmd, "missing MODEL_DIR");
+    if (!out) return cli_usage_error(cmd, "missing -o OUT_DIR");
+    cli_progress prog;
+    o.progress = cli_progress_make(&prog);
+    int n = 0;
+    lb_status s = lb_bnb_quantize_checkpoint(model, out, &o, &n);
+    cli_progress_done(&prog);
+    if (s != LB_OK) return cli_fail(cmd, s);
+    if (g_cli.json) {
+        printf("{\"output\": ");
+        cli_json_string(stdout, out);
+        printf(", \"method\": \"%s\", \"blocksize\": %d, \"double_quant\": %s, "
+               "\"quant_method\": \"bitsandbytes\", \"linears\": %d}\n", method,
+               o.q.kind == LB_BNB_INT8 ? 0 : o.q.blocksize, o.q.double_quant ? "true" : "false", n);
+    } else if (!g_cli.quiet) {
+        fprintf(stderr, "lowbit quantize: wrote %s: %d linears in bitsandbytes %s%s\n", out, n,
+                method, o.q.double_quant ? " (double-quantized absmax)" : "");
     }
     return 0;
 }

@@ -30,6 +30,7 @@ typedef struct ex_ctx {
     bool gptq;            /* a GPTQ checkpoint                         */
     void *gptq_state;     /* ex_gptq.c's parsed quantization config    */
     void *fp8_state;      /* ex_fp8.c: lb_fp8_qconfig of an FP8 input  */
+    void *bnb_state;      /* ex_bnb.c: a bitsandbytes input            */
     lb_type default_float; /* dense default type (F16 / BF16)          */
     char tied_note[160];
     const char *const *meta_kv; /* opts->meta_kv (borrowed: the caller's
@@ -91,5 +92,13 @@ lb_status ex_arch_check(const ex_ctx *c);
 lb_status ex_arch_generated(ex_ctx *c, lb_status (*push)(ex_ctx *, ex_tensor **));
 void ex_arch_rope_factors(const ex_ctx *c, int kind, float *out, int64_t n);
 lb_status ex_arch_write_kv(const ex_ctx *c, lb_gguf_writer *w);
+
+/* ex_bnb.c: bitsandbytes NF4/FP4/INT8 inputs (lowbit/bnb.h) */
+lb_status ex_bnb_detect(ex_ctx *c);
+/* absmax, quant_map, nested_*, quant_state blob, SCB, weight_format */
+bool ex_bnb_is_aux(const ex_ctx *c, const char *suffix);
+/* Check and dequantize a U8/I8 weight; *st becomes its F32 tensor. */
+lb_status ex_bnb_prepare(ex_ctx *c, ex_tensor *t, const char *mod, const lb_tensor **st);
+void ex_bnb_free(ex_ctx *c);
 
 #endif /* LB_EX_CTX_H */

@@ -147,6 +147,7 @@ void ex_ctx_free(ex_ctx *c) {
     ex_vocab_free(&c->vocab);
     ex_gptq_free(c);
     ex_fp8_free(c);
+    ex_bnb_free(c);
     for (int i = 0; i < c->n_rules; i++) {
         free(c->rules[i].text);
         pcre2_code_free((pcre2_code *)c->rules[i].code);
@@ -460,6 +461,7 @@ static lb_status list_tensors(ex_ctx *c) {
                          !strcmp(suffix, "scales") || !strcmp(suffix, "g_idx");
         if (gptq_part && strcmp(suffix, "qweight")) continue; /* grouped with qweight */
         if (ex_fp8_is_aux(c, suffix)) continue; /* an FP8 scale: read with its weight */
+        if (ex_bnb_is_aux(c, suffix)) continue; /* bitsandbytes state: read with its weight */
         char base[64];
         int layer, expert = -1;
         if (!(ext ? ex_arch_map_module(c, mod, base, sizeof base, &layer, &expert)
@@ -514,6 +516,10 @@ static lb_status list_tensors(ex_ctx *c) {
             if (s != LB_OK) break;
         } else {
             t->kind = EX_SRC_DENSE;
+            if ((st->type == LB_TYPE_U8 || st->type == LB_TYPE_I8) && !strcmp(suffix, "weight")) {
+                s = ex_bnb_prepare(c, t, mod, &st); /* st: its F32 dequantization */
+                if (s != LB_OK) break;
+            }
             t->dense = st;
             t->info.src_type = (int)st->type;
             if ((st->type == LB_TYPE_F8_E4M3 || st->type == LB_TYPE_F8_E5M2) &&
@@ -789,6 +795,9 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
         } else if (c->gptq) {
             ty = (lb_type)e->src_type; /* GPTQ input without qtype: keep */
             why = "not quantized in the checkpoint";
+        } else if (t->bnb_deq) {
+            ty = row_fallback(LB_TYPE_Q8_0, cols); /* ex_bnb.c */
+            why = "bitsandbytes weight dequantized (default Q8_0)";
         } else if (t->fp8_scale) {
             ty = row_fallback(LB_TYPE_Q8_0, cols); /* ex_fp8.c */
             why = "FP8 weight dequantized (default Q8_0)";
@@ -868,7 +877,7 @@ static lb_ftype choose_ftype(const ex_ctx *c) {
             if (t->info.type != t->info.wanted_type) n_sub += (uint64_t)ne;
         }
         if (!n_all || 2 * n_sub <= n_all) return p->qtype.ftype;
-    } else if (!c->gptq && !c->fp8_state) {
+    } else if (!c->gptq && !c->fp8_state && !c->bnb_state) {
         return ftype_of_type(c->default_float);
     }
     uint64_t count[LB_TYPE_COUNT_] = {0};
@@ -947,7 +956,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
         s = lb_set_error(LB_ERR_INVALID_ARG, "export: module rules need --mode auto, mixed "
                          "or dequantize (direct maps every module as it is)");
     if (s == LB_OK) s = ex_fp8_detect(c); /* FP8 input: not GPTQ */
-    if (s == LB_OK && !c->fp8_state) s = ex_gptq_detect(c);
+    if (s == LB_OK && !c->fp8_state) s = ex_bnb_detect(c); /* bitsandbytes: not GPTQ */
+    if (s == LB_OK && !c->fp8_state && !c->bnb_state) s = ex_gptq_detect(c);
     if (s == LB_OK && !c->gptq && o->mode == LB_EXPORT_MODE_DIRECT)
         s = lb_set_error(LB_ERR_INVALID_ARG, "export --mode direct: %s is not a GPTQ "
                          "checkpoint (use auto or dequantize)", in_path);

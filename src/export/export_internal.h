@@ -118,6 +118,7 @@ typedef struct ex_tensor {
     int n_parts;
     bool add_one;                /* Gemma norms: written as 1 + w         */
     int rope_kind;               /* EX_SRC_ROPE_FACTORS                   */
+    bool bnb_deq;                /* dequantized bitsandbytes weight (ex_bnb.c) */
 } ex_tensor;
 
 #endif /* LB_EXPORT_INTERNAL_H */

@@ -619,6 +619,8 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     if (cfg.has_quantization_config) { /* FP8 (load_fp8.c) */
         bool handled = false;
         lb_status fs = lb_model_load_fp8(dir, &cfg, opts, out, &handled);
+        if (fs == LB_OK && !handled) /* bitsandbytes (load_bnb.c) */
+            fs = lb_model_load_bnb(dir, &cfg, opts, out, &handled);
         if (fs != LB_OK || handled) {
             lb_model_config_clear(&cfg);
             return fs;
@@ -628,7 +630,7 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
         lb_status s = lb_set_error(LB_ERR_UNSUPPORTED,
                                    "%s: quantized checkpoint "
                                    "(quantization_config, quant_method '%s'): "
-                                   "lowbit reads GPTQ and FP8 checkpoints",
+                                   "lowbit reads GPTQ, FP8 and bitsandbytes checkpoints",
                                    dir, cfg.quant_method);
         lb_model_config_clear(&cfg);
         return s;

@@ -208,4 +208,18 @@ typedef struct lb_ext_ctx {
 lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
                             float *hidden, int32_t n, int32_t pos);
 
+/* The bitsandbytes loader (load_bnb.c; lowbit/bnb.h): NF4/FP4/INT8
+ * linears checked and dequantized to F32; from memory for fuzzing. */
+struct lb_bnb_qconfig;
+lb_status lb_bnb_build_model(const lb_model_config *cfg,
+                             const struct lb_bnb_qconfig *q,
+                             struct lb_safetensors *st, bool own_st,
+                             const char *label,
+                             const lb_model_load_opts *opts, lb_model **out);
+/* lb_model_load_hf's hook for quant_method "bitsandbytes"; *handled false
+ * (LB_OK) for other configs. */
+lb_status lb_model_load_bnb(const char *dir, const lb_model_config *cfg,
+                            const lb_model_load_opts *opts, lb_model **out,
+                            bool *handled);
+
 #endif

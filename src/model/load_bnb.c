@@ -1,0 +1,193 @@
+/*
+ * bitsandbytes checkpoint loader (lowbit/bnb.h): quantization_config
+ * quant_method "bitsandbytes". NF4/FP4 linears (packed weight, absmax,
+ * quant_map, nested absmax, quant_state blob) and INT8 linears (int8
+ * weight + SCB) are checked against each other and the config, then
+ * dequantized to F32 (what transformers' dequantize_bnb_weight computes).
+ * Linears stored dense, and every other tensor, load as in the HF loader.
+ */
+#include "model/model_internal.h"
+#include "lowbit/bnb.h"
+#include "lowbit/file.h"
+#include "lowbit/safetensors.h"
+#include "core/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void st_close_cb(void *p) { lb_st_close(p); }
+
+typedef struct bnb_ctx {
+    lb_model *m;
+    const lb_safetensors *st;
+    const char *label;
+    const lb_bnb_qconfig *q;
+    int n_q, n_dense;
+} bnb_ctx;
+
+static const lb_tensor *find2(const lb_safetensors *st, const char *pre, const char *sfx) {
+    char nm[400];
+    snprintf(nm, sizeof nm, "%s.%s", pre, sfx);
+    return lb_st_find(st, nm);
+}
+
+static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, int layer,
+                            bool optional) {
+    const lb_tensor *t = lb_st_find(c->st, name);
+    if (!t) {
+        if (optional) return LB_OK;
+        return lb_set_error(LB_ERR_NOT_FOUND, "%s: tensor '%s' not found", c->label, name);
+    }
+    bool linear = role >= LB_ROLE_Q && role <= LB_ROLE_DOWN && role != LB_ROLE_Q_BIAS &&
+                  role != LB_ROLE_K_BIAS && role != LB_ROLE_V_BIAS && role != LB_ROLE_Q_NORM &&
+                  role != LB_ROLE_K_NORM && role != LB_ROLE_FFN_NORM;
+    size_t l = strlen(name);
+    char pre[256];
+    snprintf(pre, sizeof pre, "%.*s", (int)(l > 7 ? l - 7 : 0), name);
+    bool quant = t->type == LB_TYPE_U8 || t->type == LB_TYPE_I8;
+    if (quant) {
+        if (!linear)
+            return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' is %s but not a decoder-layer "
+                                "linear weight", c->label, name, lb_type_name(t->type));
+        int nd;
+        int64_t sh[2];
+        lb_role_shape(&c->m->config, role, &nd, sh);
+        size_t bytes;
+        if (nd != 2 || !lb_mul_ok((size_t)sh[0], (size_t)sh[1], &bytes) ||
+            !lb_mul_ok(bytes, sizeof(float), &bytes))
+            return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
+        float *buf = lb_alloc(bytes);
+        if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+        lb_status s = lb_model_builder_own(c->m, buf);
+        if (s != LB_OK) return s;
+        if (c->q->kind == LB_BNB_INT8) {
+            if (t->type != LB_TYPE_I8)
+                return lb_set_error(LB_ERR_FORMAT, "%s: %s: dtype %s in an 8-bit bitsandbytes "
+                                    "checkpoint (I8 expected)", c->label, name, lb_type_name(t->type));
+            s = lb_bnb_dequantize_int8(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
+        } else {
+            const char *qt = c->q->kind == LB_BNB_NF4 ? "nf4" : "fp4";
+            char sn[64];
+            snprintf(sn, sizeof sn, "weight.quant_state.bitsandbytes__%s", qt);
+            lb_bnb_4bit_tensors bt = {
+                .weight = t,
+                .absmax = find2(c->st, pre, "weight.absmax"),
+                .quant_map = find2(c->st, pre, "weight.quant_map"),
+                .nested_absmax = find2(c->st, pre, "weight.nested_absmax"),
+                .nested_quant_map = find2(c->st, pre, "weight.nested_quant_map"),
+                .state = find2(c->st, pre, sn),
+            };
+            if (!bt.state && find2(c->st, pre, c->q->kind == LB_BNB_NF4
+                                                   ? "weight.quant_state.bitsandbytes__fp4"
+                                                   : "weight.quant_state.bitsandbytes__nf4"))
+                return lb_set_error(LB_ERR_FORMAT, "%s: %s.weight: quant_state of the other 4-bit "
+                                    "type than config.json's bnb_4bit_quant_type '%s'", c->label,
+                                    pre, qt);
+            s = lb_bnb_dequantize_4bit(pre, &bt, sh[0], sh[1], buf);
+        }
+        if (s != LB_OK) return lb_error_context(s, "%s", c->label);
+        lb_tensor d = *t;
+        d.type = LB_TYPE_F32;
+        d.n_dims = 2;
+        d.shape[0] = sh[0];
+        d.shape[1] = sh[1];
+        d.data = buf;
+        d.nbytes = bytes;
+        s = lb_model_builder_set(c->m, role, layer, &d);
+        if (s != LB_OK) return lb_error_context(s, "%s", c->label);
+        c->n_q++;
+        return LB_OK;
+    }
+    if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32/F16/BF16 or "
+                            "bitsandbytes U8/I8 expected)", c->label, name, lb_type_name(t->type));
+    lb_status s = lb_model_builder_set(c->m, role, layer, t);
+    if (s != LB_OK) return lb_error_context(s, "%s", c->label);
+    if (linear) c->n_dense++;
+    return LB_OK;
+}
+
+lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q,
+                             lb_safetensors *st, bool own_st, const char *label,
+                             const lb_model_load_opts *opts, lb_model **out) {
+    *out = NULL;
+    lb_model *m = NULL;
+    lb_status s = lb_model_builder_new(cfg, &m);
+    if (s != LB_OK) {
+        if (own_st) lb_st_close(st);
+        return s;
+    }
+    if (own_st) s = lb_model_builder_on_free(m, st_close_cb, st);
+    if (s != LB_OK) {
+        lb_model_free(m);
+        return s;
+    }
+    bnb_ctx c = {.m = m, .st = st, .label = label, .q = q};
+    const lb_model_config *mc = &m->config;
+    bool tied = mc->tie_word_embeddings;
+    s = set_tensor(&c, "model.embed_tokens.weight", LB_ROLE_TOK_EMBD, 0,
+                   tied && lb_st_find(st, "lm_head.weight"));
+    if (s == LB_OK) s = set_tensor(&c, "lm_head.weight", LB_ROLE_OUTPUT, 0, tied);
+    if (s == LB_OK) s = set_tensor(&c, "model.norm.weight", LB_ROLE_OUTPUT_NORM, 0, false);
+    if (s == LB_OK && tied && m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
+    static const struct {
+        lb_tensor_role role;
+        const char *suffix;
+    } per_layer[] = {
+        {LB_ROLE_ATTN_NORM, "input_layernorm.weight"},
+        {LB_ROLE_Q, "self_attn.q_proj.weight"},
+        {LB_ROLE_K, "self_attn.k_proj.weight"},
+        {LB_ROLE_V, "self_attn.v_proj.weight"},
+        {LB_ROLE_O, "self_attn.o_proj.weight"},
+        {LB_ROLE_Q_BIAS, "self_attn.q_proj.bias"},
+        {LB_ROLE_K_BIAS, "self_attn.k_proj.bias"},
+        {LB_ROLE_V_BIAS, "self_attn.v_proj.bias"},
+        {LB_ROLE_Q_NORM, "self_attn.q_norm.weight"},
+        {LB_ROLE_K_NORM, "self_attn.k_norm.weight"},
+        {LB_ROLE_FFN_NORM, "post_attention_layernorm.weight"},
+        {LB_ROLE_GATE, "mlp.gate_proj.weight"},
+        {LB_ROLE_UP, "mlp.up_proj.weight"},
+        {LB_ROLE_DOWN, "mlp.down_proj.weight"},
+    };
+    for (int l = 0; l < mc->n_layers && s == LB_OK; l++) {
+        for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0] && s == LB_OK; i++) {
+            lb_tensor_role r = per_layer[i].role;
+            if (!lb_role_used(mc, r)) continue;
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[i].suffix);
+            s = set_tensor(&c, name, r, l, false);
+        }
+        if (s == LB_OK && opts &&
+            !lb_progress_report(&opts->progress, "load", (uint64_t)l + 1, (uint64_t)mc->n_layers))
+            s = lb_set_error(LB_ERR_CANCELLED, "load cancelled");
+    }
+    if (s == LB_OK) s = lb_model_builder_finish(m);
+    if (s != LB_OK) {
+        lb_model_free(m);
+        return s;
+    }
+    lb_log(LB_LOG_INFO, "%s: bitsandbytes checkpoint (%s): %d quantized linears dequantized to "
+           "F32, %d dense", label, q->kind == LB_BNB_NF4 ? "nf4" : q->kind == LB_BNB_FP4 ? "fp4"
+                                                                                      : "int8",
+           c.n_q, c.n_dense);
+    *out = m;
+    return LB_OK;
+}
+
+lb_status lb_model_load_bnb(const char *dir, const lb_model_config *cfg,
+                            const lb_model_load_opts *opts, lb_model **out, bool *handled) {
+    *handled = false;
+    if (!cfg->quantization_config_json) return LB_OK;
+    lb_bnb_qconfig q;
+    bool is_bnb = false;
+    char label[600];
+    snprintf(label, sizeof label, "%s/config.json quantization_config", dir);
+    LB_TRY(lb_bnb_qconfig_parse(cfg->quantization_config_json,
+                                strlen(cfg->quantization_config_json), label, &q, &is_bnb));
+    if (!is_bnb) return LB_OK;
+    *handled = true;
+    lb_safetensors *st = NULL;
+    LB_TRY(lb_st_open(dir, &st));
+    return lb_bnb_build_model(cfg, &q, st, true, dir, opts, out);
+}
