@@ -698,8 +698,9 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             if (t->direct_type >= 0 && !retyped) {
                 e->type = (lb_type)t->direct_type;
                 e->route = LB_EXPORT_ROUTE_DIRECT;
-                set_reason(t, "%d-bit %s codes map to %s%s", e->bits,
+                set_reason(t, "%d-bit %s%s codes map to %s%s", e->bits,
                            t->direct_type == LB_TYPE_Q4_1 ? "asymmetric" : "symmetric",
+                           t->lin.format == LB_GPTQ_FORMAT_AWQ ? " AWQ" : "",
                            lb_type_name(t->direct_type),
                            t->direct_type == LB_TYPE_Q4_1 ? " (m = -scale*zero rounded to fp16)"
                                                           : " exactly");
