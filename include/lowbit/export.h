@@ -193,6 +193,8 @@ typedef struct lb_export_plan {
     size_t data_bytes;      /* tensor bytes without padding               */
     size_t file_bytes;      /* size of the GGUF file                      */
     char notes[512];        /* deliberate differences / warnings ("" if none) */
+    bool awq;               /* the GPTQ-family input is in the AutoAWQ
+                               GEMM layout (quant_method "awq")          */
 } lb_export_plan;
 
 /* Plan the export of `in_path` (a HF or GPTQ checkpoint directory): reads

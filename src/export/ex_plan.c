@@ -880,6 +880,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
                          "checkpoint (use auto or dequantize)", in_path);
     if (s == LB_OK) {
         p->gptq = c->gptq;
+        p->awq = c->gptq_state &&
+                 ((const lb_gptq_qconfig *)c->gptq_state)->format == LB_GPTQ_FORMAT_AWQ;
         p->mode = o->mode == LB_EXPORT_MODE_AUTO
                       ? (c->gptq ? LB_EXPORT_MODE_MIXED : LB_EXPORT_MODE_DEQUANTIZE)
                       : o->mode;

@@ -1106,7 +1106,7 @@ done:
         rep->quantized_params += o * in;
         bits += 8.0 * (double)(in * r->bits / 32 * o * 4 +
                                ng * (o * r->bits / 32) * 4 + ng * o * 2 +
-                               in * 4);
+                               (p->format == LB_GPTQ_FORMAT_AWQ ? 0 : in * 4));
         if (!isnan(r->snr_db)) {
             if (r->snr_db < rep->snr_min_db) rep->snr_min_db = r->snr_db;
             if (r->snr_db > rep->snr_max_db) rep->snr_max_db = r->snr_db;
