@@ -146,8 +146,9 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
         if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 || qz->shape[0] != in / gs ||
             qz->shape[1] != out / 8)
             return bad(c, module, "AWQ qzeros must be I32 [in/group_size, out/8]");
-        if (sc->n_dims != 2 || sc->shape[0] != in / gs || sc->shape[1] != out)
-            return bad(c, module, "AWQ scales must be [in/group_size, out]");
+        if ((sc->type != LB_TYPE_F16 && sc->type != LB_TYPE_F32 && sc->type != LB_TYPE_BF16) ||
+            sc->n_dims != 2 || sc->shape[0] != in / gs || sc->shape[1] != out)
+            return bad(c, module, "AWQ scales must be F16 [in/group_size, out]");
         if (gi) return bad(c, module, "has a g_idx, which the AWQ GEMM layout does not");
     } else if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[1] != out)
         return bad(c, module, "qweight must be I32 [in*bits/32, out] for the config's shape");
