@@ -205,7 +205,15 @@ static void test_clip_search(void) {
     W[IN + 40] = -0.5f;
     memcpy(Wc, W, sizeof W);
     int64_t shrunk = 0;
-    TH_CHECK_OK(qz_awq_search_clip(X, N, Wc, O, IN, 4, GS, false, &shrunk));
+    TH_CHECK_OK(qz_awq_search_clip(X, N, Wc, O, IN, 4, GS, false, NULL, &shrunk));
+    /* the same on 3 workers */
+    float W3[O * IN];
+    memcpy(W3, W, sizeof W);
+    lb_pool *pool = lb_pool_create(3);
+    int64_t shrunk3 = 0;
+    TH_CHECK_OK(qz_awq_search_clip(X, N, W3, O, IN, 4, GS, false, pool, &shrunk3));
+    lb_pool_free(pool);
+    TH_CHECK(memcmp(W3, Wc, sizeof W) == 0 && shrunk3 == shrunk);
     const int step = N / 512; /* 2: tokens 0, 2, ..., 1098 */
     int n_shrunk = 0;
     for (int o = 0; o < O; o++)

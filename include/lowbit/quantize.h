@@ -243,7 +243,18 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
 /* ------------------------------------------------------------------------ */
 
 /* Quantize the HF checkpoint in model_dir and write a GPTQ checkpoint to
- * out_dir.
+ * out_dir (AWQ methods: the AutoAWQ GEMM layout when p->format resolves
+ * to LB_GPTQ_FORMAT_AWQ — the default for 4-bit LB_QUANT_AWQ /
+ * LB_QUANT_AWQ_GPTQ: NAME.qweight I32 [in, out/8], qzeros I32 [in/group,
+ * out/8], scales F16 [in/group, out] (lowbit/gptq.h), config.json
+ * quantization_config {quant_method "awq", version "gemm", bits,
+ * group_size, zero_point, modules_to_not_convert, meta} and
+ * quant_config.json instead of quantize_config.json; the RMSNorm weights
+ * (and v_proj bias) AWQ scaled are written in F32 in place of the
+ * source's. Other bits use the GPTQ v2 layout with meta.method "awq".
+ * The AWQ layout refuses, before any work (LB_ERR_INVALID_ARG naming the
+ * module): module rules other than skip, a group_size that does not
+ * divide in_features, a quantized lm_head, bits other than 4).
  *
  * Output (built in "OUT_DIR.tmp-XXXXXX" beside OUT_DIR, renamed to OUT_DIR
  * only when complete; a non-empty OUT_DIR is refused unless p->force):

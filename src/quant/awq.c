@@ -231,28 +231,84 @@ done:
     return st;
 }
 
+typedef struct clip_job {
+    const double *G;
+    float *W;
+    int64_t out, in, ng, gs;
+    int group_size, bits;
+    bool sym;
+    int64_t shrunk[64]; /* per worker                                   */
+    bool nomem;
+} clip_job;
+
+static void clip_rows(void *ctx, int ith, int nth) {
+    clip_job *j = ctx;
+    const int64_t gs = j->gs, in = j->in;
+    const int n_shrink = (int)(QZ_AWQ_CLIP_SHRINK * QZ_AWQ_CLIP_GRID);
+    float *cw = malloc((size_t)gs * sizeof *cw);
+    double *d = malloc((size_t)gs * sizeof *d);
+    int32_t *codes = malloc((size_t)gs * sizeof *codes);
+    size_t r0, r1;
+    lb_split_range((size_t)j->out, ith, nth, &r0, &r1);
+    int64_t shrunk = 0;
+    if (!cw || !d || !codes) {
+        j->nomem = true;
+        r1 = r0;
+    }
+    for (int64_t r = (int64_t)r0; r < (int64_t)r1; r++)
+        for (int64_t k = 0; k < j->ng; k++) {
+            int64_t c0, c1;
+            group_range(in, j->group_size, k, &c0, &c1);
+            const int64_t n = c1 - c0;
+            float *w = j->W + r * in + c0;
+            const double *Gk = j->G + k * gs * gs;
+            float m = 0.0f;
+            for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(w[i]));
+            float best_mv = m;
+            double min_err = 1e9;
+            for (int is = 0; is < n_shrink; is++) {
+                const float mv = m * (1.0f - (float)is / QZ_AWQ_CLIP_GRID);
+                for (int64_t i = 0; i < n; i++)
+                    cw[i] = fminf(fmaxf(w[i], -mv), mv);
+                fq_group(cw, n, j->bits, j->sym, codes, cw);
+                for (int64_t i = 0; i < n; i++)
+                    d[i] = (double)cw[i] - (double)w[i];
+                double err = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    double row = 0.0;
+                    for (int64_t c = 0; c < n; c++) row += Gk[i * gs + c] * d[c];
+                    err += d[i] * row;
+                }
+                if (err < min_err) {
+                    min_err = err;
+                    best_mv = mv;
+                }
+            }
+            if (best_mv < m) {
+                shrunk++;
+                for (int64_t i = 0; i < n; i++)
+                    w[i] = fminf(fmaxf(w[i], -best_mv), best_mv);
+            }
+        }
+    j->shrunk[ith] = shrunk;
+    free(cw);
+    free(d);
+    free(codes);
+}
+
 lb_status qz_awq_search_clip(const float *X, int64_t N, float *W, int64_t out,
                              int64_t in, int bits, int group_size, bool sym,
-                             int64_t *n_shrunk) {
+                             lb_pool *pool, int64_t *n_shrunk) {
     const int64_t ng = lb_gptq_n_groups(in, group_size);
     const int64_t gs = group_size < 0 ? in : group_size;
     const int64_t step = LB_MAX((int64_t)1, N / QZ_AWQ_CLIP_TOKENS);
     const int64_t nt = (N + step - 1) / step;
-    const int n_shrink = (int)(QZ_AWQ_CLIP_SHRINK * QZ_AWQ_CLIP_GRID);
     /* G[k] = mean over sampled tokens of x_g x_g^T, [ng][gs][gs] */
     double *G = calloc((size_t)(ng * gs * gs), sizeof *G);
-    float *cw = malloc((size_t)gs * sizeof *cw);
-    double *d = malloc((size_t)gs * sizeof *d);
-    int32_t *codes = malloc((size_t)gs * sizeof *codes);
-    if (!G || !cw || !d || !codes) {
-        free(G);
-        free(cw);
-        free(d);
-        free(codes);
+    if (!G)
         return lb_set_error(LB_ERR_NOMEM, "awq: out of memory (clip search, "
                             "%lld x %lld x %lld)", (long long)ng,
                             (long long)gs, (long long)gs);
-    }
     for (int64_t t = 0; t < N; t += step) {
         const float *x = X + t * in;
         for (int64_t k = 0; k < ng; k++) {
@@ -267,46 +323,25 @@ lb_status qz_awq_search_clip(const float *X, int64_t N, float *W, int64_t out,
         }
     }
     for (int64_t i = 0; i < ng * gs * gs; i++) G[i] /= (double)nt;
-    int64_t shrunk = 0;
-    for (int64_t r = 0; r < out; r++)
-        for (int64_t k = 0; k < ng; k++) {
-            int64_t c0, c1;
-            group_range(in, group_size, k, &c0, &c1);
-            const int64_t n = c1 - c0;
-            float *w = W + r * in + c0;
-            const double *Gk = G + k * gs * gs;
-            float m = 0.0f;
-            for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(w[i]));
-            float best_mv = m;
-            double min_err = 1e9;
-            for (int is = 0; is < n_shrink; is++) {
-                const float mv = m * (1.0f - (float)is / QZ_AWQ_CLIP_GRID);
-                for (int64_t i = 0; i < n; i++)
-                    cw[i] = fminf(fmaxf(w[i], -mv), mv);
-                fq_group(cw, n, bits, sym, codes, cw);
-                for (int64_t i = 0; i < n; i++)
-                    d[i] = (double)cw[i] - (double)w[i];
-                double err = 0.0;
-                for (int64_t i = 0; i < n; i++) {
-                    double row = 0.0;
-                    for (int64_t j = 0; j < n; j++) row += Gk[i * gs + j] * d[j];
-                    err += d[i] * row;
-                }
-                if (err < min_err) {
-                    min_err = err;
-                    best_mv = mv;
-                }
-            }
-            if (best_mv < m) {
-                shrunk++;
-                for (int64_t i = 0; i < n; i++)
-                    w[i] = fminf(fmaxf(w[i], -best_mv), best_mv);
-            }
-        }
-    if (n_shrunk) *n_shrunk = shrunk;
+    clip_job j;
+    memset(&j, 0, sizeof j);
+    j.G = G;
+    j.W = W;
+    j.out = out;
+    j.in = in;
+    j.ng = ng;
+    j.gs = gs;
+    j.group_size = group_size;
+    j.bits = bits;
+    j.sym = sym;
+    if (pool && lb_pool_size(pool) <= 64)
+        lb_pool_run(pool, clip_rows, &j);
+    else
+        clip_rows(&j, 0, 1);
     free(G);
-    free(cw);
-    free(d);
-    free(codes);
+    if (j.nomem) return lb_set_error(LB_ERR_NOMEM, "awq: out of memory");
+    int64_t shrunk = 0;
+    for (int i = 0; i < 64; i++) shrunk += j.shrunk[i];
+    if (n_shrunk) *n_shrunk = shrunk;
     return LB_OK;
 }

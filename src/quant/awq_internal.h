@@ -21,6 +21,7 @@
 #ifndef LB_AWQ_INTERNAL_H
 #define LB_AWQ_INTERNAL_H
 
+#include "lowbit/core.h"
 #include "lowbit/gptq.h"
 
 #define QZ_AWQ_N_GRID 20        /* scale ratios k / 20, k = 0..19        */
@@ -88,9 +89,10 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
  * (first on ties) is applied: W[r, g] = clamp(W[r, g], -max_val, max_val).
  * The mean is evaluated as d^T G d with G = mean_t x x^T per group (same
  * value, fewer operations). *n_shrunk (optional) counts the groups whose
- * max_val < m. Errors: LB_ERR_NOMEM. */
+ * max_val < m. Rows are split over pool's workers (NULL: the caller's
+ * thread; same result either way). Errors: LB_ERR_NOMEM. */
 lb_status qz_awq_search_clip(const float *X, int64_t N, float *W, int64_t out,
                              int64_t in, int bits, int group_size, bool sym,
-                             int64_t *n_shrunk);
+                             lb_pool *pool, int64_t *n_shrunk);
 
 #endif

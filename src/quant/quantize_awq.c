@@ -173,7 +173,8 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
         int64_t n = 0;
         s = qz_awq_search_clip(X[a->input_of[i]], N, W[i], lm[i].out,
                                lm[i].in, lm[i].bits, lm[i].group_size,
-                               lm[i].sym, &n);
+                               lm[i].sym, e->ctx ? lb_context_pool(e->ctx) : NULL,
+                               &n);
         reps[i].awq_clipped = n;
     }
     e->rep->solve_seconds += lb_time_s() - t0;
