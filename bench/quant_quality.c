@@ -5,7 +5,11 @@
  * float32 scales) to a fresh copy of MODEL_DIR and evaluated with the full
  * perplexity protocol (every token of non-overlapping ctx-token windows).
  *
- *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP]
+ *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY]
+ *
+ * ONLY: a list of the method names to run (default all: "RTN", "GPTQ",
+ * "AWQ", "AWQ --no-clip", "AWQ+GPTQ", "AWQ grid only" — AWQ with the scale
+ * and clip searches off, AutoAWQ's grid alone).
  *
  * CALIB.i32: int32 [nsamples, SEQLEN] calibration ids (the GPTQ
  * reference's 128 x 128 for tinystories-656k); PPL_IDS.i32: the evaluation
@@ -18,6 +22,8 @@
 #include "lowbit/model.h"
 #include "lowbit/quantize.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +59,19 @@ static double ppl_of(lb_model *m, const int32_t *ids, int64_t n, int ctx) {
     return s == LB_OK ? r.ppl : -1;
 }
 
+/* name is one of the comma-separated entries of list */
+static bool listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] "
@@ -85,15 +104,19 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         lb_quant_method method;
-        bool no_clip;
-    } methods[] = {{"RTN", LB_QUANT_RTN, false},
-                   {"GPTQ", LB_QUANT_GPTQ, false},
-                   {"AWQ", LB_QUANT_AWQ, false},
-                   {"AWQ --no-clip", LB_QUANT_AWQ, true},
-                   {"AWQ+GPTQ", LB_QUANT_AWQ_GPTQ, false}};
+        bool no_clip, plain;
+    } methods[] = {{"RTN", LB_QUANT_RTN, false, false},
+                   {"GPTQ", LB_QUANT_GPTQ, false, false},
+                   {"AWQ", LB_QUANT_AWQ, false, false},
+                   {"AWQ --no-clip", LB_QUANT_AWQ, true, false},
+                   {"AWQ+GPTQ", LB_QUANT_AWQ_GPTQ, false, false},
+                   /* AutoAWQ's grid alone: no scale or clip search */
+                   {"AWQ grid only", LB_QUANT_AWQ, false, true}};
+    const char *only = argc > 7 ? argv[7] : NULL; /* "RTN,AWQ grid only" */
     static const int bits[] = {4, 3, 2};
     for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++)
         for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+            if (only && !listed(only, methods[k].name)) continue;
             if (lb_model_load(dir, NULL, &m) != LB_OK) return 1;
             lb_quantize_params p;
             lb_quantize_default_params(&p);
@@ -102,6 +125,7 @@ int main(int argc, char **argv) {
             p.group_size = group;
             p.sym = false;
             p.awq_no_clip = methods[k].no_clip;
+            if (methods[k].plain) p.awq_min_tokens = INT64_MAX;
             p.n_threads = 2;
             lb_quantize_report rep;
             const double t0 = lb_time_s();
