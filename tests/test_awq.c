@@ -585,12 +585,15 @@ static void test_sym_q4_0(void) {
 typedef struct cancel_at {
     const char *prefix;
     bool fired;
+    uint64_t done, total;
+    bool monotonic;
 } cancel_at;
 
 static bool cancel_cb(void *user, const char *stage, uint64_t done, uint64_t total) {
-    (void)done;
-    (void)total;
     cancel_at *c = user;
+    if (done < c->done || done > total) c->monotonic = false;
+    c->done = done;
+    c->total = total;
     if (c->prefix && !strncmp(stage, c->prefix, strlen(c->prefix))) {
         c->fired = true;
         return false;
@@ -609,10 +612,14 @@ static void test_resume(void) {
     p.group_size = 32;
     p.n_threads = 2;
     const char *ref = tmp_path("qw-awq-full"), *out = tmp_path("qw-awq-resumed");
-    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), ref, &p, &cal, NULL));
-    cancel_at c = {"layer 2/2", false};
+    /* progress: monotonic, ends at its total */
+    cancel_at c = {NULL, false, 0, 0, true};
     p.progress.fn = cancel_cb;
     p.progress.user = &c;
+    TH_CHECK_OK(lb_quantize_model(th_shared(QW_DIR), ref, &p, &cal, NULL));
+    TH_CHECK(c.monotonic && c.total > 0);
+    TH_CHECK_INT(c.done, c.total);
+    c = (cancel_at){"layer 2/2", false, 0, 0, true};
     TH_CHECK_FAILS(lb_quantize_model(th_shared(QW_DIR), out, &p, &cal, NULL), LB_ERR_CANCELLED);
     TH_CHECK(c.fired);
     TH_CHECK(!lb_is_dir(out));

@@ -39,9 +39,11 @@
 
 #define AWQ_MIN_TOKENS 64
 
+/* Progress units of layer_begin: the capture forwards, one per scaling
+ * group (searched or skipped), one per linear (clipped or not). */
 static uint64_t awq_units(const qz_engine *e, int layer) {
     (void)layer;
-    return (uint64_t)e->ns;
+    return (uint64_t)e->ns + (uint64_t)e->arch.n_scale + LB_LINEAR_COUNT;
 }
 
 static void note(lb_quantize_module_report *r, const char *text) {
@@ -68,7 +70,7 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
             }
         if (l == 0)
             lb_log(LB_LOG_WARN, "awq: %s (every layer)", msg);
-        return qz_engine_progress(e, (uint64_t)e->ns);
+        return qz_engine_progress(e, awq_units(e, l));
     }
     snprintf(e->stage, sizeof e->stage, "layer %d/%d: awq inputs", l + 1,
              e->m->config.n_layers);
@@ -95,6 +97,7 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
         if (!ok) {
             lb_log(LB_LOG_INFO, "layer %d: AWQ scaling group %s skipped (a "
                    "module of it is not quantized)", l, g->name);
+            s = qz_engine_progress(e, 1);
             continue;
         }
         snprintf(e->stage, sizeof e->stage, "layer %d/%d: awq scales %s",
@@ -119,6 +122,7 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
         }
         for (int j = 0; j < g->n_members; j++)
             reps[g->members[j]].awq_ratio = (double)best / QZ_AWQ_N_GRID;
+        s = qz_engine_progress(e, 1);
     }
     /* 3. apply */
     for (int k = 0; k < a->n_scale && s == LB_OK; k++) {
@@ -166,8 +170,12 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
             for (int64_t c = 0; c < in; c++) x[t * in + c] /= sc[c];
     }
     /* 4. clip */
-    for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK && clip; i++) {
-        if (!lm[i].quantize || i == LB_LINEAR_Q || i == LB_LINEAR_K) continue;
+    for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
+        if (!clip || !lm[i].quantize || i == LB_LINEAR_Q ||
+            i == LB_LINEAR_K) {
+            s = qz_engine_progress(e, 1);
+            continue;
+        }
         snprintf(e->stage, sizeof e->stage, "layer %d/%d: awq clip %s", l + 1,
                  e->m->config.n_layers, lm[i].name);
         int64_t n = 0;
@@ -176,6 +184,7 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
                                lm[i].sym, e->ctx ? lb_context_pool(e->ctx) : NULL,
                                &n);
         reps[i].awq_clipped = n;
+        if (s == LB_OK) s = qz_engine_progress(e, 1);
     }
     e->rep->solve_seconds += lb_time_s() - t0;
     /* 5. the transformed weights go into the model */
