@@ -185,11 +185,20 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
         tot_out += lins[i].out;
     }
     float *D = lb_alloc((size_t)(max_out * in) * sizeof(float));
+    /* inputs narrower than the token count: the loss sum_t |X[t] D^T|^2
+     * is formed as sum(D .* (D H)) with H = X^T X (2 in^2 out FLOPs per
+     * ratio and linear after one 2 N in^2 product, instead of 2 N in out) */
+    const bool use_h = in < N;
+    float *H = use_h ? lb_alloc((size_t)(in * in) * sizeof(float)) : NULL;
+    float *DH = use_h ? lb_alloc((size_t)(max_out * in) * sizeof(float)) : NULL;
     lb_status st = LB_OK;
-    if (!xm || !wm || !s || !D) {
+    if (!xm || !wm || !s || !D || (use_h && (!H || !DH))) {
         st = lb_set_error(LB_ERR_NOMEM, "awq: out of memory");
         goto done;
     }
+    if (use_h)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)in,
+                    (int)N, 1.0f, X, (int)in, X, (int)in, 0.0f, H, (int)in);
     qz_awq_x_mean(X, N, in, xm);
     qz_awq_w_mean(lins, n_lins, in, wm);
     double best = INFINITY;
@@ -209,7 +218,15 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
                 for (int64_t c = 0; c < in; c++)
                     D[r * in + c] = L->W[r * in + c] - D[r * in + c] / s[c];
             double part = 0.0;
-            st = sum_sq_xdt(X, N, in, D, L->out, &part);
+            if (use_h) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                            (int)L->out, (int)in, (int)in, 1.0f, D, (int)in,
+                            H, (int)in, 0.0f, DH, (int)in);
+                for (int64_t j = 0; j < L->out * in; j++)
+                    part += (double)D[j] * (double)DH[j];
+            } else {
+                st = sum_sq_xdt(X, N, in, D, L->out, &part);
+            }
             loss += part;
         }
         loss /= (double)N * (double)tot_out;
@@ -228,6 +245,8 @@ done:
     free(wm);
     free(s);
     lb_free(D);
+    lb_free(H);
+    lb_free(DH);
     return st;
 }
 

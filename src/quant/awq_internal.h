@@ -73,8 +73,9 @@ void qz_awq_ratio_scales(const double *x_mean, const double *w_mean,
  * ties). X [N, in] holds the group's input rows. Writes the winning
  * scales to s_best [in], losses[n_grid] (optional) and *best_k.
  * The loss is formed on the outputs of the group's own linears (see
- * docs/quantize.md for where this differs from AutoAWQ's module2inspect).
- * Errors: LB_ERR_NOMEM. */
+ * docs/quantize.md for where this differs from AutoAWQ's module2inspect);
+ * when in < N it is evaluated as sum(D .* (D X^T X)), D = W - Q(W s)/s
+ * (the same value, fewer operations). Errors: LB_ERR_NOMEM. */
 lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
                               const qz_awq_linear *lins, int n_lins,
                               int n_grid, float *s_best, double *losses,
