@@ -2,7 +2,9 @@
 """Seeds for fuzz_gptq_ckpt: u16 LE length + quantization_config JSON +
 safetensors image of a tiny Llama (hidden 64, 1 layer, MLP 64, vocab 32)
 whose seven linears are GPTQ tensors (4-bit g32 sym v1, 8-bit per-channel,
-3-bit asym v2 with desc_act g_idx, one dense). Run from the repository
+3-bit asym v2 with desc_act g_idx, one dense), and an AutoAWQ GEMM
+checkpoint (quant_method awq, 4-bit g32, one module in
+modules_to_not_convert). Run from the repository
 root: python3 fuzz/make_gptq_seeds.py"""
 import json, os, random, struct
 
@@ -62,6 +64,39 @@ def linear(rng, name, bits, gs, v2, desc, out=64, inp=64):
             (name + ".g_idx", "I32", [inp], struct.pack("<%di" % inp, *gidx))]
 
 
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ WQLinear_GEMM order_map
+
+
+def awq_pack_row(vals):
+    """AutoAWQ GEMM: 8 values per word, nibble i = column 8k + order[i]."""
+    words = []
+    for k in range(len(vals) // 8):
+        w = 0
+        for i in range(8):
+            w |= vals[8 * k + AWQ_ORDER[i]] << (4 * i)
+        words.append(w)
+    return words
+
+
+def awq_linear(rng, name, gs, out=64, inp=64):
+    """AutoAWQ GEMM 4-bit: qweight [in, out/8], qzeros [in/gs, out/8],
+    scales f16 [in/gs, out], no g_idx."""
+    ng = inp // gs
+    qw = []
+    for c in range(inp):
+        qw += awq_pack_row([rng.randrange(16) for _ in range(out)])
+    qz = []
+    for g in range(ng):
+        qz += awq_pack_row([rng.randrange(16) for _ in range(out)])
+    scales = struct.pack("<%de" % (ng * out),
+                         *[rng.uniform(0.001, 0.1) for _ in range(ng * out)])
+    return [(name + ".qweight", "I32", [inp, out // 8],
+             struct.pack("<%dI" % len(qw), *qw)),
+            (name + ".qzeros", "I32", [ng, out // 8],
+             struct.pack("<%dI" % len(qz), *qz)),
+            (name + ".scales", "F16", [ng, out], scales)]
+
+
 def dense(rng, name, shape):
     n = 1
     for d in shape:
@@ -79,6 +114,8 @@ def model(rng, spec):
         name = "model.layers.0." + l
         if spec[i] is None:
             t += dense(rng, name + ".weight", [64, 64])
+        elif spec[i][0] == "awq":
+            t += awq_linear(rng, name, spec[i][1])
         else:
             t += linear(rng, name, *spec[i])
     return st_image(t)
@@ -105,6 +142,12 @@ def main():
          model(rng, [(4, 32, True, True), (4, 32, True, False),
                      (3, 32, True, True), None, (4, 32, True, False),
                      (4, 32, True, True), (8, -1, True, False)]))
+    seed(os.path.join(OUT, "awq_gemm_g32"),
+         {"quant_method": "awq", "version": "gemm", "bits": 4,
+          "group_size": 32, "zero_point": True,
+          "modules_to_not_convert": ["o_proj"]},
+         model(rng, [("awq", 32), ("awq", 32), ("awq", 32), None,
+                     ("awq", 32), ("awq", 32), ("awq", 32)]))
 
 
 if __name__ == "__main__":

@@ -770,7 +770,7 @@ static void test_bad_checkpoints(void) {
     ck.lin[2].scales16[7] = 0x3C00;
     /* another quant method */
     write_ckpt(tmp_path("bad-awq"), &ck, "{\"quant_method\": \"awq\", \"bits\": 4, "
-                                         "\"group_size\": 128}", NULL);
+                                         "\"group_size\": 128, \"version\": \"gemv\"}", NULL);
     TH_CHECK_FAILS(lb_export_plan_make(tmp_path("bad-awq"), NULL, &p), LB_ERR_UNSUPPORTED);
     /* packed tensors in a checkpoint without a GPTQ config */
     write_ckpt(tmp_path("bad-noconfig"), &ck, NULL, NULL);

@@ -534,8 +534,13 @@ static void test_qconfig(void) {
         {"{\"bits\":4}", LB_ERR_FORMAT, "\"group_size\" missing"},
         {"{\"bits\":4,\"group_size\":0}", LB_ERR_FORMAT, "group_size = 0"},
         {"{\"bits\":4.5,\"group_size\":128}", LB_ERR_FORMAT, "bits"},
-        {"{\"bits\":4,\"group_size\":128,\"quant_method\":\"awq\"}",
-         LB_ERR_UNSUPPORTED, "awq"},
+        {"{\"bits\":4,\"group_size\":128,\"quant_method\":\"awq\","
+         "\"version\":\"gemv\"}",
+         LB_ERR_UNSUPPORTED, "gemv"},
+        {"{\"bits\":3,\"group_size\":128,\"quant_method\":\"awq\"}",
+         LB_ERR_UNSUPPORTED, "GEMM layout holds 4-bit"},
+        {"{\"bits\":4,\"group_size\":128,\"quant_method\":\"exl2\"}",
+         LB_ERR_UNSUPPORTED, "exl2"},
         {"{\"bits\":4,\"group_size\":128,\"checkpoint_format\":\"marlin\"}",
          LB_ERR_UNSUPPORTED, "marlin"},
         {"{\"bits\":4,\"group_size\":128,\"is_marlin_format\":true}",
@@ -690,9 +695,9 @@ static void test_bad_checkpoints(void) {
     TH_CHECK(strstr(lb_last_error(), "model.layers.1.mlp.down_proj.bias"));
     /* unsupported method; quantize_config.json without quantization_config */
     snprintf(dir, sizeof dir, "%s/bad-awq", th_tmpdir());
-    write_ckpt(dir, lin, "{\"quant_method\":\"awq\",\"bits\":4}", NULL);
+    write_ckpt(dir, lin, "{\"quant_method\":\"exl2\",\"bits\":4}", NULL);
     TH_CHECK_FAILS(lb_model_load(dir, NULL, &m), LB_ERR_UNSUPPORTED);
-    TH_CHECK(strstr(lb_last_error(), "awq"));
+    TH_CHECK(strstr(lb_last_error(), "exl2"));
     /* two weight files, no index */
     snprintf(dir, sizeof dir, "%s/two-files", th_tmpdir());
     write_ckpt(dir, lin, qc, NULL);

@@ -169,7 +169,7 @@ static void print_plan_json(FILE *fp, const lb_export_plan *p, bool tensors) {
 }
 
 static void print_plan_text(FILE *fp, const lb_export_plan *p) {
-    fprintf(fp, "architecture: %s (%s)%s\n", p->arch, p->hf_arch, p->gptq ? ", GPTQ checkpoint" : "");
+    fprintf(fp, "architecture: %s (%s)%s\n", p->arch, p->hf_arch, p->awq ? ", AWQ (gemm) checkpoint" : p->gptq ? ", GPTQ checkpoint" : "");
     fprintf(fp, "mode: %s, qtype: %s, general.file_type: %s\n", lb_export_mode_name(p->mode),
             p->has_qtype ? lb_export_qtype_name(p->qtype) : "(none)", lb_ftype_name(p->file_type));
     fprintf(fp, "tokenizer: %s%s%s\n", p->tokenizer_model, p->tokenizer_pre[0] ? ", pre " : "",

@@ -24,8 +24,13 @@ static void usage(FILE *fp) {
         "usage: lowbit quantize MODEL_DIR -o OUT_DIR [options]\n"
         "\n"
         "method and grid:\n"
-        "  --method rtn|gptq       (default gptq); fp8: see lowbit quantize --method fp8 -h;\n"
-        "                          nf4|fp4|int8 (bitsandbytes): --method nf4 -h\n"
+        "  --method rtn|gptq|awq|awq-gptq  (default gptq; awq: AutoAWQ's "
+        "scale + clip\n"
+        "                          search, asym unless --sym; awq-gptq: AWQ "
+        "scales, then GPTQ)\n"
+        "  --no-clip               AWQ without the clip search\n"
+        "  --method fp8 / nf4|fp4|int8  calibration-free (FP8, bitsandbytes):\n"
+        "                          see lowbit quantize --method fp8 -h / --method nf4 -h\n"
         "  --bits 2|3|4|8          (default 4)\n"
         "  --group-size N          -1 (per row), 32, 64, 128 ... (default "
         "128)\n"
@@ -65,7 +70,9 @@ static void usage(FILE *fp) {
         "output:\n"
         "  -o, --output OUT_DIR    written atomically (OUT_DIR.tmp-* until "
         "complete)\n"
-        "  --checkpoint-format F   gptq (v1, default) or gptq_v2\n"
+        "  --checkpoint-format F   gptq (v1, default) or gptq_v2; awq (the "
+        "AutoAWQ GEMM\n"
+        "                          layout: default for 4-bit --method awq*)\n"
         "  --max-shard-size SIZE   e.g. 4G (default), 500M; 0 = one file\n"
         "  --force                 replace a non-empty OUT_DIR\n"
         "  --resume                continue an interrupted run with the "
@@ -152,6 +159,7 @@ int cmd_quantize(int argc, char **argv) {
     long nsamples = 128, seqlen = 0, threads = 0, eora_rank = 0;
     unsigned long long seed = 0;
     bool write_report = false;
+    bool sym_given = false;
     int rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -174,8 +182,13 @@ int cmd_quantize(int argc, char **argv) {
                 p.method = LB_QUANT_RTN;
             else if (!strcmp(v, "gptq"))
                 p.method = LB_QUANT_GPTQ;
+            else if (!strcmp(v, "awq"))
+                p.method = LB_QUANT_AWQ;
+            else if (!strcmp(v, "awq-gptq"))
+                p.method = LB_QUANT_AWQ_GPTQ;
             else {
-                cli_usage_error(cmd, "--method: rtn or gptq, got '%s'", v);
+                cli_usage_error(cmd, "--method: rtn, gptq, awq or awq-gptq, "
+                                "got '%s'", v);
                 goto out;
             }
         } else if (!strcmp(a, "--bits")) {
@@ -196,8 +209,12 @@ int cmd_quantize(int argc, char **argv) {
             p.group_size = (int)iv;
         } else if (!strcmp(a, "--sym")) {
             p.sym = true;
+            sym_given = true;
         } else if (!strcmp(a, "--asym")) {
             p.sym = false;
+            sym_given = true;
+        } else if (!strcmp(a, "--no-clip")) {
+            p.awq_no_clip = true;
         } else if (!strcmp(a, "--desc-act")) {
             p.desc_act = true;
         } else if (!strcmp(a, "--static-groups")) {
@@ -262,9 +279,11 @@ int cmd_quantize(int argc, char **argv) {
                 p.format = LB_GPTQ_FORMAT_V1;
             else if (!strcmp(v, "gptq_v2"))
                 p.format = LB_GPTQ_FORMAT_V2;
+            else if (!strcmp(v, "awq"))
+                p.format = LB_GPTQ_FORMAT_AWQ;
             else {
-                cli_usage_error(cmd, "--checkpoint-format: gptq or gptq_v2, "
-                                "got '%s'", v);
+                cli_usage_error(cmd, "--checkpoint-format: gptq, gptq_v2 or "
+                                "awq, got '%s'", v);
                 goto out;
             }
         } else if (!strcmp(a, "--max-shard-size")) {
@@ -309,14 +328,26 @@ int cmd_quantize(int argc, char **argv) {
         cli_usage_error(cmd, "--profile vllm-w4a8 is symmetric 4-bit only");
         goto out;
     }
-    const bool gptq = p.method == LB_QUANT_GPTQ;
-    if (eora_rank && !gptq) {
-        cli_usage_error(cmd, "--eora-rank needs --method gptq (calibration)");
+    const bool awq = p.method == LB_QUANT_AWQ || p.method == LB_QUANT_AWQ_GPTQ;
+    if (awq && !sym_given) p.sym = false; /* AutoAWQ's zero_point default */
+    if (p.awq_no_clip && p.method != LB_QUANT_AWQ) {
+        cli_usage_error(cmd, "--no-clip is an option of --method awq");
+        goto out;
+    }
+    /* calibrated methods (named gptq below, as they share its inputs) */
+    const bool gptq = p.method != LB_QUANT_RTN;
+    const char *method_name = p.method == LB_QUANT_RTN    ? "rtn"
+                              : p.method == LB_QUANT_GPTQ ? "gptq"
+                              : p.method == LB_QUANT_AWQ  ? "awq"
+                                                          : "awq+gptq";
+    if (eora_rank && p.method != LB_QUANT_GPTQ) {
+        cli_usage_error(cmd, "--eora-rank needs --method gptq");
         goto out;
     }
     if (gptq && !calib.n && !calib_ids) {
-        cli_usage_error(cmd, "GPTQ needs calibration data: --calib FILE or "
-                        "--calib-ids FILE.i32 (or use --method rtn)");
+        cli_usage_error(cmd, "%s needs calibration data: --calib FILE or "
+                        "--calib-ids FILE.i32 (or use --method rtn)",
+                        p.method == LB_QUANT_GPTQ ? "GPTQ" : "AWQ");
         goto out;
     }
     if (calib.n && calib_ids) {
@@ -410,9 +441,13 @@ int cmd_quantize(int argc, char **argv) {
                "\"sym\": %s, \"desc_act\": %s, \"checkpoint_format\": \"%s\", "
                "\"modules\": %d, \"modules_quantized\": %d, "
                "\"quantized_params\": %lld, \"bits_per_weight\": %.6f, ",
-               gptq ? "gptq" : "rtn", p.bits, p.group_size,
+               method_name, p.bits, p.group_size,
                p.sym ? "true" : "false", p.desc_act ? "true" : "false",
-               p.format == LB_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq",
+               p.format == LB_GPTQ_FORMAT_AWQ || (awq && p.bits == 4 &&
+                                                  p.format == LB_GPTQ_FORMAT_V1)
+                   ? "awq"
+               : p.format == LB_GPTQ_FORMAT_V2 || awq ? "gptq_v2"
+                                                      : "gptq",
                rep.n_modules, nq, (long long)rep.quantized_params,
                rep.bits_per_weight);
         if (isfinite(rep.snr_min_db))
@@ -446,6 +481,13 @@ int cmd_quantize(int argc, char **argv) {
             if (!rep.modules[i].quantized && !g_cli.quiet)
                 printf("  kept dense: %s (%s)\n", rep.modules[i].name,
                        rep.modules[i].note);
+        int n_plain = 0;
+        for (int i = 0; i < rep.n_modules; i++)
+            n_plain += rep.modules[i].awq_plain;
+        if (n_plain)
+            printf("AWQ: %d module(s) quantized without scaling/clipping "
+                   "(sparse calibration coverage; see the report)\n",
+                   n_plain);
     }
     lb_quantize_report_free(&rep);
     rc = 0;

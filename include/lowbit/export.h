@@ -207,6 +207,8 @@ typedef struct lb_export_plan {
                                express of tokenizer.json, so that
                                llama.cpp tokenizes some text differently
                                (e.g. fuse_unk without byte tokens)       */
+    bool awq;               /* the GPTQ-family input is in the AutoAWQ
+                               GEMM layout (quant_method "awq")          */
 } lb_export_plan;
 
 /* Plan the export of `in_path` (a HF or GPTQ checkpoint directory): reads

@@ -317,8 +317,29 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
  *  V2 ("gptq_v2", GPTQModel): each field stores the zero as is (0..maxq). */
 typedef enum lb_gptq_format {
     LB_GPTQ_FORMAT_V1 = 1,
-    LB_GPTQ_FORMAT_V2 = 2
+    LB_GPTQ_FORMAT_V2 = 2,
+    /* AutoAWQ "gemm" layout (quant_method "awq", version "gemm"; AutoAWQ
+     * awq/modules/linear/gemm.py WQLinear_GEMM.from_linear, read by vLLM's
+     * awq.py and transformers' AWQ integration): 4-bit only;
+     * qweight int32 [in, out/8] packed along the OUTPUT dimension,
+     * qzeros int32 [G, out/8] likewise, zeros stored as they are; inside
+     * each int32 the nibble at bits 4i..4i+3 holds column 8k + order[i],
+     * order = {0, 2, 4, 6, 1, 3, 5, 7}; scales f16 [G, out]; no g_idx
+     * (group of column c = c / group_size). The gptq_pack functions do not
+     * take it; lb_awq_pack_* below do. */
+    LB_GPTQ_FORMAT_AWQ = 3
 } lb_gptq_format;
+
+/* AutoAWQ GEMM packing (LB_GPTQ_FORMAT_AWQ), 4-bit: v [rows, cols] int32
+ * values 0..15 (cols a multiple of 8) -> packed [rows, cols/8]:
+ * packed[r, k] = OR_i v[r, 8k + order[i]] << 4i. Used for qweight
+ * (v = codes transposed: [in, out]) and qzeros (v = zeros [G, out]).
+ * Errors: LB_ERR_INVALID_ARG (NULL, cols % 8, value outside 0..15). */
+lb_status lb_awq_pack(const int32_t *v, int64_t rows, int64_t cols,
+                      int32_t *packed);
+/* Field j (0..cols-1) of row r of an AutoAWQ-packed [rows, cols/8] array
+ * (any bit pattern accepted; packed may be unaligned). */
+int32_t lb_awq_field(const void *packed, int64_t cols, int64_t r, int64_t j);
 
 /* Packed sizes: qweight has in*bits/32 rows of `out` int32; qzeros has
  * `n_groups` rows of out*bits/32 int32. The packed dimension must be a

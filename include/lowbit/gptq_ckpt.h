@@ -84,8 +84,16 @@ typedef struct lb_gptq_qconfig {
 /* Parse a quantization_config object (config.json) or a
  * quantize_config.json file (same keys), `len` bytes of JSON. Required:
  * "bits" (2/3/4/8) and "group_size" (-1 or >= 1); "quant_method", when
- * present, must be "gptq"; "checkpoint_format"/"format" must be "gptq" or
- * "gptq_v2" (marlin/bitblas/awq formats are LB_ERR_UNSUPPORTED, named).
+ * present, must be "gptq" or "awq"; "checkpoint_format"/"format" must be
+ * "gptq" or "gptq_v2" (marlin/bitblas formats are LB_ERR_UNSUPPORTED,
+ * named). quant_method "awq" (transformers' AwqConfig, AutoAWQ): format
+ * LB_GPTQ_FORMAT_AWQ (lowbit/gptq.h), "bits"/"w_bit" must be 4 and
+ * "version" "gemm" (else LB_ERR_UNSUPPORTED naming it), sym = !"zero_point"
+ * (default true), each "modules_to_not_convert" entry becomes a "-:" rule
+ * matching any module name containing it (AutoAWQ's
+ * exclude_layers_to_not_quantize); the views of such a checkpoint take
+ * the AWQ layout (qweight [in, out/8], qzeros [G, out/8], no g_idx) and
+ * every lb_gptq_linear_* function below reads them.
  * Booleans default to AutoGPTQ's defaults (desc_act false, sym true,
  * static_groups false, true_sequential true, lm_head false). Every
  * "dynamic" key is compiled with PCRE2 (anchored at the start, as

@@ -95,7 +95,15 @@ void lb_calib_free(lb_calib *c);
 
 typedef enum lb_quant_method {
     LB_QUANT_RTN = 0, /* the AutoGPTQ grid alone, no calibration          */
-    LB_QUANT_GPTQ = 1
+    LB_QUANT_GPTQ = 1,
+    /* AWQ (Lin et al. 2023, AutoAWQ's AwqQuantizer): per scaling group an
+     * activation-aware per-channel scale (20-ratio grid search), folded
+     * into the previous RMSNorm / linear; then the clip search (unless
+     * awq_no_clip); then AutoAWQ's grid (zero point unless sym). */
+    LB_QUANT_AWQ = 2,
+    /* AWQ's scales folded (no clip search), then GPTQ on the scaled
+     * weights (llm-compressor's AWQ + GPTQ recipe) */
+    LB_QUANT_AWQ_GPTQ = 3
 } lb_quant_method;
 
 typedef enum lb_quant_profile {
@@ -147,6 +155,11 @@ typedef struct lb_quantize_params {
     bool force;               /* replace a non-empty OUT_DIR               */
     bool write_report;        /* OUT_DIR/quantize_report.json              */
     uint64_t calib_seed;      /* recorded in the config's meta only        */
+    bool awq_no_clip;         /* AWQ: skip the clip search (--no-clip)     */
+    int64_t awq_min_tokens;   /* AWQ: fewer calibration tokens than this
+                                 (0: 64) -> sparse coverage: no scale or
+                                 clip search, the module is quantized
+                                 plainly and its report says so           */
     lb_progress progress;     /* stage text + done/total work units        */
 } lb_quantize_params;
 
@@ -182,6 +195,13 @@ typedef struct lb_quantize_module_report {
                              stored (f16 scales in a checkpoint, f32 scales
                              in lb_quantize_model_inplace); inf if exact  */
     bool resumed;         /* taken from a previous run (--resume)         */
+    /* AWQ: the scale ratio chosen for the module's scaling group (k/20;
+     * -1: not scaled), the groups whose max the clip search shrank, and
+     * whether the module was quantized plainly for sparse calibration
+     * coverage (note says why) */
+    double awq_ratio;
+    int64_t awq_clipped;
+    bool awq_plain;
 } lb_quantize_module_report;
 
 typedef struct lb_quantize_report {
@@ -223,7 +243,18 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
 /* ------------------------------------------------------------------------ */
 
 /* Quantize the HF checkpoint in model_dir and write a GPTQ checkpoint to
- * out_dir.
+ * out_dir (AWQ methods: the AutoAWQ GEMM layout when p->format resolves
+ * to LB_GPTQ_FORMAT_AWQ — the default for 4-bit LB_QUANT_AWQ /
+ * LB_QUANT_AWQ_GPTQ: NAME.qweight I32 [in, out/8], qzeros I32 [in/group,
+ * out/8], scales F16 [in/group, out] (lowbit/gptq.h), config.json
+ * quantization_config {quant_method "awq", version "gemm", bits,
+ * group_size, zero_point, modules_to_not_convert, meta} and
+ * quant_config.json instead of quantize_config.json; the RMSNorm weights
+ * (and v_proj bias) AWQ scaled are written in F32 in place of the
+ * source's. Other bits use the GPTQ v2 layout with meta.method "awq".
+ * The AWQ layout refuses, before any work (LB_ERR_INVALID_ARG naming the
+ * module): module rules other than skip, a group_size that does not
+ * divide in_features, a quantized lm_head, bits other than 4).
  *
  * Output (built in "OUT_DIR.tmp-XXXXXX" beside OUT_DIR, renamed to OUT_DIR
  * only when complete; a non-empty OUT_DIR is refused unless p->force):

@@ -134,17 +134,33 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
     lb_gptq_module_cfg mc = lb_gptq_qconfig_module(q, module);
     if (!mc.quantized)
         return bad(c, module, "is excluded by a \"-:\" dynamic rule but stored quantized");
-    if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[1] != out)
+    const bool awq = q->format == LB_GPTQ_FORMAT_AWQ;
+    if (awq) {
+        /* AutoAWQ GEMM: qweight [in, out/8], qzeros/scales [in/group, ...] */
+        const int64_t gs = mc.group_size > 0 ? mc.group_size : in;
+        if (mc.bits != 4 || in % gs || out % 8)
+            return bad(c, module, "AWQ GEMM needs 4 bits and in_features a multiple of group_size");
+        if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[0] != in ||
+            qw->shape[1] != out / 8)
+            return bad(c, module, "AWQ qweight must be I32 [in, out/8] for the config's shape");
+        if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 || qz->shape[0] != in / gs ||
+            qz->shape[1] != out / 8)
+            return bad(c, module, "AWQ qzeros must be I32 [in/group_size, out/8]");
+        if ((sc->type != LB_TYPE_F16 && sc->type != LB_TYPE_F32 && sc->type != LB_TYPE_BF16) ||
+            sc->n_dims != 2 || sc->shape[0] != in / gs || sc->shape[1] != out)
+            return bad(c, module, "AWQ scales must be F16 [in/group_size, out]");
+        if (gi) return bad(c, module, "has a g_idx, which the AWQ GEMM layout does not");
+    } else if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[1] != out)
         return bad(c, module, "qweight must be I32 [in*bits/32, out] for the config's shape");
-    if (qw->shape[0] * 32 != in * mc.bits) {
+    if (!awq && qw->shape[0] * 32 != in * mc.bits) {
         char why[160];
         snprintf(why, sizeof why, "qweight has %lld rows, %d-bit codes of %lld inputs need %lld",
                  (long long)qw->shape[0], mc.bits, (long long)in,
                  (long long)(in * mc.bits / 32));
         return bad(c, module, why);
     }
-    if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 ||
-        (qz->shape[1] != (out * mc.bits + 31) / 32 && qz->shape[1] != (out + 31) / 32 * mc.bits))
+    if (!awq && (qz->type != LB_TYPE_I32 || qz->n_dims != 2 ||
+        (qz->shape[1] != (out * mc.bits + 31) / 32 && qz->shape[1] != (out + 31) / 32 * mc.bits)))
         return bad(c, module, "qzeros must be I32 [groups, ceil(out*bits/32)]");
     if (sc->n_dims != 2 || sc->shape[1] != out || sc->shape[0] != qz->shape[0])
         return bad(c, module, "scales must be [groups, out] with qzeros' groups");

@@ -743,8 +743,9 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             if (t->direct_type >= 0 && !retyped) {
                 e->type = (lb_type)t->direct_type;
                 e->route = LB_EXPORT_ROUTE_DIRECT;
-                set_reason(t, "%d-bit %s codes map to %s%s", e->bits,
+                set_reason(t, "%d-bit %s%s codes map to %s%s", e->bits,
                            t->direct_type == LB_TYPE_Q4_1 ? "asymmetric" : "symmetric",
+                           t->lin.format == LB_GPTQ_FORMAT_AWQ ? " AWQ" : "",
                            lb_type_name(t->direct_type),
                            t->direct_type == LB_TYPE_Q4_1 ? " (m = -scale*zero rounded to fp16)"
                                                           : " exactly");
@@ -963,6 +964,8 @@ lb_status ex_ctx_open(const char *in_path, const lb_export_opts *opts_in, ex_ctx
                          "checkpoint (use auto or dequantize)", in_path);
     if (s == LB_OK) {
         p->gptq = c->gptq;
+        p->awq = c->gptq_state &&
+                 ((const lb_gptq_qconfig *)c->gptq_state)->format == LB_GPTQ_FORMAT_AWQ;
         p->mode = o->mode == LB_EXPORT_MODE_AUTO
                       ? (c->gptq ? LB_EXPORT_MODE_MIXED : LB_EXPORT_MODE_DEQUANTIZE)
                       : o->mode;

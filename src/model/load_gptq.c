@@ -115,6 +115,66 @@ static lb_status bad_shape(load_ctx *c, const lb_tensor *t, const char *want) {
                         c->dir, tname(t), want, lb_type_name(t->type), got);
 }
 
+static lb_status load_view(load_ctx *c, const char *prefix,
+                           const lb_tensor *qw, const lb_gptq_linear *l,
+                           const lb_gptq_module_cfg *mc,
+                           lb_tensor_role role, int layer);
+
+/* One AutoAWQ GEMM linear (lowbit/gptq.h LB_GPTQ_FORMAT_AWQ): qweight I32
+ * [in, out/8], qzeros I32 [in/group, out/8], scales F16 [in/group, out];
+ * every shape is checked against the config before any data is read, and
+ * a mismatch names the tensor. */
+static lb_status load_awq(load_ctx *c, const char *prefix,
+                          const lb_tensor *qw, lb_tensor_role role, int layer,
+                          int64_t out, int64_t in) {
+    char want[128];
+    lb_gptq_module_cfg mc = lb_gptq_qconfig_module(c->qc, prefix);
+    if (out % 32 || in % 32)
+        return lb_set_error(LB_ERR_FORMAT,
+                            "%s: %s: [%lld, %lld] is not an AWQ shape (both "
+                            "dimensions must be multiples of 32)",
+                            c->dir, prefix, (long long)out, (long long)in);
+    if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[0] != in ||
+        qw->shape[1] != out / 8) {
+        snprintf(want, sizeof want, "I32 [%lld, %lld] (AWQ 4-bit: [in, out/8])",
+                 (long long)in, (long long)(out / 8));
+        return bad_shape(c, qw, want);
+    }
+    const int64_t gs = mc.group_size > 0 ? mc.group_size : in;
+    if (in % gs)
+        return lb_set_error(LB_ERR_FORMAT,
+                            "%s: %s: in_features %lld is not a multiple of "
+                            "the AWQ group_size %lld",
+                            c->dir, prefix, (long long)in, (long long)gs);
+    const int64_t G = in / gs;
+    lb_status s = LB_OK;
+    const lb_tensor *qz = need(c, prefix, "qzeros", false, &s);
+    const lb_tensor *sc = need(c, prefix, "scales", false, &s);
+    if (s != LB_OK) return s;
+    if (need(c, prefix, "g_idx", true, &s))
+        return lb_set_error(LB_ERR_FORMAT, "%s: %s.g_idx: the AWQ GEMM layout "
+                            "has no g_idx", c->dir, prefix);
+    if (qz->type != LB_TYPE_I32 || qz->n_dims != 2 || qz->shape[0] != G ||
+        qz->shape[1] != out / 8) {
+        snprintf(want, sizeof want, "I32 [%lld, %lld] (in/group_size, out/8)",
+                 (long long)G, (long long)(out / 8));
+        return bad_shape(c, qz, want);
+    }
+    if ((sc->type != LB_TYPE_F16 && sc->type != LB_TYPE_F32 &&
+         sc->type != LB_TYPE_BF16) ||
+        sc->n_dims != 2 || sc->shape[0] != G || sc->shape[1] != out) {
+        snprintf(want, sizeof want, "F16 [%lld, %lld] (in/group_size, out)",
+                 (long long)G, (long long)out);
+        return bad_shape(c, sc, want);
+    }
+    lb_gptq_linear l = {
+        .out_features = out, .in_features = in, .bits = 4, .n_groups = G,
+        .format = LB_GPTQ_FORMAT_AWQ, .qweight = qw->data,
+        .qzeros = qz->data, .scales = sc->data, .scales_type = sc->type,
+        .g_idx = NULL, .group_size = (int)gs};
+    return load_view(c, prefix, qw, &l, NULL, role, layer);
+}
+
 /* One GPTQ linear `prefix` ([out, in]) -> lb_tensor set for `role`. */
 static lb_status load_quantized(load_ctx *c, const char *prefix,
                                 const lb_tensor *qw, lb_tensor_role role,
@@ -124,6 +184,8 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
     lb_role_shape(&c->m->config, role, &nd, sh);
     const int64_t out = sh[0], in = sh[1];
     char want[128];
+    if (c->qc->format == LB_GPTQ_FORMAT_AWQ)
+        return load_awq(c, prefix, qw, role, layer, out, in);
     /* qweight: I32 [in*bits/32, out] */
     if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[1] != out ||
         in % 32 || qw->shape[0] < 1 || (qw->shape[0] * 32) % in) {
@@ -178,10 +240,24 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
         .qzeros = qz->data, .scales = sc->data, .scales_type = sc->type,
         .g_idx = gi ? gi->data : NULL, .group_size = mc.group_size,
         .qzeros_cols = qz->shape[1]};
+    return load_view(c, prefix, qw, &l, &mc, role, layer);
+}
+
+/* A checked-shape view -> the model's tensor for `role`. mc: the GPTQ
+ * module's config, whose stored zeros and g_idx are sanity-checked (NULL
+ * for AWQ, which has neither quirk). */
+static lb_status load_view(load_ctx *c, const char *prefix,
+                           const lb_tensor *qw, const lb_gptq_linear *lp,
+                           const lb_gptq_module_cfg *mc,
+                           lb_tensor_role role, int layer) {
+    lb_gptq_linear l = *lp;
+    const int64_t out = l.out_features, in = l.in_features;
+    const int bits = l.bits;
+    lb_status s = LB_OK;
     char name[256];
     snprintf(name, sizeof name, "%s/%s", c->dir, prefix);
     LB_TRY(lb_gptq_linear_check(&l, name));
-    (void)lb_gptq_linear_sanitize(&l, name, mc.sym, mc.desc_act);
+    if (mc) (void)lb_gptq_linear_sanitize(&l, name, mc->sym, mc->desc_act);
 
     lb_type type = LB_TYPE_F32;
     switch (c->mode) {
@@ -386,9 +462,12 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
     if (s == LB_OK) s = lb_model_builder_finish(m);
     if (s != LB_OK) goto fail;
     lb_log(LB_LOG_INFO,
-           "%s: GPTQ %d-bit checkpoint (%s): %d Q4_0, %d Q8_0, %d Q4_1, "
+           "%s: %s %d-bit checkpoint (%s): %d Q4_0, %d Q8_0, %d Q4_1, "
            "%d F32, %d F16 linears from qweight, %d dense linears",
-           dir, qc->bits, qc->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq",
+           dir, qc->format == LB_GPTQ_FORMAT_AWQ ? "AWQ" : "GPTQ", qc->bits,
+           qc->format == LB_GPTQ_FORMAT_AWQ  ? "gemm"
+           : qc->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
+                                              : "gptq",
            c.n_by_type[LB_TYPE_Q4_0], c.n_by_type[LB_TYPE_Q8_0],
            c.n_by_type[LB_TYPE_Q4_1], c.n_by_type[LB_TYPE_F32],
            c.n_by_type[LB_TYPE_F16], c.n_dense);

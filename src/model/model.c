@@ -606,7 +606,8 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     lb_model_config cfg;
     LB_TRY(lb_model_config_load_dir(dir, &cfg));
     bool gptq = cfg.has_quantization_config &&
-                (!cfg.quant_method[0] || !strcmp(cfg.quant_method, "gptq"));
+                (!cfg.quant_method[0] || !strcmp(cfg.quant_method, "gptq") ||
+                 !strcmp(cfg.quant_method, "awq")); /* AWQ GEMM: same loader */
     if (!cfg.has_quantization_config) {
         char *qc = lb_path_join(dir, "quantize_config.json");
         gptq = qc && lb_is_file(qc);
@@ -630,7 +631,7 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
         lb_status s = lb_set_error(LB_ERR_UNSUPPORTED,
                                    "%s: quantized checkpoint "
                                    "(quantization_config, quant_method '%s'): "
-                                   "lowbit reads GPTQ, FP8 and bitsandbytes checkpoints",
+                                   "lowbit reads GPTQ, AWQ (gemm), FP8 and bitsandbytes checkpoints",
                                    dir, cfg.quant_method);
         lb_model_config_clear(&cfg);
         return s;

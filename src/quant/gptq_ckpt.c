@@ -139,6 +139,79 @@ static lb_status parse_dynamic(const cJSON *dyn, const char *label,
     return LB_OK;
 }
 
+/* quant_method "awq" (transformers' AwqConfig / AutoAWQ's
+ * to_transformers_dict): bits ("w_bit" accepted), group_size
+ * ("q_group_size"), version (only "gemm"), zero_point (sym = !zero_point),
+ * modules_to_not_convert (each name becomes a "-:" rule matching any
+ * module that contains it, as AutoAWQ's exclude_layers_to_not_quantize). */
+static lb_status parse_awq(const cJSON *root, const char *label,
+                           lb_gptq_qconfig *q) {
+    bool pr;
+    q->format = LB_GPTQ_FORMAT_AWQ;
+    LB_TRY(get_int(root, "bits", 1, 64, &q->bits, &pr, label));
+    if (!pr) LB_TRY(get_int(root, "w_bit", 1, 64, &q->bits, &pr, label));
+    if (!pr)
+        return lb_set_error(LB_ERR_FORMAT, "%s: \"bits\" missing", label);
+    LB_TRY(get_int(root, "group_size", -1, 1 << 30, &q->group_size, &pr,
+                   label));
+    if (!pr)
+        LB_TRY(get_int(root, "q_group_size", -1, 1 << 30, &q->group_size,
+                       &pr, label));
+    if (!pr)
+        return lb_set_error(LB_ERR_FORMAT, "%s: \"group_size\" missing",
+                            label);
+    LB_TRY(check_bits_gs(q->bits, q->group_size, label, ""));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (v && !cJSON_IsNull(v) &&
+        (!cJSON_IsString(v) || (strcmp(v->valuestring, "gemm") &&
+                                strcmp(v->valuestring, "GEMM"))))
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "%s: AWQ version \"%s\" (lowbit reads the "
+                            "\"gemm\" layout)",
+                            label, cJSON_IsString(v) ? v->valuestring : "?");
+    if (q->bits != 4)
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "%s: AWQ bits = %d (the GEMM layout holds 4-bit "
+                            "codes only)", label, q->bits);
+    bool zp = true;
+    LB_TRY(get_bool(root, "zero_point", &zp, label));
+    q->sym = !zp;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
+    const cJSON *qz = cJSON_GetObjectItemCaseSensitive(meta, "quantizer");
+    if (cJSON_IsString(qz))
+        snprintf(q->quantizer, sizeof q->quantizer, "%s", qz->valuestring);
+    const cJSON *nc =
+        cJSON_GetObjectItemCaseSensitive(root, "modules_to_not_convert");
+    if (nc && !cJSON_IsNull(nc)) {
+        if (!cJSON_IsArray(nc))
+            return lb_set_error(LB_ERR_FORMAT, "%s: modules_to_not_convert "
+                                "is not a list", label);
+        cJSON *dyn = cJSON_CreateObject();
+        const cJSON *e;
+        cJSON_ArrayForEach(e, nc) {
+            if (!cJSON_IsString(e)) {
+                cJSON_Delete(dyn);
+                return lb_set_error(LB_ERR_FORMAT, "%s: modules_to_not_convert "
+                                    "has a non-string entry", label);
+            }
+            /* literal substring, anchored like re.match: -:.*\Q...\E */
+            char key[600];
+            snprintf(key, sizeof key, "-:.*\\Q%s\\E", e->valuestring);
+            if (strstr(e->valuestring, "\\E")) {
+                cJSON_Delete(dyn);
+                return lb_set_error(LB_ERR_FORMAT, "%s: modules_to_not_convert "
+                                    "entry \"%s\"", label, e->valuestring);
+            }
+            if (!cJSON_GetObjectItemCaseSensitive(dyn, key))
+                cJSON_AddItemToObject(dyn, key, cJSON_CreateObject());
+        }
+        lb_status s = parse_dynamic(dyn, label, q);
+        cJSON_Delete(dyn);
+        return s;
+    }
+    return LB_OK;
+}
+
 lb_status lb_gptq_qconfig_parse(const char *json, size_t len,
                                 const char *label, lb_gptq_qconfig *q) {
     memset(q, 0, sizeof *q);
@@ -154,6 +227,10 @@ lb_status lb_gptq_qconfig_parse(const char *json, size_t len,
     q->true_sequential = true;
     q->format = LB_GPTQ_FORMAT_V1;
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(root, "quant_method");
+    if (cJSON_IsString(qm) && !strcmp(qm->valuestring, "awq")) {
+        s = parse_awq(root, label, q);
+        goto done;
+    }
     if (qm && !cJSON_IsNull(qm) &&
         (!cJSON_IsString(qm) || strcmp(qm->valuestring, "gptq") != 0)) {
         s = lb_set_error(LB_ERR_UNSUPPORTED,
@@ -277,12 +354,17 @@ static inline uint32_t field(const void *base, int64_t ws, int64_t j,
 }
 
 int32_t lb_gptq_linear_code(const lb_gptq_linear *l, int64_t o, int64_t c) {
+    /* AWQ: row c of qweight packs codes[0..out, c] across the row */
+    if (l->format == LB_GPTQ_FORMAT_AWQ)
+        return lb_awq_field(l->qweight, l->out_features, c, o);
     /* column o of qweight packs codes[o, 0..in) down the rows */
     return (int32_t)field((const uint8_t *)l->qweight + (size_t)o * 4,
                           l->out_features, c, l->bits);
 }
 
 int32_t lb_gptq_linear_zero(const lb_gptq_linear *l, int64_t g, int64_t o) {
+    if (l->format == LB_GPTQ_FORMAT_AWQ)
+        return lb_awq_field(l->qzeros, l->out_features, g, o);
     const int64_t cols = l->qzeros_cols > 0 ? l->qzeros_cols : l->out_features / 32 * l->bits;
     int32_t f = (int32_t)field((const uint8_t *)l->qzeros +
                                    (size_t)(g * cols) * 4,
@@ -336,9 +418,15 @@ lb_status lb_gptq_linear_check(const lb_gptq_linear *l, const char *name) {
         l->scales_type != LB_TYPE_BF16)
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: scales of type %s", name,
                             lb_type_name(l->scales_type));
-    if (l->format != LB_GPTQ_FORMAT_V1 && l->format != LB_GPTQ_FORMAT_V2)
+    if (l->format != LB_GPTQ_FORMAT_V1 && l->format != LB_GPTQ_FORMAT_V2 &&
+        l->format != LB_GPTQ_FORMAT_AWQ)
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad zero format %d",
                             name, (int)l->format);
+    if (l->format == LB_GPTQ_FORMAT_AWQ && (l->bits != 4 || l->g_idx))
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "%s: the AWQ GEMM layout holds 4-bit codes "
+                            "without g_idx (got %d-bit%s)",
+                            name, l->bits, l->g_idx ? " with g_idx" : "");
     if (!l->g_idx) {
         int64_t want = l->group_size > 0
                            ? (l->in_features + l->group_size - 1) /
@@ -421,7 +509,10 @@ int lb_gptq_linear_sanitize(lb_gptq_linear *l, const char *name, bool sym, bool 
 static void row_codes(const lb_gptq_linear *l, int64_t o, int32_t *codes) {
     const uint8_t *col = (const uint8_t *)l->qweight + (size_t)o * 4;
     const int64_t in = l->in_features, out = l->out_features;
-    if (l->bits == 4 || l->bits == 8 || l->bits == 2) {
+    if (l->format == LB_GPTQ_FORMAT_AWQ) {
+        for (int64_t c = 0; c < in; c++)
+            codes[c] = lb_awq_field(l->qweight, out, c, o);
+    } else if (l->bits == 4 || l->bits == 8 || l->bits == 2) {
         const int per = 32 / l->bits;
         const uint32_t mask = (1u << l->bits) - 1u;
         for (int64_t r = 0; r < in / per; r++) {

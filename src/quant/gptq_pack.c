@@ -152,3 +152,44 @@ lb_status lb_gptq_unpack_qzeros(const int32_t *qzeros, int64_t n_groups,
                 (int32_t)get_field(qzeros + g * cols, 1, o, bits) + off;
     return LB_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* AutoAWQ GEMM packing (lowbit/gptq.h LB_GPTQ_FORMAT_AWQ)                   */
+/* ------------------------------------------------------------------------ */
+
+/* Nibble i of a packed word holds column 8k + awq_order[i] (AutoAWQ
+ * WQLinear_GEMM.from_linear's order_map). */
+static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+lb_status lb_awq_pack(const int32_t *v, int64_t rows, int64_t cols,
+                      int32_t *packed) {
+    static const char *who = "lb_awq_pack";
+    if (!v || !packed || rows < 0 || cols <= 0 || cols % 8)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad arguments (cols %lld "
+                            "must be a positive multiple of 8)", who,
+                            (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols / 8; k++) {
+            uint32_t w = 0;
+            for (int i = 0; i < 8; i++) {
+                int32_t x = v[r * cols + 8 * k + awq_order[i]];
+                if (x < 0 || x > 15)
+                    return lb_set_error(LB_ERR_INVALID_ARG,
+                                        "%s: value %d at [%lld, %lld] is "
+                                        "not a 4-bit code", who, x,
+                                        (long long)r,
+                                        (long long)(8 * k + awq_order[i]));
+                w |= (uint32_t)x << (4 * i);
+            }
+            packed[r * (cols / 8) + k] = (int32_t)w;
+        }
+    return LB_OK;
+}
+
+int32_t lb_awq_field(const void *packed, int64_t cols, int64_t r, int64_t j) {
+    /* inverse of awq_order: column 8k + m sits in nibble awq_nibble[m] */
+    static const int awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    const uint32_t w = lb_rd_u32((const uint8_t *)packed +
+                                 4 * (size_t)(r * (cols / 8) + j / 8));
+    return (int32_t)((w >> (4 * awq_nibble[j % 8])) & 15u);
+}

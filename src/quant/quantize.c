@@ -46,14 +46,43 @@ lb_status qz_effective_params(const lb_quantize_params *p,
     static const char *who = "quantize";
     if (!p) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL params", who);
     *e = *p;
-    if (e->method != LB_QUANT_RTN && e->method != LB_QUANT_GPTQ)
+    if (!qz_processor_for(e->method))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown method %d", who,
                             (int)e->method);
     LB_TRY(lb_gptq_check_bits(e->bits, who));
     LB_TRY(lb_gptq_check_group_size(e->group_size, who));
-    if (e->format != LB_GPTQ_FORMAT_V1 && e->format != LB_GPTQ_FORMAT_V2)
+    if (e->format != LB_GPTQ_FORMAT_V1 && e->format != LB_GPTQ_FORMAT_V2 &&
+        e->format != LB_GPTQ_FORMAT_AWQ)
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown checkpoint "
                             "format %d", who, (int)e->format);
+    const bool awq = e->method == LB_QUANT_AWQ ||
+                     e->method == LB_QUANT_AWQ_GPTQ;
+    if (awq) {
+        if (e->profile != LB_QUANT_PROFILE_NONE)
+            return lb_set_error(LB_ERR_INVALID_ARG, "%s: profiles are for "
+                                "GPTQ/RTN, not AWQ", who);
+        if (e->desc_act || e->static_groups)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "%s: desc_act and static_groups are GPTQ "
+                                "options (the AWQ layout has no g_idx)",
+                                who);
+        if (e->method == LB_QUANT_AWQ && e->mse)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "%s: --mse is a GPTQ/RTN grid option (AWQ "
+                                "has its own clip search)", who);
+        /* the AutoAWQ GEMM layout holds 4-bit codes; other widths are
+         * written in the GPTQ layout (v2: AWQ's zero points may be 0) */
+        if (e->format == LB_GPTQ_FORMAT_V1)
+            e->format = e->bits == 4 ? LB_GPTQ_FORMAT_AWQ : LB_GPTQ_FORMAT_V2;
+    } else if (e->format == LB_GPTQ_FORMAT_AWQ) {
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: the AWQ checkpoint "
+                            "layout is for --method awq / awq-gptq", who);
+    }
+    if (e->format == LB_GPTQ_FORMAT_AWQ && e->bits != 4)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: the AWQ GEMM layout holds 4-bit codes only "
+                            "(got %d bits; use --checkpoint-format gptq_v2)",
+                            who, e->bits);
     if (e->profile == LB_QUANT_PROFILE_VLLM_W4A8) {
         if (e->bits != 4 || !e->sym)
             return lb_set_error(LB_ERR_INVALID_ARG,
@@ -67,7 +96,7 @@ lb_status qz_effective_params(const lb_quantize_params *p,
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown profile %d", who,
                             (int)e->profile);
     }
-    if (e->method == LB_QUANT_GPTQ &&
+    if ((e->method == LB_QUANT_GPTQ || e->method == LB_QUANT_AWQ_GPTQ) &&
         (!(e->damp_percent > 0.0) || !(e->damp_percent < 1.0) ||
          !(e->damp_auto_increment >= 0.0)))
         return lb_set_error(LB_ERR_INVALID_ARG,
@@ -83,6 +112,11 @@ lb_status qz_effective_params(const lb_quantize_params *p,
                             "has no Hessian)",
                             who);
     return LB_OK;
+}
+
+const char *qz_method_name(lb_quant_method m) {
+    const qz_processor *p = qz_processor_for(m);
+    return p ? p->name : "?";
 }
 
 double qz_snr_db(const float *w, const float *q, int64_t n) {
@@ -107,7 +141,46 @@ void lb_quantize_report_free(lb_quantize_report *r) {
 /* Engine                                                                    */
 /* ------------------------------------------------------------------------ */
 
-enum { G_ATTN = 0, G_O, G_MLP, G_DOWN, G_COUNT };
+enum { G_ATTN = QZ_IN_ATTN, G_O = QZ_IN_O, G_MLP = QZ_IN_MLP,
+       G_DOWN = QZ_IN_DOWN, G_COUNT = QZ_IN_COUNT };
+
+void qz_arch_get(const lb_model_config *cfg, bool true_sequential,
+                 qz_arch *a) {
+    memset(a, 0, sizeof *a);
+    static const int seq[4][3] = {{LB_LINEAR_Q, LB_LINEAR_K, LB_LINEAR_V},
+                                  {LB_LINEAR_O, -1, -1},
+                                  {LB_LINEAR_GATE, LB_LINEAR_UP, -1},
+                                  {LB_LINEAR_DOWN, -1, -1}};
+    if (true_sequential) {
+        a->n_subsets = 4;
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 3 && seq[k][j] >= 0; j++)
+                a->subsets[k][a->subset_n[k]++] = seq[k][j];
+    } else {
+        a->n_subsets = 1;
+        for (int j = 0; j < LB_LINEAR_COUNT; j++) a->subsets[0][j] = j;
+        a->subset_n[0] = LB_LINEAR_COUNT;
+    }
+    a->input_of[LB_LINEAR_Q] = a->input_of[LB_LINEAR_K] =
+        a->input_of[LB_LINEAR_V] = QZ_IN_ATTN;
+    a->input_of[LB_LINEAR_O] = QZ_IN_O;
+    a->input_of[LB_LINEAR_GATE] = a->input_of[LB_LINEAR_UP] = QZ_IN_MLP;
+    a->input_of[LB_LINEAR_DOWN] = QZ_IN_DOWN;
+    a->scale[a->n_scale++] = (qz_scale_group){
+        "input_layernorm -> q_proj,k_proj,v_proj", QZ_NORM_ATTN, -1,
+        {LB_LINEAR_Q, LB_LINEAR_K, LB_LINEAR_V}, 3, QZ_IN_ATTN};
+    /* v_proj -> o_proj only when v's output is o's input channel for
+     * channel (AutoAWQ: v_proj.weight.shape == o_proj.weight.shape) */
+    if (cfg->n_kv_heads == cfg->n_heads)
+        a->scale[a->n_scale++] = (qz_scale_group){
+            "v_proj -> o_proj", -1, LB_LINEAR_V, {LB_LINEAR_O}, 1, QZ_IN_O};
+    a->scale[a->n_scale++] = (qz_scale_group){
+        "post_attention_layernorm -> gate_proj,up_proj", QZ_NORM_FFN, -1,
+        {LB_LINEAR_GATE, LB_LINEAR_UP}, 2, QZ_IN_MLP};
+    a->scale[a->n_scale++] = (qz_scale_group){
+        "up_proj -> down_proj", -1, LB_LINEAR_UP, {LB_LINEAR_DOWN}, 1,
+        QZ_IN_DOWN};
+}
 
 /* Input group of a linear; K/V and UP read the same X as Q and GATE. */
 static int input_group(int which) {
@@ -182,25 +255,23 @@ static lb_status capture_hook(void *user, int layer, lb_linear_id which,
     return LB_OK;
 }
 
-typedef struct engine {
-    lb_model *m;
-    const lb_quantize_params *p;
-    const lb_calib *cal;
-    const qz_module *mods;
-    int n_mods;
-    qz_sink *sink;
-    lb_quantize_report *rep;
-    lb_context *ctx;
-    int64_t ns, T, dim; /* samples, tokens per sample, hidden size */
-    float *act32;       /* [ns, T, dim] or NULL                       */
-    uint16_t *act16;    /* [ns, T, dim] f16 or NULL                   */
-    float *x;           /* [T, dim] working copy                      */
-    /* dequantized weights swapped into the current layer */
-    float *deq[LB_LINEAR_COUNT];
-    lb_tensor orig[LB_LINEAR_COUNT];
-    uint64_t done, total;
-    char stage[160];
-} engine;
+typedef qz_engine engine;
+
+lb_status qz_engine_progress(qz_engine *e, uint64_t add) {
+    e->done += add;
+    if (!lb_progress_report(&e->p->progress, e->stage, e->done, e->total))
+        return lb_set_error(LB_ERR_CANCELLED, "quantize: cancelled (%s)",
+                            e->stage);
+    return LB_OK;
+}
+
+void qz_engine_act_load(const qz_engine *e, int64_t s, float *dst) {
+    size_t n = (size_t)(e->T * e->dim);
+    if (e->act32)
+        memcpy(dst, e->act32 + (size_t)s * n, n * sizeof(float));
+    else
+        lb_f16_to_f32_row(e->act16 + (size_t)s * n, dst, n);
+}
 
 static lb_status progress(engine *e, uint64_t add) {
     e->done += add;
@@ -301,6 +372,60 @@ static lb_status swap_in(engine *e, const qz_module *q, float *Wd) {
     return s;
 }
 
+lb_status qz_engine_swap_in(qz_engine *e, const qz_module *q, float *W) {
+    return swap_in(e, q, W);
+}
+
+lb_status qz_engine_weight_f32(qz_engine *e, const qz_module *q, float **W) {
+    return weight_f32(module_tensor(e->m, q), q->name, W);
+}
+
+static lb_tensor *dense_slot(lb_model *m, int layer, int which) {
+    lb_layer_weights *L = &m->layers[layer];
+    return which == QZ_DENSE_ATTN_NORM   ? &L->attn_norm
+           : which == QZ_DENSE_FFN_NORM ? &L->ffn_norm
+                                        : &L->bv;
+}
+
+void qz_dense_name(int layer, int which, char *buf, size_t n) {
+    snprintf(buf, n, "model.layers.%d.%s", layer,
+             which == QZ_DENSE_ATTN_NORM   ? "input_layernorm.weight"
+             : which == QZ_DENSE_FFN_NORM ? "post_attention_layernorm.weight"
+                                          : "self_attn.v_proj.bias");
+}
+
+lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
+                              float *data, int64_t n, bool from_cache) {
+    lb_tensor *t = dense_slot(e->m, layer, which);
+    if (!t->data || t->type != LB_TYPE_F32 || lb_tensor_nelements(t) != n) {
+        lb_free(data);
+        return lb_set_error(LB_ERR_INTERNAL, "quantize: layer %d dense "
+                            "tensor %d is not F32 [%lld]", layer, which,
+                            (long long)n);
+    }
+    lb_status s = LB_OK;
+    if (!from_cache && e->sink->tensor_done) {
+        char name[160];
+        qz_dense_name(layer, which, name, sizeof name);
+        s = e->sink->tensor_done(e->sink->user, layer, name, data, n);
+    }
+    if (s != LB_OK) {
+        lb_free(data);
+        return s;
+    }
+    if (e->sink->keep_in_model) {
+        s = lb_model_builder_own(e->m, data);
+        if (s == LB_OK) t->data = data;
+        else lb_free(data);
+        return s;
+    }
+    if (!e->dense_buf[which]) e->dense_orig[which] = *t;
+    lb_free(e->dense_buf[which]);
+    e->dense_buf[which] = data;
+    t->data = data;
+    return LB_OK;
+}
+
 /* Restore the layer's original weights and free the dequantized ones. */
 static void restore_layer(engine *e, int layer) {
     for (int i = 0; i < LB_LINEAR_COUNT; i++) {
@@ -310,6 +435,13 @@ static void restore_layer(engine *e, int layer) {
                                 NULL);
         lb_free(e->deq[i]);
         e->deq[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!e->dense_buf[i]) continue;
+        if (layer < e->m->config.n_layers)
+            *dense_slot(e->m, layer, i) = e->dense_orig[i];
+        lb_free(e->dense_buf[i]);
+        e->dense_buf[i] = NULL;
     }
 }
 
@@ -328,6 +460,7 @@ static void fill_report_static(lb_quantize_module_report *r,
     r->out_features = q->out;
     r->in_features = q->in;
     r->snr_db = NAN;
+    r->awq_ratio = -1.0;
 }
 
 /* Quantize one module (W from the model; GPTQ with the inverse-Hessian
@@ -343,26 +476,7 @@ static lb_status quantize_module(engine *e, const qz_module *q,
     lb_gptq_result res;
     memset(&res, 0, sizeof res);
     double t0 = lb_time_s();
-    lb_status s;
-    if (fac) {
-        lb_gptq_options o;
-        lb_gptq_options_default(&o);
-        o.bits = q->bits;
-        o.group_size = q->group_size;
-        o.sym = q->sym;
-        o.desc_act = q->desc_act;
-        o.static_groups = e->p->static_groups;
-        o.mse = e->p->mse;
-        o.mse_norm = e->p->mse_norm;
-        o.damp_percent = e->p->damp_percent;
-        o.damp_auto_increment = e->p->damp_auto_increment;
-        o.pool = e->ctx ? lb_context_pool(e->ctx) : NULL;
-        s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
-        if (s == LB_OK)
-            s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, &res);
-    } else {
-        s = rtn(W, q->out, q->in, q, e->p, &res);
-    }
+    lb_status s = e->proc->solve(e, q, W, H, fac, &res);
     if (s != LB_OK) {
         lb_free(W);
         return lb_error_context(s, "%s", q->name);
@@ -393,6 +507,54 @@ static lb_status quantize_module(engine *e, const qz_module *q,
     return s;
 }
 
+/* Processors. GPTQ: AutoGPTQ's fasterquant with the subset's Hessian
+ * (factor made once per input and shared); RTN: the AutoGPTQ grid. */
+lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
+                            const float *H, lb_gptq_factor **fac,
+                            lb_gptq_result *res) {
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.bits = q->bits;
+    o.group_size = q->group_size;
+    o.sym = q->sym;
+    o.desc_act = q->desc_act;
+    o.static_groups = e->p->static_groups;
+    o.mse = e->p->mse;
+    o.mse_norm = e->p->mse_norm;
+    o.damp_percent = e->p->damp_percent;
+    o.damp_auto_increment = e->p->damp_auto_increment;
+    o.pool = e->ctx ? lb_context_pool(e->ctx) : NULL;
+    if (!fac)
+        return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
+                            q->name);
+    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    if (s == LB_OK)
+        s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
+    return s;
+}
+
+static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
+                           const float *H, lb_gptq_factor **fac,
+                           lb_gptq_result *res) {
+    (void)H;
+    (void)fac;
+    return rtn(W, q->out, q->in, q, e->p, res);
+}
+
+static const qz_processor proc_rtn = {"rtn", 0, NULL, NULL, solve_rtn};
+static const qz_processor proc_gptq = {
+    "gptq", QZ_NEED_CALIB | QZ_NEED_HESSIAN, NULL, NULL, qz_solve_gptq};
+
+const qz_processor *qz_processor_for(lb_quant_method m) {
+    switch (m) {
+    case LB_QUANT_RTN: return &proc_rtn;
+    case LB_QUANT_GPTQ: return &proc_gptq;
+    case LB_QUANT_AWQ: return &qz_proc_awq;
+    case LB_QUANT_AWQ_GPTQ: return &qz_proc_awq_gptq;
+    default: return NULL;
+    }
+}
+
 /* Cached results of a previous run for `layer` (modules mods[0..n)). */
 static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
                             bool *found) {
@@ -415,14 +577,26 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
             lb_free(deq[i]);
         deq[i] = NULL;
     }
+    /* dense tensors the method changed (AWQ's scaled norms, v bias) */
+    for (int k = 0; k < 3 && s == LB_OK && e->sink->cached_tensor &&
+                    layer < e->m->config.n_layers;
+         k++) {
+        const lb_tensor *t = dense_slot(e->m, layer, k);
+        if (!t->data) continue;
+        const int64_t nel = lb_tensor_nelements(t);
+        float *buf = lb_alloc((size_t)nel * sizeof(float));
+        if (!buf) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+        char name[160];
+        qz_dense_name(layer, k, name, sizeof name);
+        bool f = false;
+        s = e->sink->cached_tensor(e->sink->user, layer, name, buf, nel, &f);
+        if (s == LB_OK && f)
+            s = qz_engine_set_dense(e, layer, k, buf, nel, true);
+        else
+            lb_free(buf);
+    }
     return s;
 }
-
-static const int subsets_seq[4][3] = {
-    {LB_LINEAR_Q, LB_LINEAR_K, LB_LINEAR_V},
-    {LB_LINEAR_O, -1, -1},
-    {LB_LINEAR_GATE, LB_LINEAR_UP, -1},
-    {LB_LINEAR_DOWN, -1, -1}};
 
 static const char *short_name(int which) {
     static const char *n[] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -523,21 +697,19 @@ static int count_quantized(const qz_module *m, int n) {
     return k;
 }
 
-/* Work units of layer l before its replay: one per calibration forward of
- * each subset with work, one per solve (RTN: one per module). */
+/* Work units of layer l before its replay: the processor's layer_begin,
+ * one per calibration forward of each subset with work (Hessian
+ * processors), one per solve. */
 static uint64_t layer_units(const engine *e, int l) {
     const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
     const int nq = count_quantized(lm, LB_LINEAR_COUNT);
-    if (e->p->method != LB_QUANT_GPTQ) return (uint64_t)nq;
     uint64_t u = (uint64_t)nq;
-    const int nsub = e->p->true_sequential ? 4 : 1;
-    for (int k = 0; k < nsub; k++) {
+    if (nq && e->proc->layer_begin_units) u += e->proc->layer_begin_units(e, l);
+    if (!(e->proc->needs & QZ_NEED_HESSIAN)) return u;
+    for (int k = 0; k < e->arch.n_subsets; k++) {
         bool any = false;
-        for (int j = 0; j < LB_LINEAR_COUNT; j++) {
-            bool member = !e->p->true_sequential || j == subsets_seq[k][0] ||
-                          j == subsets_seq[k][1] || j == subsets_seq[k][2];
-            if (member && lm[j].quantize) any = true;
-        }
+        for (int j = 0; j < e->arch.subset_n[k]; j++)
+            if (lm[e->arch.subsets[k][j]].quantize) any = true;
         if (any) u += (uint64_t)e->ns;
     }
     return u;
@@ -546,7 +718,7 @@ static uint64_t layer_units(const engine *e, int l) {
 /* Work units for the progress bar. */
 static uint64_t count_units(const engine *e) {
     const int L = e->m->config.n_layers;
-    const bool gptq = e->p->method == LB_QUANT_GPTQ;
+    const bool gptq = (e->proc->needs & QZ_NEED_CALIB) != 0;
     const bool head = e->n_mods > L * LB_LINEAR_COUNT &&
                       e->mods[e->n_mods - 1].quantize;
     uint64_t u = 0;
@@ -554,13 +726,112 @@ static uint64_t count_units(const engine *e) {
         u += layer_units(e, l);
         if (gptq && (l + 1 < L || head)) u += (uint64_t)e->ns; /* replay */
     }
-    if (head) u += gptq ? (uint64_t)e->ns + 1 : 1;
+    if (head)
+        u += (e->proc->needs & QZ_NEED_HESSIAN) ? (uint64_t)e->ns + 1 : 1;
     return u;
+}
+
+/* qz_engine_capture's hook state. */
+typedef struct xcapture {
+    float **X;
+    int64_t width[G_COUNT];
+    int last;
+    bool stopped;
+    int64_t seq, T;
+} xcapture;
+
+static lb_status xcapture_hook(void *user, int layer, lb_linear_id which,
+                               const float *X, int64_t n, int64_t in) {
+    xcapture *c = user;
+    if (which == LB_LINEAR_K || which == LB_LINEAR_V || which == LB_LINEAR_UP)
+        return LB_OK;
+    const int g = input_group(which);
+    if (c->X[g]) {
+        int64_t r, col;
+        if (!all_within(X, n, in, INFINITY, &r, &col))
+            return lb_set_error(
+                LB_ERR_RANGE,
+                "layer %d, calibration sequence %lld: the input of "
+                "model.layers.%d.%s is not finite (token %lld, column %lld = "
+                "%g): the layer produced NaN/Inf before it (weights or "
+                "activations overflowing float32)",
+                layer, (long long)c->seq, layer, group_modules(g),
+                (long long)r, (long long)col, (double)X[r * in + col]);
+        if (in != c->width[g] || n != c->T)
+            return lb_set_error(LB_ERR_INTERNAL, "capture: input [%lld, %lld]"
+                                " of %s", (long long)n, (long long)in,
+                                group_modules(g));
+        memcpy(c->X[g] + (size_t)(c->seq * c->T * in), X,
+               (size_t)(n * in) * sizeof(float));
+    }
+    if (g == c->last) {
+        c->stopped = true;
+        return LB_ERR_CANCELLED;
+    }
+    return LB_OK;
+}
+
+lb_status qz_engine_capture(qz_engine *e, int layer,
+                            const bool want[QZ_IN_COUNT],
+                            float *X[QZ_IN_COUNT]) {
+    const lb_model_config *cfg = &e->m->config;
+    xcapture c;
+    memset(&c, 0, sizeof c);
+    c.X = X;
+    c.T = e->T;
+    c.last = -1;
+    c.width[G_ATTN] = c.width[G_MLP] = cfg->hidden_size;
+    c.width[G_O] = (int64_t)cfg->n_heads * cfg->head_dim;
+    c.width[G_DOWN] = cfg->intermediate_size;
+    lb_status s = LB_OK;
+    for (int g = 0; g < G_COUNT; g++) {
+        X[g] = NULL;
+        if (!want[g]) continue;
+        size_t n;
+        if (!lb_mul_ok((size_t)(e->ns * e->T), (size_t)c.width[g], &n) ||
+            !lb_mul_ok(n, sizeof(float), &n)) {
+            s = lb_set_error(LB_ERR_OVERFLOW, "capture: size overflows");
+            break;
+        }
+        X[g] = lb_alloc(n);
+        if (!X[g]) {
+            s = lb_set_error(LB_ERR_NOMEM, "layer %d: out of memory for the "
+                             "inputs of %s (%zu bytes)", layer,
+                             group_modules(g), n);
+            break;
+        }
+        c.last = g;
+    }
+    lb_forward_hook hook = {xcapture_hook, &c};
+    if (s == LB_OK) lb_context_set_hook(e->ctx, &hook);
+    const double t0 = lb_time_s();
+    for (int64_t i = 0; i < e->ns && s == LB_OK && c.last >= 0; i++) {
+        qz_engine_act_load(e, i, e->x);
+        c.stopped = false;
+        c.seq = i;
+        s = lb_layer_forward(e->ctx, layer, e->x, (int32_t)e->T, 0);
+        if (s == LB_ERR_CANCELLED && c.stopped) {
+            s = LB_OK;
+            lb_clear_error();
+        }
+        if (s == LB_OK) s = progress(e, 1);
+    }
+    lb_context_set_hook(e->ctx, NULL);
+    e->rep->forward_seconds += lb_time_s() - t0;
+    if (s != LB_OK)
+        for (int g = 0; g < G_COUNT; g++) {
+            lb_free(X[g]);
+            X[g] = NULL;
+        }
+    return s;
 }
 
 static lb_status run_layers(engine *e) {
     const int L = e->m->config.n_layers;
-    const bool gptq = e->p->method == LB_QUANT_GPTQ;
+    /* calib: the layer inputs are kept and replayed; hess: subsets are
+     * solved with their Hessians */
+    const bool calib = (e->proc->needs & QZ_NEED_CALIB) != 0;
+    const bool hess = (e->proc->needs & QZ_NEED_HESSIAN) != 0;
     lb_status s = LB_OK;
     const bool head = e->n_mods == L * LB_LINEAR_COUNT + 1 &&
                       e->mods[e->n_mods - 1].quantize;
@@ -576,29 +847,24 @@ static lb_status run_layers(engine *e) {
             e->rep->layers_resumed++;
             snprintf(e->stage, sizeof e->stage, "layer %d/%d: resumed",
                      l + 1, L);
-        } else if (nq && !gptq) {
-            for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
-                if (!lm[i].quantize) continue;
-                snprintf(e->stage, sizeof e->stage, "layer %d/%d: rtn %s",
-                         l + 1, L, short_name(i));
-                s = quantize_module(e, &lm[i], NULL, NULL, 0);
-                if (s == LB_OK) s = progress(e, 1);
-            }
         } else if (nq) {
-            if (e->p->true_sequential) {
-                for (int k = 0; k < 4 && s == LB_OK; k++) {
-                    int nm = subsets_seq[k][2] >= 0   ? 3
-                             : subsets_seq[k][1] >= 0 ? 2
-                                                      : 1;
-                    s = run_subset(e, l, subsets_seq[k], nm);
-                }
+            if (e->proc->layer_begin) s = e->proc->layer_begin(e, l);
+            if (hess) {
+                for (int k = 0; k < e->arch.n_subsets && s == LB_OK; k++)
+                    s = run_subset(e, l, e->arch.subsets[k],
+                                   e->arch.subset_n[k]);
             } else {
-                static const int all[7] = {0, 1, 2, 3, 4, 5, 6};
-                s = run_subset(e, l, all, 7);
+                for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
+                    if (!lm[i].quantize) continue;
+                    snprintf(e->stage, sizeof e->stage, "layer %d/%d: %s %s",
+                             l + 1, L, e->proc->name, short_name(i));
+                    s = quantize_module(e, &lm[i], NULL, NULL, 0);
+                    if (s == LB_OK) s = progress(e, 1);
+                }
             }
         }
         if (s != LB_OK) break;
-        if (gptq && (l + 1 < L || (head && gptq))) {
+        if (calib && (l + 1 < L || head)) {
             /* replay: the quantized layer's outputs feed layer l + 1 (or
              * lm_head's Hessian after the last layer) */
             snprintf(e->stage, sizeof e->stage, "layer %d/%d: replay", l + 1,
@@ -653,15 +919,15 @@ static lb_status run_layers(engine *e) {
             if (cached) {
                 e->rep->layers_resumed++;
                 snprintf(e->stage, sizeof e->stage, "lm_head: resumed");
-                s = progress(e, gptq ? (uint64_t)e->ns + 1 : 1);
+                s = progress(e, hess ? (uint64_t)e->ns + 1 : 1);
             }
             return s;
         }
         snprintf(e->stage, sizeof e->stage, "lm_head: %s",
-                 gptq ? "hessian" : "rtn");
+                 hess ? "hessian" : e->proc->name);
         float *H = NULL;
         int64_t nsamp = 0;
-        if (gptq) {
+        if (hess) {
             lb_gptq_hessian *h = NULL;
             LB_TRY(lb_gptq_hessian_create(q->in, e->p->hessian_f64, &h));
             float *xn = lb_alloc((size_t)(e->T * e->dim) * sizeof(float));
@@ -694,7 +960,7 @@ static lb_status run_layers(engine *e) {
             snprintf(e->stage, sizeof e->stage, "lm_head: gptq");
         }
         lb_gptq_factor *fac = NULL;
-        s = quantize_module(e, q, H, gptq ? &fac : NULL, nsamp);
+        s = quantize_module(e, q, H, hess ? &fac : NULL, nsamp);
         lb_gptq_factor_free(fac);
         lb_free(H);
         if (s == LB_OK) {
@@ -737,13 +1003,20 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
     rep->n_layers = m->config.n_layers;
     for (int i = 0; i < n_mods; i++)
         fill_report_static(&rep->modules[i], &mods[i], m->config.n_layers);
-    const bool gptq = p->method == LB_QUANT_GPTQ;
-    const bool need_calib = gptq && count_quantized(mods, n_mods) > 0;
+    e.proc = qz_processor_for(p->method);
+    if (!e.proc)
+        return lb_set_error(LB_ERR_INVALID_ARG, "quantize: unknown method %d",
+                            (int)p->method);
+    qz_arch_get(&m->config, p->true_sequential, &e.arch);
+    const bool need_calib = (e.proc->needs & QZ_NEED_CALIB) &&
+                            count_quantized(mods, n_mods) > 0;
     lb_status s = LB_OK;
     if (need_calib) {
         if (!calib || !calib->ids || calib->nsamples < 1 || calib->seqlen < 1)
             return lb_set_error(LB_ERR_INVALID_ARG,
-                                "quantize: GPTQ needs calibration data");
+                                "quantize: %s needs calibration data",
+                                p->method == LB_QUANT_GPTQ ? "GPTQ"
+                                                           : e.proc->name);
         if (calib->seqlen > (1 << 24))
             return lb_set_error(LB_ERR_INVALID_ARG, "quantize: seqlen %lld",
                                 (long long)calib->seqlen);
@@ -833,7 +1106,7 @@ done:
         rep->quantized_params += o * in;
         bits += 8.0 * (double)(in * r->bits / 32 * o * 4 +
                                ng * (o * r->bits / 32) * 4 + ng * o * 2 +
-                               in * 4);
+                               (p->format == LB_GPTQ_FORMAT_AWQ ? 0 : in * 4));
         if (!isnan(r->snr_db)) {
             if (r->snr_db < rep->snr_min_db) rep->snr_min_db = r->snr_db;
             if (r->snr_db > rep->snr_max_db) rep->snr_max_db = r->snr_db;
@@ -896,8 +1169,7 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     if (p) {
-        cJSON_AddStringToObject(j, "method",
-                                p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+        cJSON_AddStringToObject(j, "method", qz_method_name(p->method));
         cJSON_AddNumberToObject(j, "bits", p->bits);
         cJSON_AddNumberToObject(j, "group_size", p->group_size);
         cJSON_AddBoolToObject(j, "sym", p->sym);
@@ -908,8 +1180,9 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
         cJSON_AddBoolToObject(j, "mse", p->mse);
         add_num(j, "damp_percent", p->damp_percent);
         cJSON_AddStringToObject(j, "checkpoint_format",
-                                p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
-                                                               : "gptq");
+                                p->format == LB_GPTQ_FORMAT_AWQ  ? "awq"
+                                : p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
+                                                                 : "gptq");
         if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
             cJSON_AddStringToObject(j, "profile", "vllm-w4a8");
     }
@@ -955,6 +1228,11 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
             add_num(o, "seconds", m->seconds);
             add_num(o, "snr_db", m->snr_db);
             cJSON_AddBoolToObject(o, "resumed", m->resumed);
+            if (m->awq_ratio >= 0.0) add_num(o, "awq_ratio", m->awq_ratio);
+            if (m->awq_clipped)
+                cJSON_AddNumberToObject(o, "awq_clipped_groups",
+                                        (double)m->awq_clipped);
+            if (m->awq_plain) cJSON_AddTrueToObject(o, "awq_plain");
         }
         cJSON_AddItemToArray(arr, o);
     }

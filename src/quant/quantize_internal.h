@@ -8,6 +8,7 @@
 #define LB_QUANTIZE_INTERNAL_H
 
 #include "lowbit/quantize.h"
+#include "lowbit/model.h"
 
 /* A parsed module rule (see lowbit/quantize.h). */
 typedef struct qz_rule {
@@ -48,6 +49,91 @@ lb_status qz_plan(const lb_model *m, const lb_quantize_params *p,
                   const qz_rule *rules, int n_rules, qz_module **mods,
                   int *n_mods);
 
+/* ------------------------------------------------------------------------ */
+/* Model definition (per architecture)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The distinct inputs of a decoder layer's linears. */
+enum { QZ_IN_ATTN = 0, /* input_layernorm(x): q, k, v                    */
+       QZ_IN_O,        /* attention output: o_proj                        */
+       QZ_IN_MLP,      /* post_attention_layernorm(h): gate, up           */
+       QZ_IN_DOWN,     /* act(gate) * up: down_proj                       */
+       QZ_IN_COUNT };
+
+enum { QZ_NORM_ATTN = 0, QZ_NORM_FFN = 1 };
+
+/* An AWQ scaling group: per-input-channel scales s multiply the columns of
+ * `members` and divide the previous operation's output channels (an
+ * RMSNorm weight or the rows of a previous linear), which leaves the
+ * layer's function unchanged in exact arithmetic. */
+typedef struct qz_scale_group {
+    const char *name;    /* "input_layernorm -> q,k,v" (messages, report)  */
+    int prev_norm;       /* QZ_NORM_ATTN / QZ_NORM_FFN, or -1              */
+    int prev_linear;     /* lb_linear_id, or -1                            */
+    int members[3];      /* lb_linear_id                                   */
+    int n_members;
+    int input;           /* QZ_IN_*: the members' shared input             */
+} qz_scale_group;
+
+/* Which modules form each subset (solved together, in order: GPTQ's
+ * true-sequential [q,k,v] -> [o] -> [gate,up] -> [down]), which share an
+ * input, and the AWQ scaling groups. */
+typedef struct qz_arch {
+    int n_subsets;
+    int subsets[LB_LINEAR_COUNT][LB_LINEAR_COUNT];
+    int subset_n[LB_LINEAR_COUNT];
+    int input_of[LB_LINEAR_COUNT];   /* QZ_IN_* of each linear            */
+    int n_scale;
+    qz_scale_group scale[4];
+} qz_arch;
+
+/* The definition for a model (Llama, Mistral, Qwen2, Qwen3 share the
+ * decoder layout): subsets per true_sequential; scaling groups as
+ * AutoAWQ's get_layers_for_scaling for these models — (input_layernorm ->
+ * q,k,v), (v_proj -> o_proj) only when v_proj's output width equals
+ * o_proj's input width (no grouped-query attention), (post_attention_
+ * layernorm -> gate,up), (up_proj -> down_proj). */
+void qz_arch_get(const lb_model_config *cfg, bool true_sequential,
+                 qz_arch *a);
+
+/* ------------------------------------------------------------------------ */
+/* Engine (looper) and processors                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct qz_engine qz_engine;
+
+enum { QZ_NEED_CALIB = 1,   /* calibration inputs per layer (forwards)  */
+       QZ_NEED_HESSIAN = 2  /* per-subset Hessians, solved with them    */
+};
+
+/* A quantization method on the layer pipeline. For each decoder layer the
+ * looper (quantize.c) calls layer_begin (if any), then solves every
+ * quantized module with `solve` — per true-sequential subset after
+ * capturing the subset's Hessians when needs has QZ_NEED_HESSIAN, module
+ * by module otherwise — hands each result to the sink, swaps the
+ * dequantized weights in, and (QZ_NEED_CALIB) replays the quantized layer
+ * to make the next layer's inputs. A calibration-free method (RTN and the
+ * like) only needs `solve`. */
+typedef struct qz_processor {
+    const char *name;   /* "rtn", "gptq", "awq", "awq+gptq"              */
+    unsigned needs;     /* QZ_NEED_*                                     */
+    /* Before the layer's modules are solved: may capture the layer's
+     * inputs (qz_engine_capture) and swap transformed weights and dense
+     * tensors into the model (qz_engine_swap_in, qz_engine_set_dense). */
+    lb_status (*layer_begin)(qz_engine *e, int layer);
+    /* Work units layer_begin reports through qz_engine_progress. */
+    uint64_t (*layer_begin_units)(const qz_engine *e, int layer);
+    /* Quantize one module: W [out, in] as the model holds it now; H and
+     * fac as lb_gptq_factor_make / lb_gptq_quantize_factored (NULL unless
+     * QZ_NEED_HESSIAN); *res zeroed on entry. */
+    lb_status (*solve)(qz_engine *e, const qz_module *q, const float *W,
+                       const float *H, lb_gptq_factor **fac,
+                       lb_gptq_result *res);
+} qz_processor;
+
+/* The processor of a method (NULL for an unknown one). */
+const qz_processor *qz_processor_for(lb_quant_method m);
+
 /* Output of the engine. */
 typedef struct qz_sink {
     void *user;
@@ -66,6 +152,15 @@ typedef struct qz_sink {
                               lb_quantize_module_report *reps, bool *found);
     /* After `layer` has been quantized and replayed. */
     lb_status (*layer_done)(void *user, int layer);
+    /* A dense tensor of the source that the method changed (AWQ: scaled
+     * RMSNorm weights, a scaled v_proj bias), float32 [n], for `layer`'s
+     * state; the checkpoint takes it in place of the source's. Optional. */
+    lb_status (*tensor_done)(void *user, int layer, const char *name,
+                             const float *data, int64_t n);
+    /* On resume: such a tensor of a cached layer into dst [n]; *found
+     * false when the layer state has none. Optional. */
+    lb_status (*cached_tensor)(void *user, int layer, const char *name,
+                               float *dst, int64_t n, bool *found);
     /* true: the dequantized weights stay in the model (in-place mode);
      * false: the original weights are restored after each layer. */
     bool keep_in_model;
@@ -78,10 +173,76 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
                  const lb_calib *calib, const qz_module *mods, int n_mods,
                  qz_sink *sink, lb_quantize_report *rep);
 
+/* The engine's state, for processors. */
+struct qz_engine {
+    lb_model *m;
+    const lb_quantize_params *p;
+    const lb_calib *cal;
+    const qz_module *mods;
+    int n_mods;
+    qz_sink *sink;
+    lb_quantize_report *rep;
+    lb_context *ctx;
+    const qz_processor *proc;
+    qz_arch arch;
+    int64_t ns, T, dim; /* samples, tokens per sample, hidden size */
+    float *act32;       /* [ns, T, dim] or NULL                       */
+    uint16_t *act16;    /* [ns, T, dim] f16 or NULL                   */
+    float *x;           /* [T, dim] working copy                      */
+    /* dequantized weights swapped into the current layer */
+    float *deq[LB_LINEAR_COUNT];
+    lb_tensor orig[LB_LINEAR_COUNT];
+    /* dense tensors replaced in the current layer (checkpoint mode):
+     * attn_norm, ffn_norm, v bias */
+    float *dense_buf[3];
+    lb_tensor dense_orig[3];
+    uint64_t done, total;
+    char stage[160];
+};
+
+enum { QZ_DENSE_ATTN_NORM = 0, QZ_DENSE_FFN_NORM = 1, QZ_DENSE_V_BIAS = 2 };
+
+/* Progress: add work units (LB_ERR_CANCELLED when the callback says so). */
+lb_status qz_engine_progress(qz_engine *e, uint64_t add);
+/* Calibration sequence s of the current layer's inputs into dst [T, dim]. */
+void qz_engine_act_load(const qz_engine *e, int64_t s, float *dst);
+/* The weight of a module as f32 [out, in] (lb_alloc'd). */
+lb_status qz_engine_weight_f32(qz_engine *e, const qz_module *q, float **W);
+/* Put f32 weights [out, in] (lb_alloc'd, taken over) into the model in
+ * place of module q's for the rest of the layer (in-place mode: for
+ * good). */
+lb_status qz_engine_swap_in(qz_engine *e, const qz_module *q, float *W);
+/* Replace a dense tensor of `layer` (QZ_DENSE_*) by data [n] f32
+ * (lb_alloc'd, taken over); reported to the sink's tensor_done unless
+ * from_cache. */
+lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
+                              float *data, int64_t n, bool from_cache);
+/* Source tensor name of a QZ_DENSE_* tensor of `layer`. */
+void qz_dense_name(int layer, int which, char *buf, size_t n);
+/* Run every calibration sequence through `layer` and copy the inputs of
+ * the linears in want[QZ_IN_*] into X[QZ_IN_*] ([ns * T, width] f32 each,
+ * allocated here with lb_alloc, NULL where not wanted); the forward stops
+ * after the last wanted input. Non-finite inputs: LB_ERR_RANGE naming the
+ * layer, sequence and modules. */
+lb_status qz_engine_capture(qz_engine *e, int layer,
+                            const bool want[QZ_IN_COUNT],
+                            float *X[QZ_IN_COUNT]);
+
+/* The GPTQ processor's solve (AWQ+GPTQ reuses it). */
+lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
+                        const float *H, lb_gptq_factor **fac,
+                        lb_gptq_result *res);
+
+/* AWQ processors (quantize_awq.c). */
+extern const qz_processor qz_proc_awq, qz_proc_awq_gptq;
+
 /* Validate parameters (and apply the vLLM profile's fixed settings to a
  * copy): *eff receives the parameters actually used. */
 lb_status qz_effective_params(const lb_quantize_params *p,
                               lb_quantize_params *eff);
+
+/* "rtn", "gptq", "awq", "awq+gptq". */
+const char *qz_method_name(lb_quant_method m);
 
 /* 10 log10(sum w^2 / sum (w - q)^2) over n values; +inf when equal. */
 double qz_snr_db(const float *w, const float *q, int64_t n);

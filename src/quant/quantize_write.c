@@ -166,6 +166,11 @@ typedef struct qwriter {
     int n_mods, n_layers;
     pend_mod pend[LB_LINEAR_COUNT];
     int n_pend;
+    /* dense tensors the method changed in this layer (AWQ) */
+    char dense_name[3][160];
+    float *dense[3];
+    int64_t dense_n[3];
+    int n_dense;
     lb_quantize_report *rep;
 } qwriter;
 
@@ -297,12 +302,57 @@ static double jnum(const cJSON *o, const char *k, double def) {
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
+static void dense_free(qwriter *w) {
+    for (int i = 0; i < w->n_dense; i++) lb_free(w->dense[i]);
+    w->n_dense = 0;
+}
+
+static lb_status w_tensor_done(void *user, int layer, const char *name,
+                               const float *data, int64_t n) {
+    qwriter *w = user;
+    (void)layer;
+    if (w->n_dense == 3)
+        return lb_set_error(LB_ERR_INTERNAL, "quantize: too many dense "
+                            "tensors in one layer (%s)", name);
+    float *c = lb_alloc((size_t)n * sizeof(float));
+    if (!c) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", name);
+    memcpy(c, data, (size_t)n * sizeof(float));
+    snprintf(w->dense_name[w->n_dense], sizeof w->dense_name[0], "%s", name);
+    w->dense[w->n_dense] = c;
+    w->dense_n[w->n_dense++] = n;
+    return LB_OK;
+}
+
+static lb_status w_cached_tensor(void *user, int layer, const char *name,
+                                 float *dst, int64_t n, bool *found) {
+    qwriter *w = user;
+    *found = false;
+    char path[PATH_MAX + 64];
+    layer_path(w, layer, path, sizeof path);
+    lb_safetensors *st = NULL;
+    LB_TRY(lb_st_open(path, &st));
+    const lb_tensor *t = lb_st_find(st, name);
+    lb_status s = LB_OK;
+    if (t && (t->type != LB_TYPE_F32 || t->n_dims != 1 || t->shape[0] != n))
+        s = lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s' is not F32 [%lld]",
+                         path, name, (long long)n);
+    else if (t) {
+        memcpy(dst, t->data, (size_t)n * sizeof(float));
+        *found = true;
+    }
+    lb_st_close(st);
+    return s;
+}
+
 static lb_status w_layer_done(void *user, int layer) {
     qwriter *w = user;
     char path[PATH_MAX + 64];
     layer_path(w, layer, path, sizeof path);
     lb_st_writer *sw = NULL;
     lb_status s = lb_st_writer_create(&sw);
+    for (int i = 0; i < w->n_dense && s == LB_OK; i++)
+        s = lb_st_writer_add(sw, w->dense_name[i], LB_TYPE_F32, 1,
+                             &w->dense_n[i], w->dense[i]);
     cJSON *arr = cJSON_CreateArray();
     uint64_t sum = 0;
     for (int i = 0; i < w->n_pend && s == LB_OK; i++) {
@@ -343,6 +393,7 @@ static lb_status w_layer_done(void *user, int layer) {
     lb_st_writer_free(sw);
     for (int i = 0; i < w->n_pend; i++) pend_free(&w->pend[i]);
     w->n_pend = 0;
+    dense_free(w);
     return s;
 }
 
@@ -527,8 +578,11 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     source_fingerprint(model_dir, src_hx, sizeof src_hx);
     cJSON_AddStringToObject(j, "source_fnv1a", src_hx);
     cJSON_AddStringToObject(j, "lowbit", LB_VERSION_STRING);
-    cJSON_AddStringToObject(j, "method",
-                            p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+    cJSON_AddStringToObject(j, "method", qz_method_name(p->method));
+    if (p->method == LB_QUANT_AWQ || p->method == LB_QUANT_AWQ_GPTQ) {
+        cJSON_AddBoolToObject(j, "awq_no_clip", p->awq_no_clip);
+        cJSON_AddNumberToObject(j, "awq_min_tokens", (double)p->awq_min_tokens);
+    }
     cJSON_AddNumberToObject(j, "bits", p->bits);
     cJSON_AddNumberToObject(j, "group_size", p->group_size);
     cJSON_AddBoolToObject(j, "sym", p->sym);
@@ -546,7 +600,7 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     cJSON *r = cJSON_AddArrayToObject(j, "rules");
     for (int i = 0; i < p->n_rules; i++)
         cJSON_AddItemToArray(r, cJSON_CreateString(p->rules[i]));
-    if (p->method == LB_QUANT_GPTQ && cal && cal->ids) {
+    if (p->method != LB_QUANT_RTN && cal && cal->ids) {
         cJSON_AddNumberToObject(j, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(j, "seqlen", (double)cal->seqlen);
         uint64_t h = fnv1a(cal->ids,
@@ -772,7 +826,9 @@ static lb_status make_tmp(const char *out_dir, const char *settings,
 typedef enum conv_kind {
     CONV_TO_F16,   /* any float -> F16 (scales, biases)           */
     CONV_TO_BF16,  /* any float -> BF16 (embeddings, vLLM profile) */
-    CONV_QZ_V1     /* v2 qzeros -> v1 (zero - 1 per field)         */
+    CONV_QZ_V1,    /* v2 qzeros -> v1 (zero - 1 per field)         */
+    CONV_AWQ_QW,   /* GPTQ qweight -> AutoAWQ GEMM qweight [in, out/8] */
+    CONV_AWQ_QZ    /* v2 qzeros -> AutoAWQ GEMM qzeros [G, out/8]      */
 } conv_kind;
 
 typedef struct conv {
@@ -781,6 +837,7 @@ typedef struct conv {
     lb_type src_type;
     int64_t n;             /* elements (qzeros: groups)               */
     int64_t out;           /* qzeros: out_features                    */
+    int64_t in;            /* AWQ qweight: in_features                */
     int bits;
     const char *module;
 } conv;
@@ -799,6 +856,28 @@ static lb_status produce(void *user, const char *name, lb_st_sink *sink,
     (void)nbytes;
     conv *c = user;
     enum { CH = 4096 };
+    if (c->kind == CONV_AWQ_QW || c->kind == CONV_AWQ_QZ) {
+        /* one output row at a time: row r of qweight is input column r
+         * (codes of every output), row g of qzeros is group g */
+        const bool qw = c->kind == CONV_AWQ_QW;
+        lb_gptq_linear l = {.out_features = c->out, .in_features = c->in,
+                            .bits = 4, .format = LB_GPTQ_FORMAT_V2,
+                            .qweight = c->src, .qzeros = c->src};
+        int32_t *v = lb_alloc((size_t)c->out * 4);
+        int32_t *q = lb_alloc((size_t)c->out / 8 * 4);
+        lb_status s = (!v || !q) ? lb_set_error(LB_ERR_NOMEM, "out of memory")
+                                 : LB_OK;
+        for (int64_t r = 0; r < c->n && s == LB_OK; r++) {
+            for (int64_t o = 0; o < c->out; o++)
+                v[o] = qw ? lb_gptq_linear_code(&l, o, r)
+                          : lb_gptq_linear_zero(&l, r, o);
+            s = lb_awq_pack(v, 1, c->out, q);
+            if (s == LB_OK) s = lb_st_sink_write(sink, q, (size_t)c->out / 2);
+        }
+        lb_free(v);
+        lb_free(q);
+        return s;
+    }
     if (c->kind == CONV_QZ_V1) {
         const int64_t cols = c->out / 32 * c->bits;
         lb_gptq_linear l = {.out_features = c->out, .bits = c->bits,
@@ -886,6 +965,33 @@ static lb_status add_quantized(assembly *a, const qz_module *q) {
             return lb_set_error(LB_ERR_INTERNAL, "quantize: %s missing from "
                                 "the layer state", nm);
     }
+    if (a->w->p->format == LB_GPTQ_FORMAT_AWQ) {
+        /* AutoAWQ GEMM (lowbit/gptq.h): qweight I32 [in, out/8], qzeros
+         * I32 [G, out/8], scales F16 [G, out], no g_idx */
+        const char *m0 = keep_name(a, "%s.%s", q->name, "qweight");
+        const char *m1 = keep_name(a, "%s.%s", q->name, "qzeros");
+        const char *m2 = keep_name(a, "%s.%s", q->name, "scales");
+        if (!m0 || !m1 || !m2)
+            return lb_set_error(LB_ERR_INTERNAL, "quantize: name table full");
+        if (q->bits != 4 || q->out % 8)
+            return lb_set_error(LB_ERR_INTERNAL, "quantize: %s is not 4-bit",
+                                q->name);
+        const int64_t G = t[1]->shape[0];
+        int64_t sh[2] = {q->in, q->out / 8};
+        LB_TRY(add_conv(a, m0, LB_TYPE_I32, 2, sh,
+                        (conv){.kind = CONV_AWQ_QW, .src = t[0]->data,
+                               .n = q->in, .out = q->out, .in = q->in,
+                               .bits = 4, .module = q->name}));
+        sh[0] = G;
+        LB_TRY(add_conv(a, m1, LB_TYPE_I32, 2, sh,
+                        (conv){.kind = CONV_AWQ_QZ, .src = t[1]->data,
+                               .n = G, .out = q->out, .in = q->in, .bits = 4,
+                               .module = q->name}));
+        return add_conv(a, m2, LB_TYPE_F16, 2, t[2]->shape,
+                        (conv){.kind = CONV_TO_F16, .src = t[2]->data,
+                               .src_type = LB_TYPE_F32,
+                               .n = t[2]->shape[0] * t[2]->shape[1]});
+    }
     const char *n0 = keep_name(a, "%s.%s", q->name, "qweight");
     const char *n1 = keep_name(a, "%s.%s", q->name, "qzeros");
     const char *n2 = keep_name(a, "%s.%s", q->name, "scales");
@@ -960,6 +1066,23 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     bool head_done = false;
     for (size_t i = 0; i < nt && s == LB_OK; i++) {
         const lb_tensor *t = lb_st_tensor_at(a.src, i);
+        /* a dense tensor the method changed (AWQ's scaled norms and v
+         * bias): its layer state holds the float32 values to write */
+        int ly = -1;
+        if (sscanf(t->name, "model.layers.%d.", &ly) == 1 && ly >= 0 &&
+            ly < w->n_layers && a.lst[ly]) {
+            const lb_tensor *o = lb_st_find(a.lst[ly], t->name);
+            if (o) {
+                if (o->type != LB_TYPE_F32 || o->n_dims != t->n_dims ||
+                    lb_tensor_nelements(o) != lb_tensor_nelements(t)) {
+                    s = lb_set_error(LB_ERR_FORMAT, "%s: layer state tensor "
+                                     "'%s' does not match the source",
+                                     w->tmp, t->name);
+                    break;
+                }
+                t = o;
+            }
+        }
         char prefix[200];
         snprintf(prefix, sizeof prefix, "%s", t->name);
         const qz_module *q = NULL;
@@ -1002,6 +1125,54 @@ done:
     free(a.names);
     lb_st_close(a.src);
     return s;
+}
+
+/* Modules the rules keep dense, as AutoAWQ's modules_to_not_convert (full
+ * module names). */
+static cJSON *not_converted(const qwriter *w) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < w->n_mods; i++)
+        if (!w->mods[i].quantize && w->mods[i].which != QZ_LM_HEAD)
+            cJSON_AddItemToArray(a, cJSON_CreateString(w->mods[i].name));
+    return a;
+}
+
+/* AWQ GEMM quantization_config (transformers' AwqConfig keys, as AutoAWQ's
+ * to_transformers_dict) or, for_file, quant_config.json (AutoAWQ's
+ * AwqConfig.to_dict: zero_point, q_group_size, w_bit, version "GEMM"). */
+static cJSON *awq_config_json(const qwriter *w, const lb_calib *cal,
+                              bool for_file) {
+    const lb_quantize_params *p = w->p;
+    cJSON *q = cJSON_CreateObject();
+    if (for_file) {
+        cJSON_AddBoolToObject(q, "zero_point", !p->sym);
+        cJSON_AddNumberToObject(q, "q_group_size", p->group_size);
+        cJSON_AddNumberToObject(q, "w_bit", p->bits);
+        cJSON_AddStringToObject(q, "version", "GEMM");
+        cJSON_AddItemToObject(q, "modules_to_not_convert", not_converted(w));
+        return q;
+    }
+    cJSON_AddStringToObject(q, "quant_method", "awq");
+    cJSON_AddStringToObject(q, "version", "gemm");
+    cJSON_AddNumberToObject(q, "bits", p->bits);
+    cJSON_AddNumberToObject(q, "group_size", p->group_size);
+    cJSON_AddBoolToObject(q, "zero_point", !p->sym);
+    cJSON_AddItemToObject(q, "modules_to_not_convert", not_converted(w));
+    cJSON *m = cJSON_AddObjectToObject(q, "meta");
+    cJSON_AddStringToObject(m, "quantizer", QUANTIZER);
+    cJSON_AddStringToObject(m, "method", qz_method_name(p->method));
+    cJSON_AddBoolToObject(m, "sym", p->sym);
+    if (p->method == LB_QUANT_AWQ)
+        cJSON_AddBoolToObject(m, "awq_clip", !p->awq_no_clip);
+    else
+        cJSON_AddNumberToObject(m, "damp_percent", p->damp_percent);
+    if (cal) {
+        cJSON *c = cJSON_AddObjectToObject(m, "calibration");
+        cJSON_AddNumberToObject(c, "nsamples", (double)cal->nsamples);
+        cJSON_AddNumberToObject(c, "seqlen", (double)cal->seqlen);
+        cJSON_AddNumberToObject(c, "seed", (double)p->calib_seed);
+    }
+    return q;
 }
 
 /* quantization_config (also the body of quantize_config.json). */
@@ -1057,8 +1228,9 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     }
     cJSON *m = cJSON_AddObjectToObject(q, "meta");
     cJSON_AddStringToObject(m, "quantizer", QUANTIZER);
-    cJSON_AddStringToObject(m, "method",
-                            p->method == LB_QUANT_RTN ? "rtn" : "gptq");
+    cJSON_AddStringToObject(m, "method", qz_method_name(p->method));
+    if (p->method == LB_QUANT_AWQ)
+        cJSON_AddBoolToObject(m, "awq_clip", !p->awq_no_clip);
     cJSON_AddNumberToObject(m, "damp_percent", p->damp_percent);
     cJSON_AddNumberToObject(m, "damp_auto_increment", p->damp_auto_increment);
     cJSON_AddBoolToObject(m, "static_groups", p->static_groups);
@@ -1066,7 +1238,7 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     cJSON_AddNumberToObject(m, "mse", p->mse ? p->mse_norm : 0.0);
     if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
         cJSON_AddStringToObject(m, "profile", "vllm-w4a8");
-    if (p->method == LB_QUANT_GPTQ && cal) {
+    if (p->method != LB_QUANT_RTN && cal) {
         cJSON *c = cJSON_AddObjectToObject(m, "calibration");
         cJSON_AddNumberToObject(c, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(c, "seqlen", (double)cal->seqlen);
@@ -1088,7 +1260,9 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
     if (s == LB_OK) {
         cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
         cJSON_AddItemToObject(cfg, "quantization_config",
-                              qconfig_json(w->p, cal, false));
+                              w->p->format == LB_GPTQ_FORMAT_AWQ
+                                  ? awq_config_json(w, cal, false)
+                                  : qconfig_json(w->p, cal, false));
         if (untie) {
             cJSON_DeleteItemFromObjectCaseSensitive(cfg,
                                                     "tie_word_embeddings");
@@ -1097,8 +1271,11 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         s = write_json(w->tmp, "config.json", cfg);
     }
     if (s == LB_OK) {
-        cJSON *q = qconfig_json(w->p, cal, true);
-        s = write_json(w->tmp, "quantize_config.json", q);
+        const bool awq = w->p->format == LB_GPTQ_FORMAT_AWQ;
+        cJSON *q = awq ? awq_config_json(w, cal, true)
+                       : qconfig_json(w->p, cal, true);
+        s = write_json(w->tmp, awq ? "quant_config.json"
+                                   : "quantize_config.json", q);
         cJSON_Delete(q);
     }
     cJSON_Delete(cfg);
@@ -1351,6 +1528,31 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                                  mods[i].group_size, mods[i].name);
         }
     }
+    if (s == LB_OK && p.format == LB_GPTQ_FORMAT_AWQ) {
+        /* the AWQ GEMM config has one bits/group_size/zero_point for all
+         * modules, and groups must divide in_features */
+        for (int i = 0; i < n_mods && s == LB_OK; i++) {
+            const qz_module *q = &mods[i];
+            if (!q->quantize) continue;
+            if (q->bits != p.bits || q->group_size != p.group_size ||
+                q->sym != p.sym)
+                s = lb_set_error(LB_ERR_INVALID_ARG,
+                                 "%s: the AWQ checkpoint layout has one "
+                                 "bits/group_size/zero_point for every module "
+                                 "(module rules may only skip); use "
+                                 "--checkpoint-format gptq_v2 for mixed "
+                                 "settings", q->name);
+            else if (q->group_size > 0 && q->in % q->group_size)
+                s = lb_set_error(LB_ERR_INVALID_ARG,
+                                 "%s: in_features %lld is not a multiple of "
+                                 "group_size %d, which the AWQ GEMM layout "
+                                 "cannot hold", q->name, (long long)q->in,
+                                 q->group_size);
+            else if (q->which == QZ_LM_HEAD)
+                s = lb_set_error(LB_ERR_INVALID_ARG, "lm_head: AWQ "
+                                 "checkpoints keep lm_head dense");
+        }
+    }
     if (s == LB_OK) {
         settings = settings_json(&p, model_dir, calib);
         if (!settings) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
@@ -1386,9 +1588,12 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                         .module_done = w_module_done,
                         .layer_cached = w_layer_cached,
                         .layer_done = w_layer_done,
+                        .tensor_done = w_tensor_done,
+                        .cached_tensor = w_cached_tensor,
                         .keep_in_model = false};
         s = qz_run(m, &p, calib, mods, n_mods, &sink, rep);
         for (int i = 0; i < w.n_pend; i++) pend_free(&w.pend[i]);
+        dense_free(&w);
     }
     const double t_quant = rep->seconds;
     double t0 = lb_time_s();
