@@ -350,11 +350,14 @@ static lb_status w_layer_done(void *user, int layer) {
     layer_path(w, layer, path, sizeof path);
     lb_st_writer *sw = NULL;
     lb_status s = lb_st_writer_create(&sw);
-    for (int i = 0; i < w->n_dense && s == LB_OK; i++)
+    uint64_t sum = 0; /* over every tensor of the file, as verify_layer_file */
+    for (int i = 0; i < w->n_dense && s == LB_OK; i++) {
         s = lb_st_writer_add(sw, w->dense_name[i], LB_TYPE_F32, 1,
                              &w->dense_n[i], w->dense[i]);
+        sum += tensor_sum(w->dense_name[i], LB_TYPE_F32, 1, &w->dense_n[i], w->dense[i],
+                          (size_t)w->dense_n[i] * sizeof(float));
+    }
     cJSON *arr = cJSON_CreateArray();
-    uint64_t sum = 0;
     for (int i = 0; i < w->n_pend && s == LB_OK; i++) {
         pend_mod *m = &w->pend[i];
         const qz_module *q = m->mod;
