@@ -103,7 +103,14 @@ typedef enum lb_quant_method {
     LB_QUANT_AWQ = 2,
     /* AWQ's scales folded (no clip search), then GPTQ on the scaled
      * weights (llm-compressor's AWQ + GPTQ recipe) */
-    LB_QUANT_AWQ_GPTQ = 3
+    LB_QUANT_AWQ_GPTQ = 3,
+    /* GPTAQ (Li et al. 2025, GPTQModel's gptaq.py): GPTQ on the Hessian of
+     * the replayed inputs X~ plus the asymmetric term built from the
+     * native-minus-replayed cross statistics (X - X~) X~^T, so the
+     * quantized module's output on X~ approaches the full-precision
+     * module's on the native X (gptaq_alpha). Written as a plain GPTQ
+     * checkpoint. */
+    LB_QUANT_GPTAQ = 4
 } lb_quant_method;
 
 typedef enum lb_quant_profile {
@@ -155,6 +162,12 @@ typedef struct lb_quantize_params {
     bool force;               /* replace a non-empty OUT_DIR               */
     bool write_report;        /* OUT_DIR/quantize_report.json              */
     uint64_t calib_seed;      /* recorded in the config's meta only        */
+    double gptaq_alpha;       /* GPTAQ: weight of the asymmetric term
+                                 (0.25, GPTQModel's default)               */
+    bool qep;                 /* QEP (Arai and Ichikura 2025) before GPTQ
+                                 or RTN: W* = W + qep_alpha W (X - X~) X~^T
+                                 (X~ X~^T + damp)^-1 (--qep)               */
+    double qep_alpha;         /* 0.5 (the QEP paper's / qwix's default)    */
     bool awq_no_clip;         /* AWQ: skip the clip search (--no-clip)     */
     int64_t awq_min_tokens;   /* AWQ: fewer calibration tokens than this
                                  (0: 64) -> sparse coverage: no scale or

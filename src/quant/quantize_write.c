@@ -499,10 +499,13 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     cJSON_AddBoolToObject(j, "hessian_f64", p->hessian_f64);
     cJSON_AddBoolToObject(j, "act_f16", p->act_f16);
     cJSON_AddNumberToObject(j, "profile", p->profile);
+    if (p->method == LB_QUANT_GPTAQ)
+        cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
+    if (p->qep) cJSON_AddNumberToObject(j, "qep_alpha", p->qep_alpha);
     cJSON *r = cJSON_AddArrayToObject(j, "rules");
     for (int i = 0; i < p->n_rules; i++)
         cJSON_AddItemToArray(r, cJSON_CreateString(p->rules[i]));
-    if (p->method != LB_QUANT_RTN && cal && cal->ids) {
+    if ((p->method != LB_QUANT_RTN || p->qep) && cal && cal->ids) {
         cJSON_AddNumberToObject(j, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(j, "seqlen", (double)cal->seqlen);
         uint64_t h = fnv1a(cal->ids,
@@ -1053,6 +1056,12 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     cJSON_AddStringToObject(m, "method", qz_method_name(p->method));
     if (p->method == LB_QUANT_AWQ)
         cJSON_AddBoolToObject(m, "awq_clip", !p->awq_no_clip);
+    if (p->method == LB_QUANT_GPTAQ)
+        cJSON_AddNumberToObject(m, "gptaq_alpha", p->gptaq_alpha);
+    if (p->qep) {
+        cJSON_AddTrueToObject(m, "qep");
+        cJSON_AddNumberToObject(m, "qep_alpha", p->qep_alpha);
+    }
     cJSON_AddNumberToObject(m, "damp_percent", p->damp_percent);
     cJSON_AddNumberToObject(m, "damp_auto_increment", p->damp_auto_increment);
     cJSON_AddBoolToObject(m, "static_groups", p->static_groups);
@@ -1060,7 +1069,7 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     cJSON_AddNumberToObject(m, "mse", p->mse ? p->mse_norm : 0.0);
     if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
         cJSON_AddStringToObject(m, "profile", "vllm-w4a8");
-    if (p->method != LB_QUANT_RTN && cal) {
+    if ((p->method != LB_QUANT_RTN || p->qep) && cal) {
         cJSON *c = cJSON_AddObjectToObject(m, "calibration");
         cJSON_AddNumberToObject(c, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(c, "seqlen", (double)cal->seqlen);
