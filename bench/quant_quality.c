@@ -6,7 +6,10 @@
  * float32 scales) to a fresh copy of MODEL_DIR and evaluated with the full
  * perplexity protocol (every token of non-overlapping ctx-token windows).
  *
- *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY]
+ *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY] [rot]
+ *
+ * rot: the Hadamard rotation (lb_model_rotate_hadamard, seed 0) before
+ * every method.
  *
  * ONLY: a list of the method names to run (default all: "RTN", "GPTQ",
  * "GPTAQ", "GPTQ+QEP", "RTN+QEP",
@@ -117,7 +120,9 @@ int main(int argc, char **argv) {
                    {"AWQ+GPTQ", LB_QUANT_AWQ_GPTQ, false, false, false},
                    /* AutoAWQ's grid alone: no scale or clip search */
                    {"AWQ grid only", LB_QUANT_AWQ, false, true, false}};
-    const char *only = argc > 7 ? argv[7] : NULL; /* "RTN,AWQ grid only" */
+    const char *only = argc > 7 && *argv[7] ? argv[7] : NULL; /* "RTN,AWQ grid only" */
+    /* ROT "rot": every method after lb_model_rotate_hadamard (seed 0) */
+    const bool rot = argc > 8 && !strcmp(argv[8], "rot");
     static const int bits[] = {4, 3, 2};
     for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++)
         for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
@@ -131,6 +136,7 @@ int main(int argc, char **argv) {
             p.sym = false;
             p.awq_no_clip = methods[k].no_clip;
             p.qep = methods[k].qep;
+            if (rot) p.rotate = LB_ROTATE_HADAMARD;
             if (methods[k].plain) p.awq_min_tokens = INT64_MAX;
             p.n_threads = 2;
             lb_quantize_report rep;
@@ -142,7 +148,8 @@ int main(int argc, char **argv) {
                         lb_last_error());
                 return 1;
             }
-            printf("| %s | %d | %d | %.4f | %.3f | %.2f |\n", methods[k].name, bits[b], group,
+            printf("| %s%s | %d | %d | %.4f | %.3f | %.2f |\n", methods[k].name,
+                   rot ? " + rotation" : "", bits[b], group,
                    ppl_of(m, ids, n_ids, ctx), rep.bits_per_weight, dt);
             fflush(stdout);
             lb_quantize_report_free(&rep);

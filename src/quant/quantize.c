@@ -125,6 +125,10 @@ lb_status qz_effective_params(const lb_quantize_params *p,
     if (e->qep && !(isfinite(e->qep_alpha) && fabs(e->qep_alpha) <= 16.0))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: qep_alpha %g (a finite "
                             "weight, |alpha| <= 16)", who, e->qep_alpha);
+    if (e->rotate != LB_ROTATE_NONE && e->rotate != LB_ROTATE_HADAMARD)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown rotation kind "
+                            "%d (rotate: none or hadamard)", who,
+                            (int)e->rotate);
     if (e->mse && !(e->mse_norm > 0.0f && e->mse_norm < 100.0f))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: mse norm %g", who,
                             (double)e->mse_norm);
@@ -1381,6 +1385,8 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
     if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL model");
     lb_quantize_params e;
     LB_TRY(qz_effective_params(p, &e));
+    if (e.rotate == LB_ROTATE_HADAMARD)
+        LB_TRY(lb_model_rotate_hadamard(m, e.rotate_seed));
     qz_rule *rules = NULL;
     LB_TRY(qz_rules_parse(e.rules, e.n_rules, &rules));
     qz_module *mods = NULL;

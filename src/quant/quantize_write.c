@@ -1293,6 +1293,11 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL path");
     lb_quantize_params p;
     LB_TRY(qz_effective_params(p_in, &p));
+    if (p.rotate != LB_ROTATE_NONE)
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "quantize: rotate: rotated checkpoints are not "
+                            "written yet (the rotation runs in memory: "
+                            "lb_quantize_model_inplace)");
     /* refuse early: do not spend hours to fail at the rename */
     struct stat st;
     if (lstat(out_dir, &st) == 0 &&
