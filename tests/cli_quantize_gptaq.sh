@@ -5,7 +5,8 @@
 # GPTAQ and GPTQ+QEP below GPTQ (4-bit g128 asym) through `lowbit ppl` on
 # the reloaded checkpoints, RTN+QEP below RTN, the direct GGUF export of a
 # QEP checkpoint (every linear on the direct route) and llama.cpp-free
-# `lowbit ppl` on it, usage errors, nothing left by a refused run.
+# `lowbit ppl` on it, usage errors (also --rotate / --rotate-seed; rotated
+# checkpoints are refused for now), nothing left by a refused run.
 set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 SHARED=${LB_SHARED:-../shared}
@@ -60,4 +61,16 @@ for args in "--method awq --qep" "--method gptaq --qep" "--method gptq --gptaq-a
   grep -q -- "--qep\|--gptaq-alpha\|--qep-alpha" "$T/bad.out" || fail "message for $args: $(cat "$T/bad.out")"
   [ ! -e "$T/bad" ] || fail "output left by: $args"
 done
+# rotation: bad kind / seed are usage errors naming the key; a rotated
+# checkpoint is refused (not written yet) and leaves nothing
+for args in "--rotate foo" "--rotate hadamard --rotate-seed 12x" "--rotate hadamard --rotate-seed -1" \
+            "--rotate-seed 3"; do
+  # shellcheck disable=SC2086
+  if "$LOWBIT" --quiet quantize "$M" -o "$T/bad" --method rtn $args >"$T/bad.out" 2>&1; then fail "accepted: $args"; fi
+  grep -q -- "--rotate" "$T/bad.out" || fail "message for $args: $(cat "$T/bad.out")"
+  [ ! -e "$T/bad" ] || fail "output left by: $args"
+done
+if "$LOWBIT" --quiet quantize "$M" -o "$T/bad" --method rtn --rotate hadamard >"$T/bad.out" 2>&1; then fail "rotated checkpoint written"; fi
+grep -q "rotate" "$T/bad.out" || fail "rotate message: $(cat "$T/bad.out")"
+[ ! -e "$T/bad" ] || fail "output left by --rotate hadamard"
 echo "ok"

@@ -32,6 +32,10 @@ static void usage(FILE *fp) {
         "  --gptaq-alpha A         weight of GPTAQ's term (default 0.25)\n"
         "  --qep                   QEP weight correction before GPTQ or RTN\n"
         "  --qep-alpha A           QEP's correction factor (default 0.5)\n"
+        "  --rotate hadamard|none  Hadamard rotation of the residual stream "
+        "(checkpoints\n"
+        "                          are not written yet: refused)\n"
+        "  --rotate-seed S         random signs of the rotation (default 0)\n"
         "  --bits 2|3|4|8          (default 4)\n"
         "  --group-size N          -1 (per row), 32, 64, 128 ... (default "
         "128)\n"
@@ -154,7 +158,8 @@ int cmd_quantize(int argc, char **argv) {
     long nsamples = 128, seqlen = 0, threads = 0;
     unsigned long long seed = 0;
     bool write_report = false;
-    bool sym_given = false, gptaq_alpha_given = false, qep_alpha_given = false;
+    bool sym_given = false, gptaq_alpha_given = false, qep_alpha_given = false,
+         rotate_seed_given = false;
     int rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -217,6 +222,29 @@ int cmd_quantize(int argc, char **argv) {
             if (!cli_parse_float(cmd, a, v, -16.0, 16.0, &dv)) goto out;
             p.gptaq_alpha = dv;
             gptaq_alpha_given = true;
+        } else if (!strcmp(a, "--rotate")) {
+            VALUE();
+            if (!strcmp(v, "hadamard"))
+                p.rotate = LB_ROTATE_HADAMARD;
+            else if (!strcmp(v, "none"))
+                p.rotate = LB_ROTATE_NONE;
+            else {
+                cli_usage_error(cmd, "--rotate: unknown rotation kind '%s' "
+                                "(hadamard or none)", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--rotate-seed")) {
+            VALUE();
+            char *end = NULL;
+            errno = 0;
+            unsigned long long sv = strtoull(v, &end, 0);
+            if (!*v || *v == '-' || !end || *end || errno) {
+                cli_usage_error(cmd, "--rotate-seed: '%s' is not an unsigned "
+                                "64-bit integer", v);
+                goto out;
+            }
+            p.rotate_seed = (uint64_t)sv;
+            rotate_seed_given = true;
         } else if (!strcmp(a, "--qep")) {
             p.qep = true;
         } else if (!strcmp(a, "--qep-alpha")) {
@@ -342,6 +370,10 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (gptaq_alpha_given && p.method != LB_QUANT_GPTAQ) {
         cli_usage_error(cmd, "--gptaq-alpha is an option of --method gptaq");
+        goto out;
+    }
+    if (rotate_seed_given && p.rotate == LB_ROTATE_NONE) {
+        cli_usage_error(cmd, "--rotate-seed needs --rotate hadamard");
         goto out;
     }
     if (qep_alpha_given && !p.qep) {
