@@ -164,6 +164,10 @@ typedef struct qwriter {
     int n_mods, n_layers;
     pend_mod pend[LB_LINEAR_COUNT];
     int n_pend;
+    /* rotated checkpoints (p->rotate): the rotated embeddings and lm_head
+     * (F32 [V, hidden]), a row of ones for the folded norms, the order */
+    float *rot_embed, *rot_head, *rot_ones;
+    int64_t rot_shape[2], rot_order;
     /* dense tensors the method changed in this layer (AWQ) */
     char dense_name[3][160];
     float *dense[3];
@@ -502,6 +506,12 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     if (p->method == LB_QUANT_GPTAQ)
         cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
     if (p->qep) cJSON_AddNumberToObject(j, "qep_alpha", p->qep_alpha);
+    if (p->rotate) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->rotate_seed);
+        cJSON_AddNumberToObject(j, "rotate", p->rotate);
+        cJSON_AddStringToObject(j, "rotate_seed", seed);
+    }
     cJSON *r = cJSON_AddArrayToObject(j, "rules");
     for (int i = 0; i < p->n_rules; i++)
         cJSON_AddItemToArray(r, cJSON_CreateString(p->rules[i]));
@@ -926,6 +936,21 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
                          (conv){.kind = CONV_TO_F16, .src = t->data,
                                 .src_type = t->type,
                                 .n = lb_tensor_nelements(t)});
+        } else if (w->rot_embed &&
+                   !strcmp(t->name, "model.embed_tokens.weight")) {
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 2, w->rot_shape,
+                                 w->rot_embed);
+        } else if (w->rot_embed && !strcmp(t->name, "lm_head.weight")) {
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 2, w->rot_shape,
+                                 w->rot_head);
+            head_done = true;
+        } else if (w->rot_embed &&
+                   (ends_with(t->name, "input_layernorm.weight") ||
+                    ends_with(t->name, "post_attention_layernorm.weight") ||
+                    !strcmp(t->name, "model.norm.weight"))) {
+            const int64_t n1 = w->rot_order;
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 1, &n1,
+                                 w->rot_ones);
         } else if (profile && !strcmp(t->name, "model.embed_tokens.weight")) {
             s = add_embedding_from(&a, t, true);
         } else if (head && !strcmp(t->name, "lm_head.weight")) {
@@ -938,6 +963,13 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     /* tied checkpoints that store only the embedding: the quantized
      * lm_head was made from it */
     if (s == LB_OK && head && !head_done) s = add_quantized(&a, head);
+    /* rotated, tied source: the untied lm_head / embeddings it lacks */
+    if (s == LB_OK && w->rot_embed && !head_done)
+        s = lb_st_writer_add(a.sw, "lm_head.weight", LB_TYPE_F32, 2,
+                             w->rot_shape, w->rot_head);
+    if (s == LB_OK && w->rot_embed && !has_embed)
+        s = lb_st_writer_add(a.sw, "model.embed_tokens.weight", LB_TYPE_F32,
+                             2, w->rot_shape, w->rot_embed);
     if (s == LB_OK)
         s = lb_st_writer_write_dir(a.sw, w->tmp, w->p->max_shard_bytes,
                                    n_shards);
@@ -1078,6 +1110,31 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     return q;
 }
 
+/* quantization_config.meta.rotation of a rotated checkpoint (read back by
+ * lb_gptq_qconfig_parse): what was folded and rotated and how to rebuild
+ * Q; "online" lists the transforms a reader must apply at run time (none:
+ * R1 is folded into the weights). */
+static void add_rotation_meta(cJSON *qc, const qwriter *w) {
+    if (!qc || !w->rot_order) return;
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "meta");
+    if (!m) m = cJSON_AddObjectToObject(qc, "meta");
+    cJSON *r = cJSON_AddObjectToObject(m, "rotation");
+    if (!r) return;
+    cJSON_AddStringToObject(r, "kind", "hadamard");
+    cJSON_AddNumberToObject(r, "order", (double)w->rot_order);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)w->p->rotate_seed);
+    cJSON_AddStringToObject(r, "seed", seed);
+    cJSON_AddStringToObject(r, "matrix", "sylvester_hadamard * diag(signs) "
+                            "/ sqrt(order); signs[c] = -1 where bit 63 of "
+                            "the c-th splitmix64(seed) draw is set");
+    cJSON_AddStringToObject(r, "residual", "x -> x Q: embed_tokens rows, "
+                            "q/k/v/gate/up/lm_head W Q, o/down Q^T W");
+    cJSON_AddStringToObject(r, "folded", "input_layernorm, "
+                            "post_attention_layernorm, model.norm (now ones)");
+    cJSON_AddArrayToObject(r, "online");
+}
+
 static lb_status write_configs(qwriter *w, const lb_calib *cal,
                                bool untie) {
     char *src = lb_path_join(w->model_dir, "config.json");
@@ -1090,10 +1147,11 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         s = lb_set_error(LB_ERR_FORMAT, "%s: not a JSON object", src);
     if (s == LB_OK) {
         cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
-        cJSON_AddItemToObject(cfg, "quantization_config",
-                              w->p->format == LB_GPTQ_FORMAT_AWQ
-                                  ? awq_config_json(w, cal, false)
-                                  : qconfig_json(w->p, cal, false));
+        cJSON *qc = w->p->format == LB_GPTQ_FORMAT_AWQ
+                        ? awq_config_json(w, cal, false)
+                        : qconfig_json(w->p, cal, false);
+        add_rotation_meta(qc, w);
+        cJSON_AddItemToObject(cfg, "quantization_config", qc);
         if (untie) {
             cJSON_DeleteItemFromObjectCaseSensitive(cfg,
                                                     "tie_word_embeddings");
@@ -1105,6 +1163,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         const bool awq = w->p->format == LB_GPTQ_FORMAT_AWQ;
         cJSON *q = awq ? awq_config_json(w, cal, true)
                        : qconfig_json(w->p, cal, true);
+        add_rotation_meta(q, w);
         s = write_json(w->tmp, awq ? "quant_config.json"
                                    : "quantize_config.json", q);
         cJSON_Delete(q);
@@ -1293,11 +1352,14 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL path");
     lb_quantize_params p;
     LB_TRY(qz_effective_params(p_in, &p));
-    if (p.rotate != LB_ROTATE_NONE)
+    if (p.rotate != LB_ROTATE_NONE &&
+        (p.format == LB_GPTQ_FORMAT_AWQ || p.lm_head ||
+         p.profile != LB_QUANT_PROFILE_NONE))
         return lb_set_error(LB_ERR_UNSUPPORTED,
-                            "quantize: rotate: rotated checkpoints are not "
-                            "written yet (the rotation runs in memory: "
-                            "lb_quantize_model_inplace)");
+                            "quantize: rotate: rotated checkpoints are "
+                            "written in the GPTQ layout with a dense lm_head "
+                            "(not with the AWQ layout, --lm-head or a "
+                            "profile)");
     /* refuse early: do not spend hours to fail at the rename */
     struct stat st;
     if (lstat(out_dir, &st) == 0 &&
@@ -1321,6 +1383,29 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         s = lb_set_error(LB_ERR_INVALID_ARG, "%s is already quantized",
                          model_dir);
     if (s == LB_OK) s = check_finite_weights(model_dir);
+    const bool src_tied = s == LB_OK && m->config.tie_word_embeddings;
+    if (s == LB_OK && p.rotate == LB_ROTATE_HADAMARD) {
+        s = lb_model_rotate_hadamard(m, p.rotate_seed);
+        /* keep what the assembly writes in place of the source's */
+        const int64_t V = m->tok_embd.shape[0], n = m->config.hidden_size;
+        const size_t nb = (size_t)(V * n) * sizeof(float);
+        if (s == LB_OK) {
+            w.rot_embed = lb_alloc(nb);
+            w.rot_head = lb_alloc(nb);
+            w.rot_ones = lb_alloc((size_t)n * sizeof(float));
+            if (!w.rot_embed || !w.rot_head || !w.rot_ones ||
+                m->output.shape[0] != V)
+                s = lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
+        }
+        if (s == LB_OK) {
+            memcpy(w.rot_embed, m->tok_embd.data, nb);
+            memcpy(w.rot_head, m->output.data, nb);
+            for (int64_t i = 0; i < n; i++) w.rot_ones[i] = 1.0f;
+            w.rot_shape[0] = V;
+            w.rot_shape[1] = n;
+            w.rot_order = n;
+        }
+    }
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
     if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8) {
         for (int i = 0; i < n_mods && s == LB_OK; i++) {
@@ -1417,7 +1502,7 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     lb_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (s == LB_OK) {
-        untie = find_quantized(&w, "lm_head") && m->config.tie_word_embeddings;
+        untie = (find_quantized(&w, "lm_head") || w.rot_embed) && src_tied;
         s = lb_model_config_copy(&cfg, &m->config);
     }
     /* the source mapping is reopened by the assembly; free the model's */
@@ -1456,6 +1541,9 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
             rm_rf(w.tmp);
     }
     lb_model_free(m);
+    lb_free(w.rot_embed);
+    lb_free(w.rot_head);
+    lb_free(w.rot_ones);
     free(settings);
     free(mods);
     qz_rules_free(rules, p.n_rules);
