@@ -1,5 +1,6 @@
 #!/bin/sh
-# cli_gptaq_llamacpp — GPTAQ and GPTQ+QEP checkpoints of tinystories-656k
+# cli_gptaq_llamacpp — GPTAQ, GPTQ+QEP and rotated GPTAQ checkpoints of
+# tinystories-656k
 # (4-bit g128 asym, reference calibration ids; plain GPTQ layout) exported
 # with `lowbit export --mode direct` run in llama.cpp: llama-perplexity
 # (refenv, llama.cpp 0.7.0) on the TinyStories validation head at -c 256 is
@@ -19,8 +20,12 @@ T=$(mktemp -d "$PWD/.cli_gptaq_llamacpp.XXXXXX")   # visible inside the chroot
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-for v in gptaq qep; do
-  if [ $v = gptaq ]; then args="--method gptaq"; else args="--method gptq --qep"; fi
+for v in gptaq qep rot; do
+  case $v in
+    gptaq) args="--method gptaq" ;;
+    qep) args="--method gptq --qep" ;;
+    *) args="--method gptaq --rotate hadamard" ;;
+  esac
   # shellcheck disable=SC2086
   "$LOWBIT" --quiet quantize "$M" -o "$T/$v" $args --asym --calib-ids "$CAL" --seqlen 128 -t 2 >/dev/null \
     || fail "quantize $args"

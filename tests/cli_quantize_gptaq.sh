@@ -5,8 +5,9 @@
 # GPTAQ and GPTQ+QEP below GPTQ (4-bit g128 asym) through `lowbit ppl` on
 # the reloaded checkpoints, RTN+QEP below RTN, the direct GGUF export of a
 # QEP checkpoint (every linear on the direct route) and llama.cpp-free
-# `lowbit ppl` on it, usage errors (also --rotate / --rotate-seed; rotated
-# checkpoints are refused for now), nothing left by a refused run.
+# `lowbit ppl` on it, usage errors (also --rotate / --rotate-seed), a
+# rotated GPTAQ checkpoint (meta.rotation, reload, direct plan) and bad
+# rotation metadata naming the key, nothing left by a refused run.
 set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 SHARED=${LB_SHARED:-../shared}
@@ -70,7 +71,31 @@ for args in "--rotate foo" "--rotate hadamard --rotate-seed 12x" "--rotate hadam
   grep -q -- "--rotate" "$T/bad.out" || fail "message for $args: $(cat "$T/bad.out")"
   [ ! -e "$T/bad" ] || fail "output left by: $args"
 done
-if "$LOWBIT" --quiet quantize "$M" -o "$T/bad" --method rtn --rotate hadamard >"$T/bad.out" 2>&1; then fail "rotated checkpoint written"; fi
-grep -q "rotate" "$T/bad.out" || fail "rotate message: $(cat "$T/bad.out")"
-[ ! -e "$T/bad" ] || fail "output left by --rotate hadamard"
+# a rotated GPTAQ checkpoint: meta.rotation, untied, reloads below the
+# unrotated GPTAQ; every linear exports directly; bad rotation metadata
+# fails naming the key
+q rot --method gptaq --rotate hadamard --rotate-seed 0
+python3 - "$T/rot/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); r = c["quantization_config"]["meta"]["rotation"]
+assert c["tie_word_embeddings"] is False, c
+assert r["kind"] == "hadamard" and r["order"] == 128 and r["seed"] == "0" and r["online"] == [], r
+PY
+P_ROT=$(ppl "$T/rot")
+echo "ppl: GPTAQ + rotation $P_ROT (GPTAQ $P_A)"
+python3 -c "r=$P_ROT; a=$P_A; assert r < a and r < 40.45, (r, a)"
+"$LOWBIT" plan "$T/rot" >"$T/rplan.txt" || fail "plan rot"
+grep -q '14 direct, 0 mixed, 0 fallback' "$T/rplan.txt" || fail "rotated plan: $(cat "$T/rplan.txt")"
+for edit in "r['order']=64:meta.rotation.order" "r['kind']='givens':meta.rotation.kind" \
+            "r['online']=['down_proj']:meta.rotation.online"; do
+  rm -rf "$T/rbad"; cp -r "$T/rot" "$T/rbad"
+  python3 - "$T/rbad/config.json" "${edit%%:*}" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); r = c["quantization_config"]["meta"]["rotation"]
+exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+PY
+  if "$LOWBIT" --quiet ppl "$T/rbad" --ids "$IDS" --ctx 256 >"$T/rbad.out" 2>&1; then fail "ran with ${edit%%:*}"; fi
+  grep -q "${edit#*:}" "$T/rbad.out" || fail "message for ${edit%%:*}: $(cat "$T/rbad.out")"
+  if "$LOWBIT" plan "$T/rbad" >"$T/rbad.out" 2>&1; then fail "plan with ${edit%%:*}"; fi
+done
 echo "ok"
