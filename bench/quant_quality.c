@@ -1,13 +1,18 @@
 /*
- * quant_quality — the quality table of docs/quantize.md: RTN, GPTQ, AWQ,
+ * quant_quality — the quality table of docs/quantize.md: RTN, GPTQ, GPTAQ,
+ * GPTQ+QEP, RTN+QEP, AWQ,
  * AWQ without clipping and AWQ-then-GPTQ at 4, 3 and 2 bits (group 128,
  * zero points), each applied in memory (lb_quantize_model_inplace,
  * float32 scales) to a fresh copy of MODEL_DIR and evaluated with the full
  * perplexity protocol (every token of non-overlapping ctx-token windows).
  *
- *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY]
+ *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY] [rot]
+ *
+ * rot: the Hadamard rotation (lb_model_rotate_hadamard, seed 0) before
+ * every method.
  *
  * ONLY: a list of the method names to run (default all: "RTN", "GPTQ",
+ * "GPTAQ", "GPTQ+QEP", "RTN+QEP",
  * "AWQ", "AWQ --no-clip", "AWQ+GPTQ", "AWQ grid only" — AWQ with the scale
  * and clip searches off, AutoAWQ's grid alone).
  *
@@ -104,15 +109,20 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         lb_quant_method method;
-        bool no_clip, plain;
-    } methods[] = {{"RTN", LB_QUANT_RTN, false, false},
-                   {"GPTQ", LB_QUANT_GPTQ, false, false},
-                   {"AWQ", LB_QUANT_AWQ, false, false},
-                   {"AWQ --no-clip", LB_QUANT_AWQ, true, false},
-                   {"AWQ+GPTQ", LB_QUANT_AWQ_GPTQ, false, false},
+        bool no_clip, plain, qep;
+    } methods[] = {{"RTN", LB_QUANT_RTN, false, false, false},
+                   {"GPTQ", LB_QUANT_GPTQ, false, false, false},
+                   {"GPTAQ", LB_QUANT_GPTAQ, false, false, false},
+                   {"GPTQ+QEP", LB_QUANT_GPTQ, false, false, true},
+                   {"RTN+QEP", LB_QUANT_RTN, false, false, true},
+                   {"AWQ", LB_QUANT_AWQ, false, false, false},
+                   {"AWQ --no-clip", LB_QUANT_AWQ, true, false, false},
+                   {"AWQ+GPTQ", LB_QUANT_AWQ_GPTQ, false, false, false},
                    /* AutoAWQ's grid alone: no scale or clip search */
-                   {"AWQ grid only", LB_QUANT_AWQ, false, true}};
-    const char *only = argc > 7 ? argv[7] : NULL; /* "RTN,AWQ grid only" */
+                   {"AWQ grid only", LB_QUANT_AWQ, false, true, false}};
+    const char *only = argc > 7 && *argv[7] ? argv[7] : NULL; /* "RTN,AWQ grid only" */
+    /* ROT "rot": every method after lb_model_rotate_hadamard (seed 0) */
+    const bool rot = argc > 8 && !strcmp(argv[8], "rot");
     static const int bits[] = {4, 3, 2};
     for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++)
         for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
@@ -125,6 +135,8 @@ int main(int argc, char **argv) {
             p.group_size = group;
             p.sym = false;
             p.awq_no_clip = methods[k].no_clip;
+            p.qep = methods[k].qep;
+            if (rot) p.rotate = LB_ROTATE_HADAMARD;
             if (methods[k].plain) p.awq_min_tokens = INT64_MAX;
             p.n_threads = 2;
             lb_quantize_report rep;
@@ -136,7 +148,8 @@ int main(int argc, char **argv) {
                         lb_last_error());
                 return 1;
             }
-            printf("| %s | %d | %d | %.4f | %.3f | %.2f |\n", methods[k].name, bits[b], group,
+            printf("| %s%s | %d | %d | %.4f | %.3f | %.2f |\n", methods[k].name,
+                   rot ? " + rotation" : "", bits[b], group,
                    ppl_of(m, ids, n_ids, ctx), rep.bits_per_weight, dt);
             fflush(stdout);
             lb_quantize_report_free(&rep);

@@ -29,6 +29,16 @@ static void usage(FILE *fp) {
         "                          search, asym unless --sym; awq-gptq: AWQ "
         "scales, then GPTQ)\n"
         "  --no-clip               AWQ without the clip search\n"
+        "  --method gptaq          GPTAQ: GPTQ plus the asymmetric term from "
+        "the native\n"
+        "                          minus replayed inputs (plain GPTQ "
+        "checkpoint)\n"
+        "  --gptaq-alpha A         weight of GPTAQ's term (default 0.25)\n"
+        "  --qep                   QEP weight correction before GPTQ or RTN\n"
+        "  --qep-alpha A           QEP's correction factor (default 0.5)\n"
+        "  --rotate hadamard|none  fold the norms, rotate the residual "
+        "stream (QuaRot R1)\n"
+        "  --rotate-seed S         random signs of the rotation (default 0)\n"
         "  --method fp8 / nf4|fp4|int8  calibration-free (FP8, bitsandbytes):\n"
         "                          see lowbit quantize --method fp8 -h / --method nf4 -h\n"
         "  --bits 2|3|4|8          (default 4)\n"
@@ -159,7 +169,8 @@ int cmd_quantize(int argc, char **argv) {
     long nsamples = 128, seqlen = 0, threads = 0, eora_rank = 0;
     unsigned long long seed = 0;
     bool write_report = false;
-    bool sym_given = false;
+    bool sym_given = false, gptaq_alpha_given = false, qep_alpha_given = false,
+         rotate_seed_given = false;
     int rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -186,9 +197,11 @@ int cmd_quantize(int argc, char **argv) {
                 p.method = LB_QUANT_AWQ;
             else if (!strcmp(v, "awq-gptq"))
                 p.method = LB_QUANT_AWQ_GPTQ;
+            else if (!strcmp(v, "gptaq"))
+                p.method = LB_QUANT_GPTAQ;
             else {
-                cli_usage_error(cmd, "--method: rtn, gptq, awq or awq-gptq, "
-                                "got '%s'", v);
+                cli_usage_error(cmd, "--method: rtn, gptq, gptaq, awq or "
+                                "awq-gptq, got '%s'", v);
                 goto out;
             }
         } else if (!strcmp(a, "--bits")) {
@@ -215,6 +228,41 @@ int cmd_quantize(int argc, char **argv) {
             sym_given = true;
         } else if (!strcmp(a, "--no-clip")) {
             p.awq_no_clip = true;
+        } else if (!strcmp(a, "--gptaq-alpha")) {
+            VALUE();
+            if (!cli_parse_float(cmd, a, v, -16.0, 16.0, &dv)) goto out;
+            p.gptaq_alpha = dv;
+            gptaq_alpha_given = true;
+        } else if (!strcmp(a, "--rotate")) {
+            VALUE();
+            if (!strcmp(v, "hadamard"))
+                p.rotate = LB_ROTATE_HADAMARD;
+            else if (!strcmp(v, "none"))
+                p.rotate = LB_ROTATE_NONE;
+            else {
+                cli_usage_error(cmd, "--rotate: unknown rotation kind '%s' "
+                                "(hadamard or none)", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--rotate-seed")) {
+            VALUE();
+            char *end = NULL;
+            errno = 0;
+            unsigned long long sv = strtoull(v, &end, 0);
+            if (!*v || *v == '-' || !end || *end || errno) {
+                cli_usage_error(cmd, "--rotate-seed: '%s' is not an unsigned "
+                                "64-bit integer", v);
+                goto out;
+            }
+            p.rotate_seed = (uint64_t)sv;
+            rotate_seed_given = true;
+        } else if (!strcmp(a, "--qep")) {
+            p.qep = true;
+        } else if (!strcmp(a, "--qep-alpha")) {
+            VALUE();
+            if (!cli_parse_float(cmd, a, v, -16.0, 16.0, &dv)) goto out;
+            p.qep_alpha = dv;
+            qep_alpha_given = true;
         } else if (!strcmp(a, "--desc-act")) {
             p.desc_act = true;
         } else if (!strcmp(a, "--static-groups")) {
@@ -334,9 +382,28 @@ int cmd_quantize(int argc, char **argv) {
         cli_usage_error(cmd, "--no-clip is an option of --method awq");
         goto out;
     }
+    if (gptaq_alpha_given && p.method != LB_QUANT_GPTAQ) {
+        cli_usage_error(cmd, "--gptaq-alpha is an option of --method gptaq");
+        goto out;
+    }
+    if (rotate_seed_given && p.rotate == LB_ROTATE_NONE) {
+        cli_usage_error(cmd, "--rotate-seed needs --rotate hadamard");
+        goto out;
+    }
+    if (qep_alpha_given && !p.qep) {
+        cli_usage_error(cmd, "--qep-alpha needs --qep");
+        goto out;
+    }
+    if (p.qep && p.method != LB_QUANT_GPTQ && p.method != LB_QUANT_RTN) {
+        cli_usage_error(cmd, "--qep goes with --method gptq or rtn");
+        goto out;
+    }
     /* calibrated methods (named gptq below, as they share its inputs) */
-    const bool gptq = p.method != LB_QUANT_RTN;
-    const char *method_name = p.method == LB_QUANT_RTN    ? "rtn"
+    const bool gptq = p.method != LB_QUANT_RTN || p.qep;
+    const char *method_name = p.qep && p.method == LB_QUANT_RTN ? "rtn+qep"
+                              : p.qep                   ? "gptq+qep"
+                              : p.method == LB_QUANT_RTN    ? "rtn"
+                              : p.method == LB_QUANT_GPTAQ  ? "gptaq"
                               : p.method == LB_QUANT_GPTQ ? "gptq"
                               : p.method == LB_QUANT_AWQ  ? "awq"
                                                           : "awq+gptq";
@@ -347,7 +414,10 @@ int cmd_quantize(int argc, char **argv) {
     if (gptq && !calib.n && !calib_ids) {
         cli_usage_error(cmd, "%s needs calibration data: --calib FILE or "
                         "--calib-ids FILE.i32 (or use --method rtn)",
-                        p.method == LB_QUANT_GPTQ ? "GPTQ" : "AWQ");
+                        p.qep ? "QEP"
+                        : p.method == LB_QUANT_GPTQ  ? "GPTQ"
+                        : p.method == LB_QUANT_GPTAQ ? "GPTAQ"
+                                                     : "AWQ");
         goto out;
     }
     if (calib.n && calib_ids) {

@@ -79,6 +79,11 @@ typedef struct lb_gptq_qconfig {
     char quantizer[64];       /* meta.quantizer (first entry), "" if none */
     lb_gptq_dynamic_rule *dynamic; /* [n_dynamic], in file order          */
     int n_dynamic;
+    /* meta.rotation (lowbit's rotated checkpoints, docs/quantize.md): the
+     * Hadamard order (the model's hidden_size), 0 when not rotated. Kind
+     * "hadamard" only; a non-empty "online" list (transforms the reader
+     * would have to apply) is LB_ERR_UNSUPPORTED. */
+    int64_t rotation_order;
 } lb_gptq_qconfig;
 
 /* Parse a quantization_config object (config.json) or a

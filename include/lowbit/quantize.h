@@ -103,8 +103,26 @@ typedef enum lb_quant_method {
     LB_QUANT_AWQ = 2,
     /* AWQ's scales folded (no clip search), then GPTQ on the scaled
      * weights (llm-compressor's AWQ + GPTQ recipe) */
-    LB_QUANT_AWQ_GPTQ = 3
+    LB_QUANT_AWQ_GPTQ = 3,
+    /* GPTAQ (Li et al. 2025, GPTQModel's gptaq.py): GPTQ on the Hessian of
+     * the replayed inputs X~ plus the asymmetric term built from the
+     * native-minus-replayed cross statistics (X - X~) X~^T, so the
+     * quantized module's output on X~ approaches the full-precision
+     * module's on the native X (gptaq_alpha). Written as a plain GPTQ
+     * checkpoint. */
+    LB_QUANT_GPTAQ = 4
 } lb_quant_method;
+
+/* Rotation before quantization (--rotate). */
+typedef enum lb_rotate_kind {
+    LB_ROTATE_NONE = 0,
+    /* QuaRot/SpinQuant's R1: RMSNorm weights folded into the linears that
+     * read them, the residual stream rotated by a random orthogonal
+     * Hadamard matrix (lb_model_rotate_hadamard). In-memory quantization
+     * only for now (lb_quantize_model_inplace); lb_quantize_model refuses
+     * it (LB_ERR_UNSUPPORTED). */
+    LB_ROTATE_HADAMARD = 1
+} lb_rotate_kind;
 
 typedef enum lb_quant_profile {
     LB_QUANT_PROFILE_NONE = 0,
@@ -155,6 +173,14 @@ typedef struct lb_quantize_params {
     bool force;               /* replace a non-empty OUT_DIR               */
     bool write_report;        /* OUT_DIR/quantize_report.json              */
     uint64_t calib_seed;      /* recorded in the config's meta only        */
+    double gptaq_alpha;       /* GPTAQ: weight of the asymmetric term
+                                 (0.25, GPTQModel's default)               */
+    bool qep;                 /* QEP (Arai and Ichikura 2025) before GPTQ
+                                 or RTN: W* = W + qep_alpha W (X - X~) X~^T
+                                 (X~ X~^T + damp)^-1 (--qep)               */
+    double qep_alpha;         /* 0.5 (the QEP paper's / qwix's default)    */
+    lb_rotate_kind rotate;    /* LB_ROTATE_NONE                            */
+    uint64_t rotate_seed;     /* random signs of the Hadamard rotation (0) */
     bool awq_no_clip;         /* AWQ: skip the clip search (--no-clip)     */
     int64_t awq_min_tokens;   /* AWQ: fewer calibration tokens than this
                                  (0: 64) -> sparse coverage: no scale or
@@ -349,6 +375,21 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
 lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
                                     const lb_calib *calib,
                                     lb_quantize_report *rep);
+
+/* Rotate m's residual stream in memory (QuaRot/SpinQuant R1; the function
+ * is unchanged in exact arithmetic): every RMSNorm weight folded into the
+ * linears that read it (q/k/v, gate/up, lm_head: W[:, c] *= g[c]) and set
+ * to ones; Q = H diag(s) / sqrt(n) with H the Sylvester-Hadamard matrix of
+ * order n = hidden_size and s_c = -1 where bit 63 of the c-th splitmix64
+ * draw from `seed` is set; embedding rows and the readers' rows become
+ * x Q, the writers (o_proj, down_proj) Q^T W; tied embeddings are untied.
+ * Computed in double, stored F32 (the rotated tensors become F32).
+ * Qwen3's q_norm/k_norm and q/k/v biases are unchanged. No online
+ * transform is needed (QuaRot's R2/R4 are not applied).
+ * Errors: LB_ERR_UNSUPPORTED (hidden_size not a power of two, naming
+ * it), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
+ * the model may be partly rotated: free it. */
+lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed);
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,14 @@ lb_status ex_gptq_detect(ex_ctx *c) {
         free(q);
         return s;
     }
+    if (q->rotation_order && q->rotation_order != c->cfg.hidden_size) {
+        s = lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order %lld does "
+                         "not match hidden_size %d", label,
+                         (long long)q->rotation_order, c->cfg.hidden_size);
+        lb_gptq_qconfig_clear(q);
+        free(q);
+        return s;
+    }
     c->gptq = true;
     c->gptq_state = q;
     return LB_OK;

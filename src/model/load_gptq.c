@@ -369,6 +369,11 @@ lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
         free(p);
     }
     lb_safetensors *st = NULL;
+    if (s == LB_OK && qc.rotation_order &&
+        qc.rotation_order != cfg.hidden_size)
+        s = lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order %lld does "
+                         "not match hidden_size %d", label,
+                         (long long)qc.rotation_order, cfg.hidden_size);
     if (s == LB_OK) s = open_weights(dir, &st);
     if (s == LB_OK) s = lb_gptq_build_model(&cfg, &qc, st, true, dir, opts, out);
     lb_model_config_clear(&cfg);

@@ -222,7 +222,10 @@ typedef struct solve_ctx {
     int32_t maxq;
     float *Wp;               /* [out, in] */
     const float *U;          /* [in, in] row-major upper */
+    const float *P;          /* GPTAQ: [in, in] strictly upper, or NULL   */
     float *W1, *Err1;        /* [out, bs] */
+    float *W0;               /* GPTAQ: [out, bs] each column just before
+                                it was quantized                          */
     const float *T;          /* [out, in - i2_prev] pending update or NULL */
     int64_t T_col0;          /* first column of T                          */
     float *Loss;             /* [out, in] permuted order */
@@ -326,7 +329,15 @@ static void solve_rows(void *p, int ith, int nth) {
             s->Loss[o * in + c] = (diff * diff) / (d * d) / 2.0f;
             const float err = diff / d;
             e1[i] = err;
-            row_update(w1 + i + 1, urow + i + 1, err, count - i - 1);
+            if (s->P) {
+                /* GPTAQ: W1[:, c+1:i2] -= err U[c, .] - w P[c, .] */
+                const float *prow = s->P + c * in + i1;
+                s->W0[o * bs + i] = w;
+                for (int64_t j = i + 1; j < count; j++)
+                    w1[j] -= err * urow[j] - w * prow[j];
+            } else {
+                row_update(w1 + i + 1, urow + i + 1, err, count - i - 1);
+            }
         }
     }
 }
@@ -489,10 +500,33 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
     return st;
 }
 
+static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
+                                   const lb_gptq_factor *f,
+                                   const lb_gptq_options *opt,
+                                   const float *P, lb_gptq_result *res);
+
 lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
                                     const lb_gptq_factor *f,
                                     const lb_gptq_options *opt,
                                     lb_gptq_result *res) {
+    return quantize_factored(W, out, in, f, opt, NULL, res);
+}
+
+lb_status lb_gptaq_quantize_factored(const float *W, int64_t out, int64_t in,
+                                     const lb_gptq_factor *f,
+                                     const lb_gptq_options *opt,
+                                     const float *P, lb_gptq_result *res) {
+    if (!P) {
+        if (res) memset(res, 0, sizeof *res);
+        return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptaq_quantize: NULL P");
+    }
+    return quantize_factored(W, out, in, f, opt, P, res);
+}
+
+static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
+                                   const lb_gptq_factor *f,
+                                   const lb_gptq_options *opt,
+                                   const float *P, lb_gptq_result *res) {
     static const char *who = "lb_gptq_quantize";
     if (!res) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL result", who);
     memset(res, 0, sizeof *res);
@@ -543,6 +577,7 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
     memset(&s, 0, sizeof s);
     float *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
     float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
+    float *W0 = P ? lb_alloc(n_ob) : NULL;
     float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
     int32_t *cur_zero = lb_calloc((size_t)out, 4);
     s.n_workers = opt->pool ? lb_pool_size(opt->pool) : 1;
@@ -550,6 +585,7 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
     s.fail_row = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
     s.fail_col = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
     if (!Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
+        (P && !W0) ||
         !s.fail_kind || !s.fail_row || !s.fail_col) {
         st = lb_set_error(LB_ERR_NOMEM,
                           "%s: cannot allocate work space for [%lld, %lld]",
@@ -613,6 +649,8 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
     s.U = f->U;
     s.W1 = W1;
     s.Err1 = Err1;
+    s.P = P;
+    s.W0 = W0;
     s.Loss = Loss;
     s.cur_scale = cur_scale;
     s.cur_zero = cur_zero;
@@ -647,6 +685,13 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)out,
                         (int)w, (int)(i2 - i1), 1.0f, Err1, (int)bs,
                         f->U + i1 * in + i2, (int)in, 0.0f, T, (int)w);
+            /* GPTAQ: T -= W0 @ P[i1:i2, i2:] (the block's columns as
+             * they were just before quantization: the unrolled rule) */
+            if (P)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                            (int)out, (int)w, (int)(i2 - i1), -1.0f, W0,
+                            (int)bs, P + i1 * in + i2, (int)in, 1.0f, T,
+                            (int)w);
             s.T = T;
             s.T_col0 = i2;
         }
@@ -674,6 +719,7 @@ done:
     lb_free(Wp);
     lb_free(Loss);
     lb_free(W1);
+    lb_free(W0);
     lb_free(Err1);
     lb_free(T);
     lb_free(cur_scale);
@@ -683,4 +729,51 @@ done:
     lb_free(s.fail_col);
     if (st != LB_OK) lb_gptq_result_free(res);
     return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPTAQ: the asymmetric-calibration term                                    */
+/* ------------------------------------------------------------------------ */
+
+lb_status lb_gptaq_make_P(const lb_gptq_factor *f, const float *dXXT,
+                          float alpha, float **P_out) {
+    static const char *who = "lb_gptaq_make_P";
+    if (!P_out) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL out", who);
+    *P_out = NULL;
+    if (!f || !dXXT)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
+    if (!isfinite(alpha))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: alpha %g", who,
+                            (double)alpha);
+    const int64_t n = f->in;
+    LB_TRY(lb_gptq_check_finite(dXXT, n, n, n, who, "dXXT"));
+    size_t nn;
+    if (!lb_mul_ok((size_t)n, (size_t)n, &nn) ||
+        !lb_mul_ok(nn, sizeof(float), &nn))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: sizes overflow", who);
+    float *D = lb_alloc(nn), *A = lb_alloc(nn), *P = lb_alloc(nn);
+    if (!D || !A || !P) {
+        lb_free(D);
+        lb_free(A);
+        lb_free(P);
+        return lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
+                            who, (long long)n, (long long)n);
+    }
+    /* D = dXXT[perm][:, perm] with the dead columns zeroed */
+    for (int64_t i = 0; i < n; i++) {
+        const float *src = dXXT + (int64_t)f->perm[i] * n;
+        for (int64_t j = 0; j < n; j++)
+            D[i * n + j] = f->dead[f->perm[j]] ? 0.0f : src[f->perm[j]];
+    }
+    /* A = triu(D U^T, 1); P = alpha * A U */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n,
+                (int)n, 1.0f, D, (int)n, f->U, (int)n, 0.0f, A, (int)n);
+    for (int64_t i = 0; i < n; i++)
+        memset(A + i * n, 0, (size_t)(i + 1) * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n,
+                (int)n, alpha, A, (int)n, f->U, (int)n, 0.0f, P, (int)n);
+    lb_free(D);
+    lb_free(A);
+    *P_out = P;
+    return LB_OK;
 }

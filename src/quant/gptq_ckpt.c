@@ -212,6 +212,40 @@ static lb_status parse_awq(const cJSON *root, const char *label,
     return LB_OK;
 }
 
+/* meta.rotation: {"kind": "hadamard", "order": N, "seed": S, "online": []} */
+static lb_status parse_rotation(const cJSON *meta, const char *label,
+                                lb_gptq_qconfig *q) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(meta, "rotation");
+    if (!r || cJSON_IsNull(r)) return LB_OK;
+    if (!cJSON_IsObject(r))
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation is not an "
+                            "object", label);
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(r, "kind");
+    if (!cJSON_IsString(k) || strcmp(k->valuestring, "hadamard"))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.kind %s%s%s "
+                            "is not a known rotation (hadamard)", label,
+                            cJSON_IsString(k) ? "'" : "",
+                            cJSON_IsString(k) ? k->valuestring : "(missing)",
+                            cJSON_IsString(k) ? "'" : "");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "order");
+    const double ov = cJSON_IsNumber(o) ? o->valuedouble : -1.0;
+    if (!(ov >= 2.0 && ov <= (double)(1 << 24)) || ov != floor(ov) ||
+        ((int64_t)ov & ((int64_t)ov - 1)) != 0)
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order is not a "
+                            "power of two in [2, 2^24]", label);
+    const cJSON *on = cJSON_GetObjectItemCaseSensitive(r, "online");
+    if (on && !cJSON_IsArray(on))
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online is not "
+                            "a list", label);
+    if (cJSON_GetArraySize(on) > 0)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online "
+                            "lists transforms the runtime would have to "
+                            "apply (not implemented): the checkpoint cannot "
+                            "run without them", label);
+    q->rotation_order = (int64_t)ov;
+    return LB_OK;
+}
+
 lb_status lb_gptq_qconfig_parse(const char *json, size_t len,
                                 const char *label, lb_gptq_qconfig *q) {
     memset(q, 0, sizeof *q);
@@ -301,6 +335,7 @@ lb_status lb_gptq_qconfig_parse(const char *json, size_t len,
     if (cJSON_IsArray(qz)) qz = cJSON_GetArrayItem(qz, 0);
     if (cJSON_IsString(qz))
         snprintf(q->quantizer, sizeof q->quantizer, "%s", qz->valuestring);
+    if ((s = parse_rotation(meta, label, q)) != LB_OK) goto done;
     const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(root, "dynamic");
     if (dyn && !cJSON_IsNull(dyn)) s = parse_dynamic(dyn, label, q);
 done:

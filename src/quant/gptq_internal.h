@@ -35,4 +35,42 @@ lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,
  * 8-lane AVX2 vectors, ilp 4, 4 cascade levels), emulated in scalar code. */
 float lb_gptq_torch_sum_f32(const float *x, int64_t n);
 
+/* ------------------------------------------------------------------------ */
+/* GPTAQ and QEP (asymmetric calibration; quantize_gptaq.c, gptq.c)         */
+/* ------------------------------------------------------------------------ */
+
+/* GPTAQ (Li et al. 2025; GPTQModel gptaq.py): with X~ the replayed inputs
+ * (through the already quantized layers) and X the native ones,
+ * H = 2/n X~ X~^T and dXXT = 2/n (X - X~) X~^T, both [in, in]
+ * (dXXT[i][j] = 2/n sum_t (x_i - x~_i) x~_j). P = alpha * triu(D U^T, 1) U
+ * with D = dXXT permuted as the factor's columns (dead columns zeroed)
+ * and U the factor's upper Cholesky factor of the damped H^-1. *P_out is
+ * [in, in] row-major in the factor's (permuted) column order, strictly
+ * upper triangular; lb_alloc'd. */
+lb_status lb_gptaq_make_P(const lb_gptq_factor *f, const float *dXXT,
+                          float alpha, float **P_out);
+
+/* lb_gptq_quantize_factored with the GPTAQ term: per column c (permuted
+ * order), w = W[:, c] as updated so far, q = grid(w), err = (w - q) /
+ * U[c,c], and every later column j of the block: W[:, j] -= err U[c, j] -
+ * w P[c, j]; after the block W[:, i2:] -= Err1 U[i1:i2, i2:] - W0
+ * P[i1:i2, i2:] with W0 the block's columns as they were when quantized
+ * (so the lazy batch equals the column-by-column rule; GPTQModel uses the
+ * block after quantization there). P from lb_gptaq_make_P. */
+lb_status lb_gptaq_quantize_factored(const float *W, int64_t out, int64_t in,
+                                     const lb_gptq_factor *f,
+                                     const lb_gptq_options *opt,
+                                     const float *P, lb_gptq_result *res);
+
+/* QEP (Arai and Ichikura 2025, arXiv 2504.09629; the FujitsuResearch/qep
+ * weight correction): W* = W0 + alpha * W0 dXXT (H + damp I)^-1 with W0 = W
+ * with the dead columns (H[c,c] == 0) zeroed, H's dead diagonals set to 1,
+ * damp = damp_percent * mean(diag H) (of the undamped, un-patched
+ * diagonal); H and dXXT as for GPTAQ. Computed in double (LAPACK dposv).
+ * W, W_out: [out, in] f32 (may alias). Errors: LB_ERR_RANGE when the
+ * damped H is not positive definite, LB_ERR_NOMEM, LB_ERR_INVALID_ARG. */
+lb_status lb_qep_correct(const float *W, int64_t out, int64_t in,
+                         const float *H, const float *dXXT, double alpha,
+                         double damp_percent, float *W_out);
+
 #endif

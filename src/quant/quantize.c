@@ -22,6 +22,7 @@
 #include "quant/gptq_internal.h"
 #include "core/internal.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,8 @@ void lb_quantize_default_params(lb_quantize_params *p) {
     p->true_sequential = true;
     p->format = LB_GPTQ_FORMAT_V1;
     p->max_shard_bytes = 4000000000ull;
+    p->gptaq_alpha = 0.25;
+    p->qep_alpha = 0.5;
 }
 
 lb_status qz_effective_params(const lb_quantize_params *p,
@@ -103,6 +106,29 @@ lb_status qz_effective_params(const lb_quantize_params *p,
                             "%s: damp_percent %g must be in (0, 1) and the "
                             "auto-increment %g >= 0",
                             who, e->damp_percent, e->damp_auto_increment);
+    if (e->qep && e->method != LB_QUANT_GPTQ && e->method != LB_QUANT_RTN)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: --qep goes with GPTQ "
+                            "or RTN (GPTAQ has its own asymmetric term; AWQ "
+                            "folds scales)", who);
+    if ((e->method == LB_QUANT_GPTAQ || e->qep) &&
+        (!(e->damp_percent > 0.0) || !(e->damp_percent < 1.0) ||
+         !(e->damp_auto_increment >= 0.0)))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: damp_percent %g must be in (0, 1) and the "
+                            "auto-increment %g >= 0",
+                            who, e->damp_percent, e->damp_auto_increment);
+    if (e->method == LB_QUANT_GPTAQ &&
+        !(isfinite(e->gptaq_alpha) && fabs(e->gptaq_alpha) <= 16.0))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: gptaq_alpha %g (a "
+                            "finite weight, |alpha| <= 16)", who,
+                            e->gptaq_alpha);
+    if (e->qep && !(isfinite(e->qep_alpha) && fabs(e->qep_alpha) <= 16.0))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: qep_alpha %g (a finite "
+                            "weight, |alpha| <= 16)", who, e->qep_alpha);
+    if (e->rotate != LB_ROTATE_NONE && e->rotate != LB_ROTATE_HADAMARD)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown rotation kind "
+                            "%d (rotate: none or hadamard)", who,
+                            (int)e->rotate);
     if (e->mse && !(e->mse_norm > 0.0f && e->mse_norm < 100.0f))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: mse norm %g", who,
                             (double)e->mse_norm);
@@ -223,6 +249,13 @@ typedef struct capture {
     bool stopped; /* the hook stopped it                                 */
     int64_t seq;  /* calibration sequence being run (messages)           */
     double t_hessian; /* seconds in lb_gptq_hessian_add_batch            */
+    /* QZ_NEED_NATIVE: native inputs (engine Xn), cross statistics
+     * accumulators D[g] [in, in] (sum over sequences of (Xn - X)^T X) and a
+     * [T, width] scratch */
+    float *const *Xn;
+    float *D[G_COUNT];
+    float *delta;
+    int64_t T;
 } capture;
 
 static lb_status capture_hook(void *user, int layer, lb_linear_id which,
@@ -245,6 +278,20 @@ static lb_status capture_hook(void *user, int layer, lb_linear_id which,
     if (c->H[g]) {
         const double t0 = lb_time_s();
         lb_status s = lb_gptq_hessian_add_batch(c->H[g], X, n, 1);
+        if (s == LB_OK && c->D[g]) {
+            if (n != c->T || !c->Xn[g])
+                s = lb_set_error(LB_ERR_INTERNAL, "capture: native input "
+                                 "of %s", group_modules(g));
+            else {
+                const float *xn = c->Xn[g] + (size_t)(c->seq * n * in);
+                for (int64_t i = 0; i < n * in; i++)
+                    c->delta[i] = xn[i] - X[i];
+                /* D += delta^T X */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+                            (int)in, (int)in, (int)n, 1.0f, c->delta,
+                            (int)in, X, (int)in, 1.0f, c->D[g], (int)in);
+            }
+        }
         c->t_hessian += lb_time_s() - t0;
         LB_TRY(s);
     }
@@ -509,9 +556,83 @@ static lb_status quantize_module(engine *e, const qz_module *q,
 
 /* Processors. GPTQ: AutoGPTQ's fasterquant with the subset's Hessian
  * (factor made once per input and shared); RTN: the AutoGPTQ grid. */
+static void gptq_options(const qz_engine *e, const qz_module *q,
+                         lb_gptq_options *o);
+
 lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
                             const float *H, lb_gptq_factor **fac,
                             lb_gptq_result *res) {
+    lb_gptq_options o;
+    gptq_options(e, q, &o);
+    if (!fac)
+        return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
+                            q->name);
+    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    if (s == LB_OK)
+        s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
+    return s;
+}
+
+/* GPTAQ: GPTQ's factor of the replayed inputs' H, the asymmetric term P
+ * from the cross statistics (plain GPTQ where there are none: lm_head). */
+static lb_status solve_gptaq(qz_engine *e, const qz_module *q, const float *W,
+                             const float *H, lb_gptq_factor **fac,
+                             lb_gptq_result *res) {
+    if (!e->dxxt) return qz_solve_gptq(e, q, W, H, fac, res);
+    lb_gptq_options o;
+    gptq_options(e, q, &o);
+    if (!fac)
+        return lb_set_error(LB_ERR_INTERNAL, "%s: GPTAQ without a Hessian",
+                            q->name);
+    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    float *P = NULL;
+    if (s == LB_OK)
+        s = lb_gptaq_make_P(*fac, e->dxxt, (float)e->p->gptaq_alpha, &P);
+    if (s == LB_OK)
+        s = lb_gptaq_quantize_factored(W, q->out, q->in, *fac, &o, P, res);
+    lb_free(P);
+    return s;
+}
+
+static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
+                           const float *H, lb_gptq_factor **fac,
+                           lb_gptq_result *res);
+
+/* QEP: correct W with the cross statistics, then GPTQ or RTN on W*. */
+static lb_status solve_qep(qz_engine *e, const qz_module *q, const float *W,
+                           const float *H, lb_gptq_factor **fac,
+                           lb_gptq_result *res, bool gptq) {
+    float *Wc = NULL;
+    lb_status s = LB_OK;
+    if (e->dxxt && H) {
+        Wc = lb_alloc((size_t)(q->out * q->in) * sizeof(float));
+        if (!Wc)
+            return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
+        s = lb_qep_correct(W, q->out, q->in, H, e->dxxt, e->p->qep_alpha,
+                           e->p->damp_percent, Wc);
+    }
+    const float *Wq = Wc ? Wc : W;
+    if (s == LB_OK)
+        s = gptq ? qz_solve_gptq(e, q, Wq, H, fac, res)
+                 : solve_rtn(e, q, Wq, H, fac, res);
+    lb_free(Wc);
+    return s;
+}
+
+static lb_status solve_gptq_qep(qz_engine *e, const qz_module *q,
+                                const float *W, const float *H,
+                                lb_gptq_factor **fac, lb_gptq_result *res) {
+    return solve_qep(e, q, W, H, fac, res, true);
+}
+
+static lb_status solve_rtn_qep(qz_engine *e, const qz_module *q,
+                               const float *W, const float *H,
+                               lb_gptq_factor **fac, lb_gptq_result *res) {
+    return solve_qep(e, q, W, H, fac, res, false);
+}
+
+static void gptq_options(const qz_engine *e, const qz_module *q,
+                         lb_gptq_options *o_out) {
     lb_gptq_options o;
     lb_gptq_options_default(&o);
     o.bits = q->bits;
@@ -524,13 +645,7 @@ lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
     o.damp_percent = e->p->damp_percent;
     o.damp_auto_increment = e->p->damp_auto_increment;
     o.pool = e->ctx ? lb_context_pool(e->ctx) : NULL;
-    if (!fac)
-        return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
-                            q->name);
-    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
-    if (s == LB_OK)
-        s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
-    return s;
+    *o_out = o;
 }
 
 static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
@@ -544,6 +659,24 @@ static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
 static const qz_processor proc_rtn = {"rtn", 0, NULL, NULL, solve_rtn};
 static const qz_processor proc_gptq = {
     "gptq", QZ_NEED_CALIB | QZ_NEED_HESSIAN, NULL, NULL, qz_solve_gptq};
+static const qz_processor proc_gptaq = {
+    "gptaq", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
+    solve_gptaq};
+static const qz_processor proc_gptq_qep = {
+    "gptq+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
+    solve_gptq_qep};
+static const qz_processor proc_rtn_qep = {
+    "rtn+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
+    solve_rtn_qep};
+
+/* The processor of a parameter set: the method's, or its QEP variant. */
+static const qz_processor *processor_of(const lb_quantize_params *p) {
+    if (p->qep)
+        return p->method == LB_QUANT_GPTQ  ? &proc_gptq_qep
+               : p->method == LB_QUANT_RTN ? &proc_rtn_qep
+                                           : NULL;
+    return qz_processor_for(p->method);
+}
 
 const qz_processor *qz_processor_for(lb_quant_method m) {
     switch (m) {
@@ -551,6 +684,7 @@ const qz_processor *qz_processor_for(lb_quant_method m) {
     case LB_QUANT_GPTQ: return &proc_gptq;
     case LB_QUANT_AWQ: return &qz_proc_awq;
     case LB_QUANT_AWQ_GPTQ: return &qz_proc_awq_gptq;
+    case LB_QUANT_GPTAQ: return &proc_gptaq;
     default: return NULL;
     }
 }
@@ -623,6 +757,17 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
                 return s;
             }
         }
+        if (e->nat && !c.D[g]) {
+            c.D[g] = lb_calloc((size_t)(q->in * q->in), sizeof(float));
+            if (!c.D[g]) {
+                for (int i = 0; i < G_COUNT; i++) {
+                    lb_gptq_hessian_free(c.H[i]);
+                    lb_free(c.D[i]);
+                }
+                return lb_set_error(LB_ERR_NOMEM, "%s: out of memory for "
+                                    "the cross statistics", q->name);
+            }
+        }
         if (g > c.last) c.last = g;
         size_t o = strlen(names);
         snprintf(names + o, sizeof names - o, "%s%s", any ? "," : "",
@@ -631,6 +776,16 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     }
     if (!any) return LB_OK;
     lb_status s = LB_OK;
+    if (e->nat) {
+        const int64_t wmax = LB_MAX(e->dim, LB_MAX(
+            (int64_t)e->m->config.intermediate_size,
+            (int64_t)e->m->config.n_heads * e->m->config.head_dim));
+        c.Xn = e->Xn;
+        c.T = e->T;
+        c.delta = lb_alloc((size_t)(e->T * wmax) * sizeof(float));
+        if (!c.delta)
+            s = lb_set_error(LB_ERR_NOMEM, "layer %d: out of memory", l);
+    }
     snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: hessians", l + 1,
              e->m->config.n_layers, names);
     lb_forward_hook hook = {capture_hook, &c};
@@ -650,6 +805,18 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     lb_context_set_hook(e->ctx, NULL);
     e->rep->hessian_seconds += c.t_hessian;
     e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
+    lb_free(c.delta);
+    /* D = 2/ns sum: the scale of H (lb_gptq_hessian) */
+    for (int g = 0; g < G_COUNT && s == LB_OK; g++)
+        if (c.D[g]) {
+            const int64_t in = g == G_DOWN ? e->m->config.intermediate_size
+                               : g == G_O
+                                   ? (int64_t)e->m->config.n_heads *
+                                         e->m->config.head_dim
+                                   : e->dim;
+            const float sc = (float)(2.0 / (double)e->ns);
+            for (int64_t i = 0; i < in * in; i++) c.D[g][i] *= sc;
+        }
     float *H = NULL;
     /* one inverse-Hessian factor per input (and desc_act setting): q/k/v
      * and gate/up share theirs */
@@ -674,7 +841,9 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
         }
         snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: gptq %s", l + 1,
                  e->m->config.n_layers, names, short_name(q->which));
+        e->dxxt = c.D[g];
         s = quantize_module(e, q, H, f, lb_gptq_hessian_nsamples(h));
+        e->dxxt = NULL;
         if (s == LB_OK) {
             loss_sum += e->rep->modules[q - e->mods].loss;
             snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: loss %.4g",
@@ -685,6 +854,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     lb_free(H);
     for (int i = 0; i < G_COUNT; i++) {
         lb_gptq_hessian_free(c.H[i]);
+        lb_free(c.D[i]);
         lb_gptq_factor_free(fac[i][0]);
         lb_gptq_factor_free(fac[i][1]);
     }
@@ -705,6 +875,7 @@ static uint64_t layer_units(const engine *e, int l) {
     const int nq = count_quantized(lm, LB_LINEAR_COUNT);
     uint64_t u = (uint64_t)nq;
     if (nq && e->proc->layer_begin_units) u += e->proc->layer_begin_units(e, l);
+    if (e->proc->needs & QZ_NEED_NATIVE) u += (uint64_t)e->ns;
     if (!(e->proc->needs & QZ_NEED_HESSIAN)) return u;
     for (int k = 0; k < e->arch.n_subsets; k++) {
         bool any = false;
@@ -826,6 +997,62 @@ lb_status qz_engine_capture(qz_engine *e, int layer,
     return s;
 }
 
+/* QZ_NEED_NATIVE: run the native stream through layer l as the source
+ * model has it (called before anything of the layer is changed), keep the
+ * native inputs of its linears in e->Xn and its outputs as the next native
+ * inputs. */
+static lb_status native_layer(engine *e, int l) {
+    for (int g = 0; g < G_COUNT; g++) {
+        lb_free(e->Xn[g]);
+        e->Xn[g] = NULL;
+    }
+    const lb_model_config *cfg = &e->m->config;
+    xcapture c;
+    memset(&c, 0, sizeof c);
+    c.X = e->Xn;
+    c.T = e->T;
+    c.last = G_COUNT; /* never stops: the whole layer runs */
+    c.width[G_ATTN] = c.width[G_MLP] = cfg->hidden_size;
+    c.width[G_O] = (int64_t)cfg->n_heads * cfg->head_dim;
+    c.width[G_DOWN] = cfg->intermediate_size;
+    for (int g = 0; g < G_COUNT; g++) {
+        size_t n;
+        if (!lb_mul_ok((size_t)(e->ns * e->T), (size_t)c.width[g], &n) ||
+            !lb_mul_ok(n, sizeof(float), &n))
+            return lb_set_error(LB_ERR_OVERFLOW, "native: size overflows");
+        e->Xn[g] = lb_alloc(n);
+        if (!e->Xn[g])
+            return lb_set_error(LB_ERR_NOMEM, "layer %d: out of memory for "
+                                "the native inputs of %s (%zu bytes)", l,
+                                group_modules(g), n);
+    }
+    snprintf(e->stage, sizeof e->stage, "layer %d/%d: native inputs", l + 1,
+             cfg->n_layers);
+    lb_forward_hook hook = {xcapture_hook, &c};
+    lb_context_set_hook(e->ctx, &hook);
+    const double t0 = lb_time_s();
+    const size_t n = (size_t)(e->T * e->dim);
+    lb_status s = LB_OK;
+    for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
+        memcpy(e->x, e->nat + (size_t)i * n, n * sizeof(float));
+        c.seq = i;
+        s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+        int64_t r, col;
+        if (s == LB_OK && !all_within(e->x, e->T, e->dim, INFINITY, &r, &col))
+            s = lb_set_error(LB_ERR_RANGE, "layer %d, calibration sequence "
+                             "%lld: the native output is not finite (token "
+                             "%lld, column %lld)", l, (long long)i,
+                             (long long)r, (long long)col);
+        if (s == LB_OK) {
+            memcpy(e->nat + (size_t)i * n, e->x, n * sizeof(float));
+            s = progress(e, 1);
+        }
+    }
+    lb_context_set_hook(e->ctx, NULL);
+    e->rep->forward_seconds += lb_time_s() - t0;
+    return s;
+}
+
 static lb_status run_layers(engine *e) {
     const int L = e->m->config.n_layers;
     /* calib: the layer inputs are kept and replayed; hess: subsets are
@@ -841,7 +1068,10 @@ static lb_status run_layers(engine *e) {
         int nq = count_quantized(lm, LB_LINEAR_COUNT);
         bool cached = false;
         cur = l;
-        if (nq) s = try_cached(e, l, lm, LB_LINEAR_COUNT, &cached);
+        /* the native stream advances through every layer, cached or not */
+        if (e->nat) s = native_layer(e, l);
+        if (s == LB_OK && nq)
+            s = try_cached(e, l, lm, LB_LINEAR_COUNT, &cached);
         if (s != LB_OK) break;
         if (cached) {
             e->rep->layers_resumed++;
@@ -901,7 +1131,11 @@ static lb_status run_layers(engine *e) {
             }
             e->rep->replay_seconds += lb_time_s() - t_replay;
         }
-        if (s == LB_OK && cached) s = progress(e, layer_units(e, l));
+        if (s == LB_OK && cached)
+            s = progress(e, layer_units(e, l) -
+                                ((e->proc->needs & QZ_NEED_NATIVE)
+                                     ? (uint64_t)e->ns
+                                     : 0));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
             s = e->sink->layer_done(e->sink->user, l);
         if (!e->sink->keep_in_model) restore_layer(e, l);
@@ -1003,7 +1237,7 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
     rep->n_layers = m->config.n_layers;
     for (int i = 0; i < n_mods; i++)
         fill_report_static(&rep->modules[i], &mods[i], m->config.n_layers);
-    e.proc = qz_processor_for(p->method);
+    e.proc = processor_of(p);
     if (!e.proc)
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: unknown method %d",
                             (int)p->method);
@@ -1048,6 +1282,17 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         else
             e.act32 = lb_alloc(n_act);
         e.x = lb_alloc((size_t)(e.T * e.dim) * sizeof(float));
+        if (e.proc->needs & QZ_NEED_NATIVE) {
+            /* the native stream, always f32 */
+            size_t n_nat = n_act / esz * sizeof(float);
+            e.nat = lb_alloc(n_nat);
+            if (!e.nat) {
+                s = lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate "
+                                 "the native activations (%zu bytes)",
+                                 n_nat);
+                goto done;
+            }
+        }
         if ((!e.act16 && !e.act32) || !e.x) {
             s = lb_set_error(LB_ERR_NOMEM,
                              "quantize: cannot allocate the calibration "
@@ -1080,14 +1325,20 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
             if (s != LB_OK)
                 s = lb_error_context(s, "calibration sequence %lld",
                                      (long long)i);
-            else
+            else {
                 act_store(&e, i, e.x);
+                if (e.nat)
+                    memcpy(e.nat + (size_t)(i * e.T * e.dim), e.x,
+                           (size_t)(e.T * e.dim) * sizeof(float));
+            }
         }
         if (s != LB_OK) goto done;
     }
     s = run_layers(&e);
 done:
     lb_context_free(e.ctx);
+    lb_free(e.nat);
+    for (int g = 0; g < G_COUNT; g++) lb_free(e.Xn[g]);
     lb_free(e.act32);
     lb_free(e.act16);
     lb_free(e.x);
@@ -1137,6 +1388,8 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
                             "yet", m->config.arch_name);
     lb_quantize_params e;
     LB_TRY(qz_effective_params(p, &e));
+    if (e.rotate == LB_ROTATE_HADAMARD)
+        LB_TRY(lb_model_rotate_hadamard(m, e.rotate_seed));
     qz_rule *rules = NULL;
     LB_TRY(qz_rules_parse(e.rules, e.n_rules, &rules));
     qz_module *mods = NULL;
@@ -1170,6 +1423,12 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     if (!j) return NULL;
     if (p) {
         cJSON_AddStringToObject(j, "method", qz_method_name(p->method));
+        if (p->method == LB_QUANT_GPTAQ)
+            add_num(j, "gptaq_alpha", p->gptaq_alpha);
+        if (p->qep) {
+            cJSON_AddTrueToObject(j, "qep");
+            add_num(j, "qep_alpha", p->qep_alpha);
+        }
         cJSON_AddNumberToObject(j, "bits", p->bits);
         cJSON_AddNumberToObject(j, "group_size", p->group_size);
         cJSON_AddBoolToObject(j, "sym", p->sym);

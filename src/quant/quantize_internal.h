@@ -103,7 +103,11 @@ void qz_arch_get(const lb_model_config *cfg, bool true_sequential,
 typedef struct qz_engine qz_engine;
 
 enum { QZ_NEED_CALIB = 1,   /* calibration inputs per layer (forwards)  */
-       QZ_NEED_HESSIAN = 2  /* per-subset Hessians, solved with them    */
+       QZ_NEED_HESSIAN = 2, /* per-subset Hessians, solved with them    */
+       QZ_NEED_NATIVE = 4   /* a full-precision copy of the layer inputs
+                               (the native stream, f32) runs beside the
+                               replayed one; each subset's solve sees the
+                               cross statistics qz_engine.dxxt          */
 };
 
 /* A quantization method on the layer pipeline. For each decoder layer the
@@ -198,6 +202,14 @@ struct qz_engine {
     lb_tensor dense_orig[3];
     uint64_t done, total;
     char stage[160];
+    /* QZ_NEED_NATIVE: the native stream [ns, T, dim] f32 (layer inputs of
+     * the unquantized model), the native inputs of the current layer's
+     * linears [ns * T, width] per QZ_IN_*, and, while a module is solved,
+     * dxxt = 2/ns sum_t (x_t - x~_t) x~_t^T [in, in] of its input (NULL
+     * for lm_head: no native cross statistics there) */
+    float *nat;
+    float *Xn[QZ_IN_COUNT];
+    const float *dxxt;
 };
 
 enum { QZ_DENSE_ATTN_NORM = 0, QZ_DENSE_FFN_NORM = 1, QZ_DENSE_V_BIAS = 2 };

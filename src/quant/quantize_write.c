@@ -166,6 +166,10 @@ typedef struct qwriter {
     int n_mods, n_layers;
     pend_mod pend[LB_LINEAR_COUNT];
     int n_pend;
+    /* rotated checkpoints (p->rotate): the rotated embeddings and lm_head
+     * (F32 [V, hidden]), a row of ones for the folded norms, the order */
+    float *rot_embed, *rot_head, *rot_ones;
+    int64_t rot_shape[2], rot_order;
     /* dense tensors the method changed in this layer (AWQ) */
     char dense_name[3][160];
     float *dense[3];
@@ -600,10 +604,19 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     cJSON_AddBoolToObject(j, "hessian_f64", p->hessian_f64);
     cJSON_AddBoolToObject(j, "act_f16", p->act_f16);
     cJSON_AddNumberToObject(j, "profile", p->profile);
+    if (p->method == LB_QUANT_GPTAQ)
+        cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
+    if (p->qep) cJSON_AddNumberToObject(j, "qep_alpha", p->qep_alpha);
+    if (p->rotate) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->rotate_seed);
+        cJSON_AddNumberToObject(j, "rotate", p->rotate);
+        cJSON_AddStringToObject(j, "rotate_seed", seed);
+    }
     cJSON *r = cJSON_AddArrayToObject(j, "rules");
     for (int i = 0; i < p->n_rules; i++)
         cJSON_AddItemToArray(r, cJSON_CreateString(p->rules[i]));
-    if (p->method != LB_QUANT_RTN && cal && cal->ids) {
+    if ((p->method != LB_QUANT_RTN || p->qep) && cal && cal->ids) {
         cJSON_AddNumberToObject(j, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(j, "seqlen", (double)cal->seqlen);
         uint64_t h = fnv1a(cal->ids,
@@ -1104,6 +1117,21 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
                          (conv){.kind = CONV_TO_F16, .src = t->data,
                                 .src_type = t->type,
                                 .n = lb_tensor_nelements(t)});
+        } else if (w->rot_embed &&
+                   !strcmp(t->name, "model.embed_tokens.weight")) {
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 2, w->rot_shape,
+                                 w->rot_embed);
+        } else if (w->rot_embed && !strcmp(t->name, "lm_head.weight")) {
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 2, w->rot_shape,
+                                 w->rot_head);
+            head_done = true;
+        } else if (w->rot_embed &&
+                   (ends_with(t->name, "input_layernorm.weight") ||
+                    ends_with(t->name, "post_attention_layernorm.weight") ||
+                    !strcmp(t->name, "model.norm.weight"))) {
+            const int64_t n1 = w->rot_order;
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 1, &n1,
+                                 w->rot_ones);
         } else if (profile && !strcmp(t->name, "model.embed_tokens.weight")) {
             s = add_embedding_from(&a, t, true);
         } else if (head && !strcmp(t->name, "lm_head.weight")) {
@@ -1116,6 +1144,13 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     /* tied checkpoints that store only the embedding: the quantized
      * lm_head was made from it */
     if (s == LB_OK && head && !head_done) s = add_quantized(&a, head);
+    /* rotated, tied source: the untied lm_head / embeddings it lacks */
+    if (s == LB_OK && w->rot_embed && !head_done)
+        s = lb_st_writer_add(a.sw, "lm_head.weight", LB_TYPE_F32, 2,
+                             w->rot_shape, w->rot_head);
+    if (s == LB_OK && w->rot_embed && !has_embed)
+        s = lb_st_writer_add(a.sw, "model.embed_tokens.weight", LB_TYPE_F32,
+                             2, w->rot_shape, w->rot_embed);
     if (s == LB_OK)
         s = lb_st_writer_write_dir(a.sw, w->tmp, w->p->max_shard_bytes,
                                    n_shards);
@@ -1234,6 +1269,12 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     cJSON_AddStringToObject(m, "method", qz_method_name(p->method));
     if (p->method == LB_QUANT_AWQ)
         cJSON_AddBoolToObject(m, "awq_clip", !p->awq_no_clip);
+    if (p->method == LB_QUANT_GPTAQ)
+        cJSON_AddNumberToObject(m, "gptaq_alpha", p->gptaq_alpha);
+    if (p->qep) {
+        cJSON_AddTrueToObject(m, "qep");
+        cJSON_AddNumberToObject(m, "qep_alpha", p->qep_alpha);
+    }
     cJSON_AddNumberToObject(m, "damp_percent", p->damp_percent);
     cJSON_AddNumberToObject(m, "damp_auto_increment", p->damp_auto_increment);
     cJSON_AddBoolToObject(m, "static_groups", p->static_groups);
@@ -1241,13 +1282,38 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
     cJSON_AddNumberToObject(m, "mse", p->mse ? p->mse_norm : 0.0);
     if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
         cJSON_AddStringToObject(m, "profile", "vllm-w4a8");
-    if (p->method != LB_QUANT_RTN && cal) {
+    if ((p->method != LB_QUANT_RTN || p->qep) && cal) {
         cJSON *c = cJSON_AddObjectToObject(m, "calibration");
         cJSON_AddNumberToObject(c, "nsamples", (double)cal->nsamples);
         cJSON_AddNumberToObject(c, "seqlen", (double)cal->seqlen);
         cJSON_AddNumberToObject(c, "seed", (double)p->calib_seed);
     }
     return q;
+}
+
+/* quantization_config.meta.rotation of a rotated checkpoint (read back by
+ * lb_gptq_qconfig_parse): what was folded and rotated and how to rebuild
+ * Q; "online" lists the transforms a reader must apply at run time (none:
+ * R1 is folded into the weights). */
+static void add_rotation_meta(cJSON *qc, const qwriter *w) {
+    if (!qc || !w->rot_order) return;
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "meta");
+    if (!m) m = cJSON_AddObjectToObject(qc, "meta");
+    cJSON *r = cJSON_AddObjectToObject(m, "rotation");
+    if (!r) return;
+    cJSON_AddStringToObject(r, "kind", "hadamard");
+    cJSON_AddNumberToObject(r, "order", (double)w->rot_order);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)w->p->rotate_seed);
+    cJSON_AddStringToObject(r, "seed", seed);
+    cJSON_AddStringToObject(r, "matrix", "sylvester_hadamard * diag(signs) "
+                            "/ sqrt(order); signs[c] = -1 where bit 63 of "
+                            "the c-th splitmix64(seed) draw is set");
+    cJSON_AddStringToObject(r, "residual", "x -> x Q: embed_tokens rows, "
+                            "q/k/v/gate/up/lm_head W Q, o/down Q^T W");
+    cJSON_AddStringToObject(r, "folded", "input_layernorm, "
+                            "post_attention_layernorm, model.norm (now ones)");
+    cJSON_AddArrayToObject(r, "online");
 }
 
 static lb_status write_configs(qwriter *w, const lb_calib *cal,
@@ -1262,10 +1328,11 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         s = lb_set_error(LB_ERR_FORMAT, "%s: not a JSON object", src);
     if (s == LB_OK) {
         cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
-        cJSON_AddItemToObject(cfg, "quantization_config",
-                              w->p->format == LB_GPTQ_FORMAT_AWQ
-                                  ? awq_config_json(w, cal, false)
-                                  : qconfig_json(w->p, cal, false));
+        cJSON *qc = w->p->format == LB_GPTQ_FORMAT_AWQ
+                        ? awq_config_json(w, cal, false)
+                        : qconfig_json(w->p, cal, false);
+        add_rotation_meta(qc, w);
+        cJSON_AddItemToObject(cfg, "quantization_config", qc);
         if (untie) {
             cJSON_DeleteItemFromObjectCaseSensitive(cfg,
                                                     "tie_word_embeddings");
@@ -1277,6 +1344,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         const bool awq = w->p->format == LB_GPTQ_FORMAT_AWQ;
         cJSON *q = awq ? awq_config_json(w, cal, true)
                        : qconfig_json(w->p, cal, true);
+        add_rotation_meta(q, w);
         s = write_json(w->tmp, awq ? "quant_config.json"
                                    : "quantize_config.json", q);
         cJSON_Delete(q);
@@ -1477,6 +1545,14 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                             : rel == LB_PATH_A_INSIDE ? "would be inside"
                                                       : "would contain",
                             model_dir);
+    if (p.rotate != LB_ROTATE_NONE &&
+        (p.format == LB_GPTQ_FORMAT_AWQ || p.lm_head ||
+         p.profile != LB_QUANT_PROFILE_NONE))
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "quantize: rotate: rotated checkpoints are "
+                            "written in the GPTQ layout with a dense lm_head "
+                            "(not with the AWQ layout, --lm-head or a "
+                            "profile)");
     /* refuse early: do not spend hours to fail at the rename */
     struct stat st;
     if (lstat(out_dir, &st) == 0 &&
@@ -1507,6 +1583,29 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                          "and fused Phi-3 modules are future work)",
                          model_dir, m->config.arch_name);
     if (s == LB_OK) s = check_finite_weights(model_dir);
+    const bool src_tied = s == LB_OK && m->config.tie_word_embeddings;
+    if (s == LB_OK && p.rotate == LB_ROTATE_HADAMARD) {
+        s = lb_model_rotate_hadamard(m, p.rotate_seed);
+        /* keep what the assembly writes in place of the source's */
+        const int64_t V = m->tok_embd.shape[0], n = m->config.hidden_size;
+        const size_t nb = (size_t)(V * n) * sizeof(float);
+        if (s == LB_OK) {
+            w.rot_embed = lb_alloc(nb);
+            w.rot_head = lb_alloc(nb);
+            w.rot_ones = lb_alloc((size_t)n * sizeof(float));
+            if (!w.rot_embed || !w.rot_head || !w.rot_ones ||
+                m->output.shape[0] != V)
+                s = lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
+        }
+        if (s == LB_OK) {
+            memcpy(w.rot_embed, m->tok_embd.data, nb);
+            memcpy(w.rot_head, m->output.data, nb);
+            for (int64_t i = 0; i < n; i++) w.rot_ones[i] = 1.0f;
+            w.rot_shape[0] = V;
+            w.rot_shape[1] = n;
+            w.rot_order = n;
+        }
+    }
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
     if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8) {
         for (int i = 0; i < n_mods && s == LB_OK; i++) {
@@ -1604,7 +1703,7 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     lb_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (s == LB_OK) {
-        untie = find_quantized(&w, "lm_head") && m->config.tie_word_embeddings;
+        untie = (find_quantized(&w, "lm_head") || w.rot_embed) && src_tied;
         s = lb_model_config_copy(&cfg, &m->config);
     }
     /* the source mapping is reopened by the assembly; free the model's */
@@ -1645,6 +1744,9 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
             rm_rf(w.tmp);
     }
     lb_model_free(m);
+    lb_free(w.rot_embed);
+    lb_free(w.rot_head);
+    lb_free(w.rot_ones);
     free(settings);
     free(mods);
     qz_rules_free(rules, p.n_rules);

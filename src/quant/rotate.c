@@ -1,0 +1,218 @@
+/*
+ * Residual-stream rotation (QuaRot / SpinQuant's R1) of a Llama / Mistral /
+ * Qwen2 / Qwen3 model in memory, before quantization (see
+ * lowbit/quantize.h lb_model_rotate_hadamard):
+ *
+ *   1. every RMSNorm weight g that feeds the residual stream's readers is
+ *      folded into them: W[:, c] *= g[c] for q/k/v (input_layernorm),
+ *      gate/up (post_attention_layernorm), lm_head (model.norm); the norms
+ *      become all ones (RMSNorm then commutes with an orthogonal map,
+ *      ||x Q|| = ||x||);
+ *   2. Q = H D / sqrt(n): H the Sylvester-Hadamard matrix of order
+ *      n = hidden_size (a power of two), D = diag(s) random signs from the
+ *      seed (splitmix64, bit 63 of each draw: s_c = -1 when set);
+ *   3. the stream x becomes x Q: embedding rows e -> e Q, readers
+ *      W -> W Q (q, k, v, gate, up, lm_head: rows), writers W -> Q^T W
+ *      (o_proj, down_proj: columns). Q^T v = D H v / sqrt(n) = (v^T Q)^T
+ *      since H is symmetric, so rows and columns take the same map.
+ *   Tied embeddings are untied (lm_head carries model.norm's weight).
+ *   Arithmetic in double, results stored F32.
+ *
+ * Qwen3's q_norm / k_norm act on head vectors after q/k_proj and are left
+ * as they are; q/k/v biases belong to the readers' outputs and are kept.
+ */
+#include "lowbit/quantize.h"
+#include "lowbit/quants.h"
+#include "core/internal.h"
+#include "model/model_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* v <- v Q = fwht(v) * s / sqrt(n), in double */
+static void rot(double *v, const double *s, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; j++) {
+                const double a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+    const double k = 1.0 / sqrt((double)n);
+    for (int64_t c = 0; c < n; c++) v[c] *= s[c] * k;
+}
+
+/* f32 copy [rows, cols] of a 2-D tensor (lb_alloc'd) */
+static lb_status to_f32(const lb_tensor *t, const char *what, float **out) {
+    *out = NULL;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    size_t rb;
+    if (!t->data || t->n_dims != 2 || !lb_row_size(t->type, cols, &rb))
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: %s is not a 2-D "
+                            "tensor of a known type", what);
+    float *W = lb_alloc((size_t)(rows * cols) * sizeof(float));
+    if (!W) return lb_set_error(LB_ERR_NOMEM, "rotate: out of memory (%s)",
+                                what);
+    for (int64_t r = 0; r < rows; r++) {
+        lb_status s = lb_dequantize_row(t->type,
+                                        (const uint8_t *)t->data + r * rb,
+                                        W + r * cols, cols);
+        if (s != LB_OK) {
+            lb_free(W);
+            return lb_error_context(s, "rotate: %s", what);
+        }
+    }
+    *out = W;
+    return LB_OK;
+}
+
+static lb_tensor f32_view(const lb_tensor *like, float *data) {
+    lb_tensor t = *like;
+    t.type = LB_TYPE_F32;
+    t.data = data;
+    t.nbytes = (size_t)lb_tensor_nelements(like) * sizeof(float);
+    return t;
+}
+
+/* rows of W [rows, n] (optionally scaled by g per column first) <- row Q */
+static void rot_rows(float *W, int64_t rows, int64_t n, const float *g,
+                     const double *s, double *buf) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *w = W + r * n;
+        for (int64_t c = 0; c < n; c++)
+            buf[c] = (double)w[c] * (g ? (double)g[c] : 1.0);
+        rot(buf, s, n);
+        for (int64_t c = 0; c < n; c++) w[c] = (float)buf[c];
+    }
+}
+
+/* columns of W [n, cols] <- Q^T column */
+static void rot_cols(float *W, int64_t n, int64_t cols, const double *s,
+                     double *buf) {
+    for (int64_t c = 0; c < cols; c++) {
+        for (int64_t r = 0; r < n; r++) buf[r] = W[r * cols + c];
+        rot(buf, s, n);
+        for (int64_t r = 0; r < n; r++) W[r * cols + c] = (float)buf[r];
+    }
+}
+
+/* a norm weight tensor set to ones (new owned F32 buffer) */
+static lb_status norm_ones(lb_model *m, lb_tensor *t, const char *what) {
+    if (!t->data || t->type != LB_TYPE_F32)
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: %s is not F32",
+                            what);
+    const int64_t n = lb_tensor_nelements(t);
+    float *o = lb_alloc((size_t)n * sizeof(float));
+    if (!o) return lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
+    for (int64_t i = 0; i < n; i++) o[i] = 1.0f;
+    lb_status s = lb_model_builder_own(m, o);
+    if (s != LB_OK) {
+        lb_free(o);
+        return s;
+    }
+    t->data = o;
+    return LB_OK;
+}
+
+lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
+    if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "rotate: NULL model");
+    const lb_model_config *cfg = &m->config;
+    const int64_t n = cfg->hidden_size;
+    if (n < 2 || (n & (n - 1)) != 0)
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "rotate: hidden_size %lld is not a power of two "
+                            "(only Sylvester-Hadamard orders are "
+                            "implemented)", (long long)n);
+    if (!m->output_norm.data || m->output_norm.type != LB_TYPE_F32 ||
+        lb_tensor_nelements(&m->output_norm) != n)
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: model.norm.weight "
+                            "is not F32 [%lld]", (long long)n);
+    double *s = lb_alloc((size_t)n * sizeof(double));
+    int64_t wmax = LB_MAX(n, (int64_t)cfg->intermediate_size);
+    wmax = LB_MAX(wmax, (int64_t)cfg->n_heads * cfg->head_dim);
+    double *buf = lb_alloc((size_t)wmax * sizeof(double));
+    lb_status st = LB_OK;
+    if (!s || !buf) {
+        st = lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
+        goto done;
+    }
+    uint64_t state = seed;
+    for (int64_t c = 0; c < n; c++)
+        s[c] = (splitmix64(&state) >> 63) ? -1.0 : 1.0;
+    char what[96];
+    for (int l = 0; l < cfg->n_layers && st == LB_OK; l++) {
+        lb_layer_weights *L = &m->layers[l];
+        if (!L->attn_norm.data || L->attn_norm.type != LB_TYPE_F32 ||
+            !L->ffn_norm.data || L->ffn_norm.type != LB_TYPE_F32) {
+            st = lb_set_error(LB_ERR_INVALID_ARG, "rotate: layer %d norms "
+                              "are not F32", l);
+            break;
+        }
+        for (int k = 0; k < LB_LINEAR_COUNT && st == LB_OK; k++) {
+            lb_tensor *t = &L->w[k];
+            snprintf(what, sizeof what, "model.layers.%d.%s.weight", l,
+                     lb_linear_name((lb_linear_id)k));
+            const bool writer = k == LB_LINEAR_O || k == LB_LINEAR_DOWN;
+            if ((writer ? t->shape[0] : t->shape[1]) != n) {
+                st = lb_set_error(LB_ERR_INVALID_ARG, "rotate: %s does not "
+                                  "read/write the hidden size %lld", what,
+                                  (long long)n);
+                break;
+            }
+            float *W = NULL;
+            st = to_f32(t, what, &W);
+            if (st != LB_OK) break;
+            if (writer) {
+                rot_cols(W, n, t->shape[1], s, buf);
+            } else {
+                const float *g = (k == LB_LINEAR_GATE || k == LB_LINEAR_UP)
+                                     ? L->ffn_norm.data
+                                     : L->attn_norm.data;
+                rot_rows(W, t->shape[0], n, g, s, buf);
+            }
+            lb_tensor v = f32_view(t, W);
+            st = lb_model_set_linear(m, l, (lb_linear_id)k, &v, W);
+            if (st != LB_OK) lb_free(W);
+        }
+        if (st == LB_OK) st = norm_ones(m, &L->attn_norm, "input_layernorm");
+        if (st == LB_OK)
+            st = norm_ones(m, &L->ffn_norm, "post_attention_layernorm");
+    }
+    /* lm_head from its current weights (the embeddings when tied), with
+     * model.norm folded; then the embeddings */
+    float *Wo = NULL, *E = NULL;
+    if (st == LB_OK) st = to_f32(&m->output, "lm_head.weight", &Wo);
+    if (st == LB_OK) st = to_f32(&m->tok_embd, "embed_tokens.weight", &E);
+    if (st == LB_OK && (m->output.shape[1] != n || m->tok_embd.shape[1] != n))
+        st = lb_set_error(LB_ERR_INVALID_ARG, "rotate: embeddings / lm_head "
+                          "are not [V, %lld]", (long long)n);
+    if (st == LB_OK) {
+        rot_rows(Wo, m->output.shape[0], n, m->output_norm.data, s, buf);
+        rot_rows(E, m->tok_embd.shape[0], n, NULL, s, buf);
+        st = lb_model_builder_own(m, Wo);
+        if (st == LB_OK) {
+            m->output = f32_view(&m->output, Wo);
+            Wo = NULL;
+            m->config.tie_word_embeddings = false;
+            st = lb_model_builder_own(m, E);
+        }
+        if (st == LB_OK) {
+            m->tok_embd = f32_view(&m->tok_embd, E);
+            E = NULL;
+            st = norm_ones(m, &m->output_norm, "model.norm");
+        }
+    }
+    lb_free(Wo);
+    lb_free(E);
+done:
+    lb_free(s);
+    lb_free(buf);
+    return st;
+}
