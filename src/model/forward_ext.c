@@ -99,7 +99,8 @@ typedef struct att_job {
     int l;
     const float *q; /* [n, nh*hd] */
     float *att;     /* [n, nh*hd] */
-    int32_t n, pos;
+    int32_t n;
+    const int32_t *seq, *pos; /* per token; seq NULL: one sequence */
     float *scores;  /* [nth, n_ctx] */
 } att_job;
 
@@ -119,11 +120,13 @@ static void att_worker(void *arg, int ith, int nth) {
     for (size_t u = u0; u < u1; u++) {
         const int32_t t = (int32_t)(u / (size_t)nh);
         const int h = (int)(u % (size_t)nh), kvh = h / G;
-        const int32_t p = j->pos + t;
+        const int32_t p = j->pos[t];
         int32_t j0 = 0;
         if (swa && p - c->sliding_window + 1 > 0) j0 = p - c->sliding_window + 1;
         const float *qh = j->q + ((size_t)t * nh + h) * hd;
-        const size_t base = ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx;
+        const size_t base =
+            ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx +
+            (j->seq ? (size_t)j->seq[t] * (j->x->seq_stride / (size_t)hd) : 0);
         float mx = -INFINITY;
         for (int32_t k = j0; k <= p; k++) {
             float d = 0;
@@ -340,19 +343,19 @@ static lb_status alloc_bufs(const lb_ext_ctx *x, int32_t n, ext_buf *b) {
     return LB_OK;
 }
 
-/* cos/sin [n][half] for positions pos.. of one RoPE kind, times af. */
-static void tables(const float *inv, int half, int32_t pos, int32_t n,
+/* cos/sin [n][half] for positions pos[t] of one RoPE kind, times af. */
+static void tables(const float *inv, int half, const int32_t *pos, int32_t n,
                    float af, float *cs, float *sn) {
     for (int32_t t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
-            const float f = inv[i] * (float)(pos + t);
+            const float f = inv[i] * (float)pos[t];
             cs[(size_t)t * half + i] = cosf(f) * af;
             sn[(size_t)t * half + i] = sinf(f) * af;
         }
 }
 
 static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
-                       int32_t pos, ext_buf *b) {
+                       const int32_t *seq, const int32_t *pos, ext_buf *b) {
     const lb_model *m = x->m;
     const lb_model_config *c = &m->config;
     const lb_layer_weights *L = &m->layers[l];
@@ -391,8 +394,10 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
             if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
             rope_rot(kh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
                      c->rope_mode);
-            const size_t row = (((size_t)l * nkv + h) * (size_t)x->n_ctx +
-                                (size_t)(pos + t)) * (size_t)hd;
+            const size_t row =
+                (((size_t)l * nkv + h) * (size_t)x->n_ctx + (size_t)pos[t]) *
+                    (size_t)hd +
+                (seq ? (size_t)seq[t] * x->seq_stride : 0);
             if (x->kv_type == LB_TYPE_F16) {
                 uint16_t *kc = (uint16_t *)x->k_cache + row,
                          *vc = (uint16_t *)x->v_cache + row;
@@ -406,9 +411,10 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
             }
         }
     }
-    att_job aj = {x, l, b->q, b->att, n, pos, b->scores};
-    lb_pool_run((double)n * (double)(pos + n) * (double)qd < 65536.0 ? NULL : x->pool,
-                att_worker, &aj);
+    att_job aj = {x, l, b->q, b->att, n, seq, pos, b->scores};
+    double work = 0;
+    for (int32_t t = 0; t < n; t++) work += (double)(pos[t] + 1);
+    lb_pool_run(work * (double)qd < 65536.0 ? NULL : x->pool, att_worker, &aj);
     LB_TRY(hook(x, l, LB_LINEAR_O, b->att, n, qd));
     LB_TRY(mm(x, &L->w[LB_LINEAR_O], b->att, b->o, n));
     for (int32_t t = 0; t < n; t++) {
@@ -434,6 +440,17 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
 
 lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
                             float *hidden, int32_t n, int32_t pos) {
+    int32_t *p = lb_alloc((size_t)n * sizeof *p);
+    if (!p) return lb_set_error(LB_ERR_NOMEM, "forward: out of memory");
+    for (int32_t t = 0; t < n; t++) p[t] = pos + t;
+    lb_status s = lb_ext_run_layers_multi(x, l0, l1, hidden, n, NULL, p);
+    lb_free(p);
+    return s;
+}
+
+lb_status lb_ext_run_layers_multi(const lb_ext_ctx *x, int l0, int l1,
+                                  float *hidden, int32_t n,
+                                  const int32_t *seq, const int32_t *pos) {
     const lb_model *m = x->m;
     const lb_model_config *c = &m->config;
     ext_buf b;
@@ -457,7 +474,8 @@ lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
     }
     lb_free(inv);
     lb_status s = LB_OK;
-    for (int l = l0; l < l1 && s == LB_OK; l++) s = layer(x, l, hidden, n, pos, &b);
+    for (int l = l0; l < l1 && s == LB_OK; l++)
+        s = layer(x, l, hidden, n, seq, pos, &b);
     free_bufs(&b);
     return s;
 }
