@@ -31,6 +31,7 @@
 #include "model/model_internal.h"
 #include "lowbit/kernels.h"
 #include "core/internal.h"
+#include "kernels/kernels_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -101,12 +102,26 @@ typedef struct att_job {
     float *att;     /* [n, nh*hd] */
     int32_t n;
     const int32_t *seq, *pos; /* per token; seq NULL: one sequence */
-    float *scores;  /* [nth, n_ctx] */
+    float *scores;  /* [nth, att_scratch] */
 } att_job;
 
+/* Keys per attention block (online softmax across blocks, as forward.c). */
+#define EXT_ATT_BLOCK 64
+/* Per-thread attention scratch in floats: scores [G][BLOCK], f32 copies of
+ * a block of K and V rows (F16 cache), running max and sum [G]. */
+static size_t att_scratch(const lb_model_config *c) {
+    const size_t G = (size_t)(c->n_heads / LB_MAX(c->n_kv_heads, 1));
+    return G * EXT_ATT_BLOCK + 2 * (size_t)EXT_ATT_BLOCK * (size_t)c->head_dim +
+           2 * G;
+}
+
+/* One unit per (token, KV head) with its G query heads: the kernel table's
+ * qk / exp_sum / pv over blocks of keys, soft-capping between the scores
+ * and the softmax. */
 static void att_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     const lb_model_config *c = &j->x->m->config;
+    const lb_vec_kernels *vec = &lb_kernels_current()->vec;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int G = nh / nkv;
     const float scale = c->attn_scale > 0 ? c->attn_scale
@@ -114,50 +129,67 @@ static void att_worker(void *arg, int ith, int nth) {
     const float cap = c->attn_softcap;
     const bool swa = lb_model_config_layer_swa(c, j->l);
     const bool f16 = j->x->kv_type == LB_TYPE_F16;
-    float *sc = j->scores + (size_t)ith * (size_t)j->x->n_ctx;
+    float *sc = j->scores + (size_t)ith * att_scratch(c);
+    float *kf = sc + (size_t)G * EXT_ATT_BLOCK,
+          *vf = kf + (size_t)EXT_ATT_BLOCK * hd,
+          *mx = vf + (size_t)EXT_ATT_BLOCK * hd, *sum = mx + G;
     size_t u0, u1;
-    lb_split_range((size_t)j->n * (size_t)nh, ith, nth, &u0, &u1);
+    lb_split_range((size_t)j->n * (size_t)nkv, ith, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
-        const int32_t t = (int32_t)(u / (size_t)nh);
-        const int h = (int)(u % (size_t)nh), kvh = h / G;
+        const int32_t t = (int32_t)(u / (size_t)nkv);
+        const int kvh = (int)(u % (size_t)nkv);
         const int32_t p = j->pos[t];
         int32_t j0 = 0;
         if (swa && p - c->sliding_window + 1 > 0) j0 = p - c->sliding_window + 1;
-        const float *qh = j->q + ((size_t)t * nh + h) * hd;
+        const float *qv = j->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
+        float *acc = j->att + ((size_t)t * nh + (size_t)kvh * G) * hd;
         const size_t base =
             ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx +
             (j->seq ? (size_t)j->seq[t] * (j->x->seq_stride / (size_t)hd) : 0);
-        float mx = -INFINITY;
-        for (int32_t k = j0; k <= p; k++) {
-            float d = 0;
-            if (f16) {
-                const uint16_t *kr = (const uint16_t *)j->x->k_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) d += qh[i] * lb_f16_to_f32_inline(kr[i]);
-            } else {
-                const float *kr = (const float *)j->x->k_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) d += qh[i] * kr[i];
-            }
-            d *= scale;
-            if (cap > 0) d = tanhf(d / cap) * cap;
-            sc[k - j0] = d;
-            mx = d > mx ? d : mx;
+        memset(acc, 0, (size_t)G * hd * sizeof(float));
+        for (int g = 0; g < G; g++) {
+            mx[g] = -INFINITY;
+            sum[g] = 0.0f;
         }
-        float sum = 0;
-        for (int32_t k = j0; k <= p; k++) {
-            sc[k - j0] = expf(sc[k - j0] - mx);
-            sum += sc[k - j0];
-        }
-        float *out = j->att + ((size_t)t * nh + h) * hd;
-        for (int i = 0; i < hd; i++) out[i] = 0;
-        for (int32_t k = j0; k <= p; k++) {
-            const float w = sc[k - j0] / sum;
+        for (int32_t k = j0; k <= p; k += EXT_ATT_BLOCK) {
+            const int64_t nb = LB_MIN(EXT_ATT_BLOCK, (int64_t)p + 1 - k);
+            const float *K, *V;
             if (f16) {
-                const uint16_t *vr = (const uint16_t *)j->x->v_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) out[i] += w * lb_f16_to_f32_inline(vr[i]);
+                vec->f16_to_f32((const uint16_t *)j->x->k_cache + (base + k) * hd,
+                                kf, nb * hd);
+                vec->f16_to_f32((const uint16_t *)j->x->v_cache + (base + k) * hd,
+                                vf, nb * hd);
+                K = kf;
+                V = vf;
             } else {
-                const float *vr = (const float *)j->x->v_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) out[i] += w * vr[i];
+                K = (const float *)j->x->k_cache + (base + k) * hd;
+                V = (const float *)j->x->v_cache + (base + k) * hd;
             }
+            vec->qk(G, hd, qv, K, nb, scale, sc, EXT_ATT_BLOCK);
+            for (int g = 0; g < G; g++) {
+                float *sg = sc + (size_t)g * EXT_ATT_BLOCK;
+                if (cap > 0)
+                    for (int64_t i = 0; i < nb; i++)
+                        sg[i] = tanhf(sg[i] / cap) * cap;
+                float bm = sg[0];
+                for (int64_t i = 1; i < nb; i++) bm = sg[i] > bm ? sg[i] : bm;
+                if (bm > mx[g]) {
+                    const float r = expf(mx[g] - bm); /* 0 on the first block */
+                    if (sum[g] != 0.0f) {
+                        float *ag = acc + (size_t)g * hd;
+                        for (int i = 0; i < hd; i++) ag[i] *= r;
+                    }
+                    sum[g] *= r;
+                    mx[g] = bm;
+                }
+                sum[g] += vec->exp_sum(sg, nb, mx[g]);
+            }
+            vec->pv(G, hd, sc, EXT_ATT_BLOCK, V, nb, acc);
+        }
+        for (int g = 0; g < G; g++) {
+            const float inv = 1.0f / sum[g];
+            float *ag = acc + (size_t)g * hd;
+            for (int i = 0; i < hd; i++) ag[i] *= inv;
         }
     }
 }
@@ -326,7 +358,7 @@ static lb_status alloc_bufs(const lb_ext_ctx *x, int32_t n, ext_buf *b) {
     b->router = lb_alloc(N * E * 4);
     b->prob = lb_alloc(E * 4);
     b->wsel = lb_alloc(N * K * 4);
-    b->scores = lb_alloc((size_t)LB_MAX(nth, 1) * (size_t)x->n_ctx * 4);
+    b->scores = lb_alloc((size_t)LB_MAX(nth, 1) * att_scratch(c) * 4);
     b->cs = lb_alloc(2 * N * half * 4);
     b->sn = lb_alloc(2 * N * half * 4);
     b->sel = lb_alloc(N * K * sizeof(int));
