@@ -47,6 +47,10 @@ static float gelu_tanh(float x) {
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static void act_mul(lb_hidden_act a, float *g, const float *u, int64_t n) {
+    if (a == LB_ACT_SILU) { /* the kernel table's SwiGLU (forward.c's) */
+        lb_kernels_current()->vec.silu_mul(g, u, n);
+        return;
+    }
     if (a == LB_ACT_GELU_TANH)
         for (int64_t i = 0; i < n; i++) g[i] = gelu_tanh(g[i]) * u[i];
     else
@@ -220,8 +224,7 @@ static lb_status mlp(const lb_ext_ctx *x, int l, const lb_tensor *g,
     }
     LB_TRY(mm(x, g, xn, gb, n));
     LB_TRY(mm(x, u, xn, ub, n));
-    for (int32_t t = 0; t < n; t++)
-        act_mul(c->hidden_act, gb + (size_t)t * ff, ub + (size_t)t * ff, ff);
+    act_mul(c->hidden_act, gb, ub, (int64_t)n * ff);
     if (hooks) LB_TRY(hook(x, l, LB_LINEAR_DOWN, gb, n, ff));
     return mm(x, d, gb, y, n);
 }
@@ -291,8 +294,7 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
         const lb_tensor *W = L->exp + 3 * e;
         LB_TRY(mm(x, &W[0], b->xe, b->g, ne));
         LB_TRY(mm(x, &W[1], b->xe, b->u, ne));
-        for (int32_t r = 0; r < ne; r++)
-            act_mul(c->hidden_act, b->g + (size_t)r * ff, b->u + (size_t)r * ff, ff);
+        act_mul(c->hidden_act, b->g, b->u, (int64_t)ne * ff);
         LB_TRY(mm(x, &W[2], b->g, b->ye, ne));
         for (int32_t r = 0; r < ne; r++) {
             const int32_t t = b->tok_of[r];
@@ -395,6 +397,7 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
                   nkv = c->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
     const float eps = c->rms_norm_eps;
     const int half = (int)(hd / 2);
+    const lb_vec_kernels *vec = &lb_kernels_current()->vec;
 
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(b->xn + t * dim, hidden + t * dim, L->attn_norm.data, dim, eps);
@@ -409,12 +412,9 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
     const float *sn = b->sn + (local ? (size_t)n * half : 0);
     for (int32_t t = 0; t < n; t++) {
         float *qt = b->q + t * qd, *kt = b->k + t * kvd, *vt = b->v + t * kvd;
-        if (L->bq.data)
-            for (int64_t i = 0; i < qd; i++) qt[i] += ((const float *)L->bq.data)[i];
-        if (L->bk.data)
-            for (int64_t i = 0; i < kvd; i++) kt[i] += ((const float *)L->bk.data)[i];
-        if (L->bv.data)
-            for (int64_t i = 0; i < kvd; i++) vt[i] += ((const float *)L->bv.data)[i];
+        if (L->bq.data) vec->add(qt, L->bq.data, qd);
+        if (L->bk.data) vec->add(kt, L->bk.data, kvd);
+        if (L->bv.data) vec->add(vt, L->bv.data, kvd);
         for (int64_t h = 0; h < nh; h++) {
             float *qh = qt + h * hd;
             if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, eps);
@@ -453,7 +453,7 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         float *ot = b->o + t * dim, *ht = hidden + t * dim;
         if (L->post_attn_norm.data)
             lb_rmsnorm(ot, ot, L->post_attn_norm.data, dim, eps);
-        for (int64_t i = 0; i < dim; i++) ht[i] += ot[i];
+        vec->add(ht, ot, dim);
         lb_rmsnorm(b->xn + t * dim, ht, L->ffn_norm.data, dim, eps);
     }
     if (L->exp)
@@ -465,7 +465,7 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         float *yt = b->y + t * dim, *ht = hidden + t * dim;
         if (L->post_ffn_norm.data)
             lb_rmsnorm(yt, yt, L->post_ffn_norm.data, dim, eps);
-        for (int64_t i = 0; i < dim; i++) ht[i] += yt[i];
+        vec->add(ht, yt, dim);
     }
     return LB_OK;
 }
