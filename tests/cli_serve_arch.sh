@@ -24,11 +24,12 @@ for m in mixtral gemma2; do
      "tests/data/arch/$m-random/model.safetensors" "$TOK/tokenizer_config.json" \
      "$TOK/special_tokens_map.json" "$D/"
   python3 tests/data/arch/trim_tokenizer.py "$TOK" "$D" 256 >/dev/null
+  : > "$W/serve.log" # exists before the background job opens it
   "$LOWBIT" serve "$D" --port 0 -np 3 -c 64 -t 2 > "$W/serve.log" 2>&1 &
   PID=$!
   url=""
   for i in $(seq 1 100); do
-    url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$W/serve.log")
+    url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$W/serve.log" || true)
     [ -n "$url" ] && break
     kill -0 "$PID" 2>/dev/null || { cat "$W/serve.log"; echo "$m: serve exited"; exit 1; }
     sleep 0.1
