@@ -206,6 +206,73 @@ static lb_status mm(const lb_ext_ctx *x, const lb_tensor *W, const float *X,
     return lb_matmul(big ? x->pool : NULL, W, X, Y, n);
 }
 
+/* q, k, v = xn Wq^T, xn Wk^T, xn Wv^T in one pool job (one wake-up and
+ * barrier instead of three): forward.c's plans, activations quantized on
+ * this thread, the three products' chunks split over the threads. Results
+ * do not depend on the split, so they equal three lb_matmul calls. */
+typedef struct qkv_job {
+    lb_mm_plan pl[3];
+    const void *A[3];
+    float *Y[3];
+} qkv_job;
+
+static void qkv_worker(void *arg, int ith, int nth) {
+    qkv_job *j = arg;
+    const int64_t total = j->pl[0].n_chunks + j->pl[1].n_chunks +
+                          j->pl[2].n_chunks;
+    size_t u0, u1;
+    lb_split_range((size_t)total, ith, nth, &u0, &u1);
+    for (size_t u = u0; u < u1; u++) {
+        int64_t c = (int64_t)u;
+        int i = 0;
+        while (c >= j->pl[i].n_chunks) c -= j->pl[i++].n_chunks;
+        lb_mm_plan_chunk(&j->pl[i], j->A[i], j->Y[i], (size_t)j->pl[i].out, c);
+    }
+}
+
+static lb_status mm(const lb_ext_ctx *x, const lb_tensor *W, const float *X,
+                    float *Y, int64_t n);
+
+static lb_status qkv(const lb_ext_ctx *x, const lb_layer_weights *L,
+                     const float *xn, int64_t n, float *q, float *k, float *v) {
+    const lb_tensor *W[3] = {&L->w[LB_LINEAR_Q], &L->w[LB_LINEAR_K],
+                             &L->w[LB_LINEAR_V]};
+    float *Y[3] = {q, k, v};
+    double bytes = 0;
+    for (int i = 0; i < 3; i++) bytes += (double)W[i]->nbytes;
+    const int nth = x->pool ? lb_pool_size(x->pool) : 1;
+    qkv_job j;
+    memset(&j, 0, sizeof j);
+    bool fused = nth > 1 && (double)n * bytes >= 262144.0;
+    for (int i = 0; fused && i < 3; i++)
+        fused = lb_mm_plan_make(&j.pl[i], lb_kernels_current(), W[i], n, nth) ==
+                LB_OK;
+    if (!fused) {
+        for (int i = 0; i < 3; i++) LB_TRY(mm(x, W[i], xn, Y[i], n));
+        return LB_OK;
+    }
+    void *buf[3] = {NULL, NULL, NULL};
+    lb_status s = LB_OK;
+    for (int i = 0; i < 3 && s == LB_OK; i++) {
+        j.Y[i] = Y[i];
+        const size_t ab = lb_mm_plan_act_bytes(&j.pl[i]);
+        if (!ab) {
+            j.A[i] = xn;
+            continue;
+        }
+        buf[i] = lb_alloc(ab);
+        if (!buf[i]) {
+            s = lb_set_error(LB_ERR_NOMEM, "forward: out of memory");
+            break;
+        }
+        lb_mm_plan_quantize(&j.pl[i], xn, buf[i], 0, n);
+        j.A[i] = buf[i];
+    }
+    if (s == LB_OK) lb_pool_run(x->pool, qkv_worker, &j);
+    for (int i = 0; i < 3; i++) lb_free(buf[i]);
+    return s;
+}
+
 static lb_status hook(const lb_ext_ctx *x, int l, lb_linear_id w,
                       const float *X, int32_t n, int64_t in) {
     if (!x->hook.linear_input) return LB_OK;
@@ -403,9 +470,7 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         lb_rmsnorm(b->xn + t * dim, hidden + t * dim, L->attn_norm.data, dim, eps);
     for (int w = LB_LINEAR_Q; w <= LB_LINEAR_V; w++)
         LB_TRY(hook(x, l, (lb_linear_id)w, b->xn, n, dim));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_Q], b->xn, b->q, n));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_K], b->xn, b->k, n));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_V], b->xn, b->v, n));
+    LB_TRY(qkv(x, L, b->xn, n, b->q, b->k, b->v));
     /* RoPE tables of this layer's kind (cs/sn hold global then local) */
     const bool local = c->rope_local_theta > 0 && lb_model_config_layer_swa(c, l);
     const float *cs = b->cs + (local ? (size_t)n * half : 0);
