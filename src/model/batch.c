@@ -48,6 +48,11 @@ lb_status lb_multi_set_loras(lb_multi_ctx *mc, int32_t seq,
     if (seq < 0 || seq >= mc->n_seq)
         return lb_set_error(LB_ERR_RANGE, "multi: sequence %d outside [0, %d)",
                             (int)seq, (int)mc->n_seq);
+    if (set && set->n > 0 && lb_model_config_is_ext(&mc->m->config))
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "multi: LoRA adapters on %s are not supported "
+                            "(forward_ext.c applies none)",
+                            mc->m->config.arch_name);
     if (set && (set->n < 0 || set->n > LB_LORA_MAX_SET))
         return lb_set_error(LB_ERR_INVALID_ARG, "multi: %d adapters (at most %d)",
                             set->n, LB_LORA_MAX_SET);
@@ -131,10 +136,6 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     *out = NULL;
     lb_multi_params p = params ? *params : lb_multi_default_params();
     const lb_model_config *c = &m->config;
-    if (lb_model_config_is_ext(c))
-        return lb_set_error(LB_ERR_UNSUPPORTED,
-                            "multi: %s runs in single-sequence contexts only "
-                            "(lb_context; forward_ext.c)", c->arch_name);
     if (p.n_seq < 1 || p.n_seq > 4096)
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "multi: n_seq %d outside [1, 4096]", (int)p.n_seq);
@@ -445,8 +446,27 @@ lb_status lb_model_forward_multi(lb_multi_ctx *mc, const int32_t *tokens,
     for (int32_t i = 0; i < n; i++)
         LB_TRY(lb_model_dequant_row(m, &m->tok_embd, tokens[i],
                                     mc->x + (size_t)i * dim));
-    for (int l = 0; l < c->n_layers; l++)
-        LB_TRY(mlayer(mc, l, n, seq_ids, positions));
+    if (c->embed_scale > 0) /* Gemma: * sqrt(hidden_size) */
+        for (size_t i = 0; i < (size_t)n * (size_t)dim; i++)
+            mc->x[i] *= c->embed_scale;
+    if (lb_model_config_is_ext(c)) {
+        /* Gemma, Phi-3 longrope, MoE: forward_ext.c's layers, each token
+         * on its own sequence's cache */
+        lb_ext_ctx x;
+        memset(&x, 0, sizeof x);
+        x.m = m;
+        x.pool = mc->pool;
+        x.k_cache = mc->k_cache;
+        x.v_cache = mc->v_cache;
+        x.kv_type = LB_TYPE_F32;
+        x.n_ctx = mc->n_ctx;
+        x.seq_stride = mc->seq_stride;
+        LB_TRY(lb_ext_run_layers_multi(&x, 0, c->n_layers, mc->x, n, seq_ids,
+                                       positions));
+    } else {
+        for (int l = 0; l < c->n_layers; l++)
+            LB_TRY(mlayer(mc, l, n, seq_ids, positions));
+    }
     for (int32_t i = 0; i < n; i++)
         mc->toks[(size_t)seq_ids[i] * (size_t)mc->n_ctx + positions[i]] =
             tokens[i];
@@ -461,5 +481,10 @@ lb_status lb_model_forward_multi(lb_multi_ctx *mc, const int32_t *tokens,
                    m->output_norm.data, dim, c->rms_norm_eps);
         r++;
     }
-    return lb_matmul(mc->pool, &m->output, mc->sel, logits_out, n_sel);
+    LB_TRY(lb_matmul(mc->pool, &m->output, mc->sel, logits_out, n_sel));
+    const float cap = c->final_softcap;
+    if (cap > 0) /* Gemma 2: logits = cap * tanh(logits / cap) */
+        for (size_t i = 0; i < (size_t)n_sel * (size_t)c->vocab_size; i++)
+            logits_out[i] = tanhf(logits_out[i] / cap) * cap;
+    return LB_OK;
 }

@@ -910,7 +910,7 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     if (lb_model_config_is_ext(&ctx->m->config)) {
         /* Gemma, Phi-3 longrope, MoE: forward_ext.c */
         const lb_ext_ctx x = {ctx->m, ctx->pool, ctx->k_cache, ctx->v_cache,
-                              ctx->kv_type, ctx->n_ctx, ctx->hook};
+                              ctx->kv_type, ctx->n_ctx, ctx->hook, 0};
         return lb_ext_run_layers(&x, l0, l1, hidden, n, pos);
     }
     const lb_kernel_table *kt = lb_kernels_current();

@@ -31,6 +31,7 @@
 #include "model/model_internal.h"
 #include "lowbit/kernels.h"
 #include "core/internal.h"
+#include "kernels/kernels_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -46,6 +47,10 @@ static float gelu_tanh(float x) {
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static void act_mul(lb_hidden_act a, float *g, const float *u, int64_t n) {
+    if (a == LB_ACT_SILU) { /* the kernel table's SwiGLU (forward.c's) */
+        lb_kernels_current()->vec.silu_mul(g, u, n);
+        return;
+    }
     if (a == LB_ACT_GELU_TANH)
         for (int64_t i = 0; i < n; i++) g[i] = gelu_tanh(g[i]) * u[i];
     else
@@ -99,13 +104,28 @@ typedef struct att_job {
     int l;
     const float *q; /* [n, nh*hd] */
     float *att;     /* [n, nh*hd] */
-    int32_t n, pos;
-    float *scores;  /* [nth, n_ctx] */
+    int32_t n;
+    const int32_t *seq, *pos; /* per token; seq NULL: one sequence */
+    float *scores;  /* [nth, att_scratch] */
 } att_job;
 
+/* Keys per attention block (online softmax across blocks, as forward.c). */
+#define EXT_ATT_BLOCK 64
+/* Per-thread attention scratch in floats: scores [G][BLOCK], f32 copies of
+ * a block of K and V rows (F16 cache), running max and sum [G]. */
+static size_t att_scratch(const lb_model_config *c) {
+    const size_t G = (size_t)(c->n_heads / LB_MAX(c->n_kv_heads, 1));
+    return G * EXT_ATT_BLOCK + 2 * (size_t)EXT_ATT_BLOCK * (size_t)c->head_dim +
+           2 * G;
+}
+
+/* One unit per (token, KV head) with its G query heads: the kernel table's
+ * qk / exp_sum / pv over blocks of keys, soft-capping between the scores
+ * and the softmax. */
 static void att_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     const lb_model_config *c = &j->x->m->config;
+    const lb_vec_kernels *vec = &lb_kernels_current()->vec;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int G = nh / nkv;
     const float scale = c->attn_scale > 0 ? c->attn_scale
@@ -113,48 +133,67 @@ static void att_worker(void *arg, int ith, int nth) {
     const float cap = c->attn_softcap;
     const bool swa = lb_model_config_layer_swa(c, j->l);
     const bool f16 = j->x->kv_type == LB_TYPE_F16;
-    float *sc = j->scores + (size_t)ith * (size_t)j->x->n_ctx;
+    float *sc = j->scores + (size_t)ith * att_scratch(c);
+    float *kf = sc + (size_t)G * EXT_ATT_BLOCK,
+          *vf = kf + (size_t)EXT_ATT_BLOCK * hd,
+          *mx = vf + (size_t)EXT_ATT_BLOCK * hd, *sum = mx + G;
     size_t u0, u1;
-    lb_split_range((size_t)j->n * (size_t)nh, ith, nth, &u0, &u1);
+    lb_split_range((size_t)j->n * (size_t)nkv, ith, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
-        const int32_t t = (int32_t)(u / (size_t)nh);
-        const int h = (int)(u % (size_t)nh), kvh = h / G;
-        const int32_t p = j->pos + t;
+        const int32_t t = (int32_t)(u / (size_t)nkv);
+        const int kvh = (int)(u % (size_t)nkv);
+        const int32_t p = j->pos[t];
         int32_t j0 = 0;
         if (swa && p - c->sliding_window + 1 > 0) j0 = p - c->sliding_window + 1;
-        const float *qh = j->q + ((size_t)t * nh + h) * hd;
-        const size_t base = ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx;
-        float mx = -INFINITY;
-        for (int32_t k = j0; k <= p; k++) {
-            float d = 0;
-            if (f16) {
-                const uint16_t *kr = (const uint16_t *)j->x->k_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) d += qh[i] * lb_f16_to_f32_inline(kr[i]);
-            } else {
-                const float *kr = (const float *)j->x->k_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) d += qh[i] * kr[i];
-            }
-            d *= scale;
-            if (cap > 0) d = tanhf(d / cap) * cap;
-            sc[k - j0] = d;
-            mx = d > mx ? d : mx;
+        const float *qv = j->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
+        float *acc = j->att + ((size_t)t * nh + (size_t)kvh * G) * hd;
+        const size_t base =
+            ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx +
+            (j->seq ? (size_t)j->seq[t] * (j->x->seq_stride / (size_t)hd) : 0);
+        memset(acc, 0, (size_t)G * hd * sizeof(float));
+        for (int g = 0; g < G; g++) {
+            mx[g] = -INFINITY;
+            sum[g] = 0.0f;
         }
-        float sum = 0;
-        for (int32_t k = j0; k <= p; k++) {
-            sc[k - j0] = expf(sc[k - j0] - mx);
-            sum += sc[k - j0];
-        }
-        float *out = j->att + ((size_t)t * nh + h) * hd;
-        for (int i = 0; i < hd; i++) out[i] = 0;
-        for (int32_t k = j0; k <= p; k++) {
-            const float w = sc[k - j0] / sum;
+        for (int32_t k = j0; k <= p; k += EXT_ATT_BLOCK) {
+            const int64_t nb = LB_MIN(EXT_ATT_BLOCK, (int64_t)p + 1 - k);
+            const float *K, *V;
             if (f16) {
-                const uint16_t *vr = (const uint16_t *)j->x->v_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) out[i] += w * lb_f16_to_f32_inline(vr[i]);
+                vec->f16_to_f32((const uint16_t *)j->x->k_cache + (base + k) * hd,
+                                kf, nb * hd);
+                vec->f16_to_f32((const uint16_t *)j->x->v_cache + (base + k) * hd,
+                                vf, nb * hd);
+                K = kf;
+                V = vf;
             } else {
-                const float *vr = (const float *)j->x->v_cache + (base + k) * hd;
-                for (int i = 0; i < hd; i++) out[i] += w * vr[i];
+                K = (const float *)j->x->k_cache + (base + k) * hd;
+                V = (const float *)j->x->v_cache + (base + k) * hd;
             }
+            vec->qk(G, hd, qv, K, nb, scale, sc, EXT_ATT_BLOCK);
+            for (int g = 0; g < G; g++) {
+                float *sg = sc + (size_t)g * EXT_ATT_BLOCK;
+                if (cap > 0)
+                    for (int64_t i = 0; i < nb; i++)
+                        sg[i] = tanhf(sg[i] / cap) * cap;
+                float bm = sg[0];
+                for (int64_t i = 1; i < nb; i++) bm = sg[i] > bm ? sg[i] : bm;
+                if (bm > mx[g]) {
+                    const float r = expf(mx[g] - bm); /* 0 on the first block */
+                    if (sum[g] != 0.0f) {
+                        float *ag = acc + (size_t)g * hd;
+                        for (int i = 0; i < hd; i++) ag[i] *= r;
+                    }
+                    sum[g] *= r;
+                    mx[g] = bm;
+                }
+                sum[g] += vec->exp_sum(sg, nb, mx[g]);
+            }
+            vec->pv(G, hd, sc, EXT_ATT_BLOCK, V, nb, acc);
+        }
+        for (int g = 0; g < G; g++) {
+            const float inv = 1.0f / sum[g];
+            float *ag = acc + (size_t)g * hd;
+            for (int i = 0; i < hd; i++) ag[i] *= inv;
         }
     }
 }
@@ -165,6 +204,73 @@ static lb_status mm(const lb_ext_ctx *x, const lb_tensor *W, const float *X,
                     float *Y, int64_t n) {
     const bool big = (double)n * (double)W->nbytes >= 262144.0;
     return lb_matmul(big ? x->pool : NULL, W, X, Y, n);
+}
+
+/* q, k, v = xn Wq^T, xn Wk^T, xn Wv^T in one pool job (one wake-up and
+ * barrier instead of three): forward.c's plans, activations quantized on
+ * this thread, the three products' chunks split over the threads. Results
+ * do not depend on the split, so they equal three lb_matmul calls. */
+typedef struct qkv_job {
+    lb_mm_plan pl[3];
+    const void *A[3];
+    float *Y[3];
+} qkv_job;
+
+static void qkv_worker(void *arg, int ith, int nth) {
+    qkv_job *j = arg;
+    const int64_t total = j->pl[0].n_chunks + j->pl[1].n_chunks +
+                          j->pl[2].n_chunks;
+    size_t u0, u1;
+    lb_split_range((size_t)total, ith, nth, &u0, &u1);
+    for (size_t u = u0; u < u1; u++) {
+        int64_t c = (int64_t)u;
+        int i = 0;
+        while (c >= j->pl[i].n_chunks) c -= j->pl[i++].n_chunks;
+        lb_mm_plan_chunk(&j->pl[i], j->A[i], j->Y[i], (size_t)j->pl[i].out, c);
+    }
+}
+
+static lb_status mm(const lb_ext_ctx *x, const lb_tensor *W, const float *X,
+                    float *Y, int64_t n);
+
+static lb_status qkv(const lb_ext_ctx *x, const lb_layer_weights *L,
+                     const float *xn, int64_t n, float *q, float *k, float *v) {
+    const lb_tensor *W[3] = {&L->w[LB_LINEAR_Q], &L->w[LB_LINEAR_K],
+                             &L->w[LB_LINEAR_V]};
+    float *Y[3] = {q, k, v};
+    double bytes = 0;
+    for (int i = 0; i < 3; i++) bytes += (double)W[i]->nbytes;
+    const int nth = x->pool ? lb_pool_size(x->pool) : 1;
+    qkv_job j;
+    memset(&j, 0, sizeof j);
+    bool fused = nth > 1 && (double)n * bytes >= 262144.0;
+    for (int i = 0; fused && i < 3; i++)
+        fused = lb_mm_plan_make(&j.pl[i], lb_kernels_current(), W[i], n, nth) ==
+                LB_OK;
+    if (!fused) {
+        for (int i = 0; i < 3; i++) LB_TRY(mm(x, W[i], xn, Y[i], n));
+        return LB_OK;
+    }
+    void *buf[3] = {NULL, NULL, NULL};
+    lb_status s = LB_OK;
+    for (int i = 0; i < 3 && s == LB_OK; i++) {
+        j.Y[i] = Y[i];
+        const size_t ab = lb_mm_plan_act_bytes(&j.pl[i]);
+        if (!ab) {
+            j.A[i] = xn;
+            continue;
+        }
+        buf[i] = lb_alloc(ab);
+        if (!buf[i]) {
+            s = lb_set_error(LB_ERR_NOMEM, "forward: out of memory");
+            break;
+        }
+        lb_mm_plan_quantize(&j.pl[i], xn, buf[i], 0, n);
+        j.A[i] = buf[i];
+    }
+    if (s == LB_OK) lb_pool_run(x->pool, qkv_worker, &j);
+    for (int i = 0; i < 3; i++) lb_free(buf[i]);
+    return s;
 }
 
 static lb_status hook(const lb_ext_ctx *x, int l, lb_linear_id w,
@@ -185,8 +291,7 @@ static lb_status mlp(const lb_ext_ctx *x, int l, const lb_tensor *g,
     }
     LB_TRY(mm(x, g, xn, gb, n));
     LB_TRY(mm(x, u, xn, ub, n));
-    for (int32_t t = 0; t < n; t++)
-        act_mul(c->hidden_act, gb + (size_t)t * ff, ub + (size_t)t * ff, ff);
+    act_mul(c->hidden_act, gb, ub, (int64_t)n * ff);
     if (hooks) LB_TRY(hook(x, l, LB_LINEAR_DOWN, gb, n, ff));
     return mm(x, d, gb, y, n);
 }
@@ -256,8 +361,7 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
         const lb_tensor *W = L->exp + 3 * e;
         LB_TRY(mm(x, &W[0], b->xe, b->g, ne));
         LB_TRY(mm(x, &W[1], b->xe, b->u, ne));
-        for (int32_t r = 0; r < ne; r++)
-            act_mul(c->hidden_act, b->g + (size_t)r * ff, b->u + (size_t)r * ff, ff);
+        act_mul(c->hidden_act, b->g, b->u, (int64_t)ne * ff);
         LB_TRY(mm(x, &W[2], b->g, b->ye, ne));
         for (int32_t r = 0; r < ne; r++) {
             const int32_t t = b->tok_of[r];
@@ -323,7 +427,7 @@ static lb_status alloc_bufs(const lb_ext_ctx *x, int32_t n, ext_buf *b) {
     b->router = lb_alloc(N * E * 4);
     b->prob = lb_alloc(E * 4);
     b->wsel = lb_alloc(N * K * 4);
-    b->scores = lb_alloc((size_t)LB_MAX(nth, 1) * (size_t)x->n_ctx * 4);
+    b->scores = lb_alloc((size_t)LB_MAX(nth, 1) * att_scratch(c) * 4);
     b->cs = lb_alloc(2 * N * half * 4);
     b->sn = lb_alloc(2 * N * half * 4);
     b->sel = lb_alloc(N * K * sizeof(int));
@@ -340,19 +444,19 @@ static lb_status alloc_bufs(const lb_ext_ctx *x, int32_t n, ext_buf *b) {
     return LB_OK;
 }
 
-/* cos/sin [n][half] for positions pos.. of one RoPE kind, times af. */
-static void tables(const float *inv, int half, int32_t pos, int32_t n,
+/* cos/sin [n][half] for positions pos[t] of one RoPE kind, times af. */
+static void tables(const float *inv, int half, const int32_t *pos, int32_t n,
                    float af, float *cs, float *sn) {
     for (int32_t t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
-            const float f = inv[i] * (float)(pos + t);
+            const float f = inv[i] * (float)pos[t];
             cs[(size_t)t * half + i] = cosf(f) * af;
             sn[(size_t)t * half + i] = sinf(f) * af;
         }
 }
 
 static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
-                       int32_t pos, ext_buf *b) {
+                       const int32_t *seq, const int32_t *pos, ext_buf *b) {
     const lb_model *m = x->m;
     const lb_model_config *c = &m->config;
     const lb_layer_weights *L = &m->layers[l];
@@ -360,26 +464,22 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
                   nkv = c->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
     const float eps = c->rms_norm_eps;
     const int half = (int)(hd / 2);
+    const lb_vec_kernels *vec = &lb_kernels_current()->vec;
 
     for (int32_t t = 0; t < n; t++)
         lb_rmsnorm(b->xn + t * dim, hidden + t * dim, L->attn_norm.data, dim, eps);
     for (int w = LB_LINEAR_Q; w <= LB_LINEAR_V; w++)
         LB_TRY(hook(x, l, (lb_linear_id)w, b->xn, n, dim));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_Q], b->xn, b->q, n));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_K], b->xn, b->k, n));
-    LB_TRY(mm(x, &L->w[LB_LINEAR_V], b->xn, b->v, n));
+    LB_TRY(qkv(x, L, b->xn, n, b->q, b->k, b->v));
     /* RoPE tables of this layer's kind (cs/sn hold global then local) */
     const bool local = c->rope_local_theta > 0 && lb_model_config_layer_swa(c, l);
     const float *cs = b->cs + (local ? (size_t)n * half : 0);
     const float *sn = b->sn + (local ? (size_t)n * half : 0);
     for (int32_t t = 0; t < n; t++) {
         float *qt = b->q + t * qd, *kt = b->k + t * kvd, *vt = b->v + t * kvd;
-        if (L->bq.data)
-            for (int64_t i = 0; i < qd; i++) qt[i] += ((const float *)L->bq.data)[i];
-        if (L->bk.data)
-            for (int64_t i = 0; i < kvd; i++) kt[i] += ((const float *)L->bk.data)[i];
-        if (L->bv.data)
-            for (int64_t i = 0; i < kvd; i++) vt[i] += ((const float *)L->bv.data)[i];
+        if (L->bq.data) vec->add(qt, L->bq.data, qd);
+        if (L->bk.data) vec->add(kt, L->bk.data, kvd);
+        if (L->bv.data) vec->add(vt, L->bv.data, kvd);
         for (int64_t h = 0; h < nh; h++) {
             float *qh = qt + h * hd;
             if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, eps);
@@ -391,8 +491,10 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
             if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
             rope_rot(kh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
                      c->rope_mode);
-            const size_t row = (((size_t)l * nkv + h) * (size_t)x->n_ctx +
-                                (size_t)(pos + t)) * (size_t)hd;
+            const size_t row =
+                (((size_t)l * nkv + h) * (size_t)x->n_ctx + (size_t)pos[t]) *
+                    (size_t)hd +
+                (seq ? (size_t)seq[t] * x->seq_stride : 0);
             if (x->kv_type == LB_TYPE_F16) {
                 uint16_t *kc = (uint16_t *)x->k_cache + row,
                          *vc = (uint16_t *)x->v_cache + row;
@@ -406,16 +508,17 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
             }
         }
     }
-    att_job aj = {x, l, b->q, b->att, n, pos, b->scores};
-    lb_pool_run((double)n * (double)(pos + n) * (double)qd < 65536.0 ? NULL : x->pool,
-                att_worker, &aj);
+    att_job aj = {x, l, b->q, b->att, n, seq, pos, b->scores};
+    double work = 0;
+    for (int32_t t = 0; t < n; t++) work += (double)(pos[t] + 1);
+    lb_pool_run(work * (double)qd < 65536.0 ? NULL : x->pool, att_worker, &aj);
     LB_TRY(hook(x, l, LB_LINEAR_O, b->att, n, qd));
     LB_TRY(mm(x, &L->w[LB_LINEAR_O], b->att, b->o, n));
     for (int32_t t = 0; t < n; t++) {
         float *ot = b->o + t * dim, *ht = hidden + t * dim;
         if (L->post_attn_norm.data)
             lb_rmsnorm(ot, ot, L->post_attn_norm.data, dim, eps);
-        for (int64_t i = 0; i < dim; i++) ht[i] += ot[i];
+        vec->add(ht, ot, dim);
         lb_rmsnorm(b->xn + t * dim, ht, L->ffn_norm.data, dim, eps);
     }
     if (L->exp)
@@ -427,13 +530,24 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         float *yt = b->y + t * dim, *ht = hidden + t * dim;
         if (L->post_ffn_norm.data)
             lb_rmsnorm(yt, yt, L->post_ffn_norm.data, dim, eps);
-        for (int64_t i = 0; i < dim; i++) ht[i] += yt[i];
+        vec->add(ht, yt, dim);
     }
     return LB_OK;
 }
 
 lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
                             float *hidden, int32_t n, int32_t pos) {
+    int32_t *p = lb_alloc((size_t)n * sizeof *p);
+    if (!p) return lb_set_error(LB_ERR_NOMEM, "forward: out of memory");
+    for (int32_t t = 0; t < n; t++) p[t] = pos + t;
+    lb_status s = lb_ext_run_layers_multi(x, l0, l1, hidden, n, NULL, p);
+    lb_free(p);
+    return s;
+}
+
+lb_status lb_ext_run_layers_multi(const lb_ext_ctx *x, int l0, int l1,
+                                  float *hidden, int32_t n,
+                                  const int32_t *seq, const int32_t *pos) {
     const lb_model *m = x->m;
     const lb_model_config *c = &m->config;
     ext_buf b;
@@ -457,7 +571,8 @@ lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
     }
     lb_free(inv);
     lb_status s = LB_OK;
-    for (int l = l0; l < l1 && s == LB_OK; l++) s = layer(x, l, hidden, n, pos, &b);
+    for (int l = l0; l < l1 && s == LB_OK; l++)
+        s = layer(x, l, hidden, n, seq, pos, &b);
     free_bufs(&b);
     return s;
 }

@@ -201,12 +201,20 @@ typedef struct lb_ext_ctx {
     lb_type kv_type;
     int32_t n_ctx;
     lb_forward_hook hook;
+    /* batch.c: caches of several sequences back to back, seq_stride
+     * elements apart (lb_ext_run_layers_multi); 0 for one sequence */
+    size_t seq_stride;
 } lb_ext_ctx;
 
 /* Layers [l0, l1) of an lb_model_config_is_ext model on hidden [n, dim]
  * at positions pos.. (forward_ext.c). */
 lb_status lb_ext_run_layers(const lb_ext_ctx *x, int l0, int l1,
                             float *hidden, int32_t n, int32_t pos);
+/* The same with token t of sequence seq[t] at position pos[t] (batch.c's
+ * multi-sequence forward; x->seq_stride apart caches, kv_type F32 or F16). */
+lb_status lb_ext_run_layers_multi(const lb_ext_ctx *x, int l0, int l1,
+                                  float *hidden, int32_t n,
+                                  const int32_t *seq, const int32_t *pos);
 
 /* The bitsandbytes loader (load_bnb.c; lowbit/bnb.h): NF4/FP4/INT8
  * linears checked and dequantized to F32; from memory for fuzzing. */
