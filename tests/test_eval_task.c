@@ -57,6 +57,11 @@ static void test_parse(void) {
         {"{\"context\":\"a\",\"choices\":[\"b\",\"c\"]}", "t.jsonl:1: \"gold\" missing"},
         {"{\"context\":\"a\",\"choices\":[\"b\",\"c\"],\"gold\":\"0\"}",
          "t.jsonl:1: \"gold\" must be an integer"},
+        /* beyond int64: refused before any conversion (fuzz_task, UBSan) */
+        {"{\"context\":\"a\",\"choices\":[\"b\",\"c\"],\"gold\":1.8e59}",
+         "t.jsonl:1: \"gold\" must be an integer"},
+        {"{\"context\":\"a\",\"choices\":[\"b\",\"c\"],\"gold\":-1e300}",
+         "t.jsonl:1: \"gold\" must be an integer"},
         {"[1]", "t.jsonl:1: a JSON object expected"},
         {"{\"text\":\"a\",\"gold\":0}", "t.jsonl:1: both \"text\""},
         {"{\"context\":\"a\",\"choices\":[\"b\",\"c\"],\"gold\":0,\"fewshot\":1}",

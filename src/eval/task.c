@@ -110,7 +110,10 @@ static lb_status parse_line(const char *name, int64_t line, const char *s,
         goto done;
     }
     double gv = cJSON_IsNumber(gold) ? gold->valuedouble : -1.5;
-    if (!cJSON_IsNumber(gold) || gv != (double)(int64_t)gv) {
+    /* range first: converting a double outside int64's range is undefined
+     * (fuzz_task found 1.8e59) */
+    if (!cJSON_IsNumber(gold) || !(gv > -1e15 && gv < 1e15) ||
+        gv != (double)(int64_t)gv) {
         st = lb_set_error(LB_ERR_FORMAT, "%s:%lld: \"gold\" must be an "
                           "integer index into \"choices\"", name,
                           (long long)line);
