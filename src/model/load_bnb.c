@@ -108,6 +108,11 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
     return LB_OK;
 }
 
+static lb_status set_tensor_cb(void *user, const char *name, lb_tensor_role role, int layer,
+                               bool optional) {
+    return set_tensor(user, name, role, layer, optional);
+}
+
 lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q,
                              lb_safetensors *st, bool own_st, const char *label,
                              const lb_model_load_opts *opts, lb_model **out) {
@@ -124,44 +129,8 @@ lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q
         return s;
     }
     bnb_ctx c = {.m = m, .st = st, .label = label, .q = q};
-    const lb_model_config *mc = &m->config;
-    bool tied = mc->tie_word_embeddings;
-    s = set_tensor(&c, "model.embed_tokens.weight", LB_ROLE_TOK_EMBD, 0,
-                   tied && lb_st_find(st, "lm_head.weight"));
-    if (s == LB_OK) s = set_tensor(&c, "lm_head.weight", LB_ROLE_OUTPUT, 0, tied);
-    if (s == LB_OK) s = set_tensor(&c, "model.norm.weight", LB_ROLE_OUTPUT_NORM, 0, false);
-    if (s == LB_OK && tied && m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
-    static const struct {
-        lb_tensor_role role;
-        const char *suffix;
-    } per_layer[] = {
-        {LB_ROLE_ATTN_NORM, "input_layernorm.weight"},
-        {LB_ROLE_Q, "self_attn.q_proj.weight"},
-        {LB_ROLE_K, "self_attn.k_proj.weight"},
-        {LB_ROLE_V, "self_attn.v_proj.weight"},
-        {LB_ROLE_O, "self_attn.o_proj.weight"},
-        {LB_ROLE_Q_BIAS, "self_attn.q_proj.bias"},
-        {LB_ROLE_K_BIAS, "self_attn.k_proj.bias"},
-        {LB_ROLE_V_BIAS, "self_attn.v_proj.bias"},
-        {LB_ROLE_Q_NORM, "self_attn.q_norm.weight"},
-        {LB_ROLE_K_NORM, "self_attn.k_norm.weight"},
-        {LB_ROLE_FFN_NORM, "post_attention_layernorm.weight"},
-        {LB_ROLE_GATE, "mlp.gate_proj.weight"},
-        {LB_ROLE_UP, "mlp.up_proj.weight"},
-        {LB_ROLE_DOWN, "mlp.down_proj.weight"},
-    };
-    for (int l = 0; l < mc->n_layers && s == LB_OK; l++) {
-        for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0] && s == LB_OK; i++) {
-            lb_tensor_role r = per_layer[i].role;
-            if (!lb_role_used(mc, r)) continue;
-            char name[160];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[i].suffix);
-            s = set_tensor(&c, name, r, l, false);
-        }
-        if (s == LB_OK && opts &&
-            !lb_progress_report(&opts->progress, "load", (uint64_t)l + 1, (uint64_t)mc->n_layers))
-            s = lb_set_error(LB_ERR_CANCELLED, "load cancelled");
-    }
+    s = lb_model_hf_walk_globals(m, st, set_tensor_cb, &c);
+    if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);
     if (s == LB_OK) s = lb_model_builder_finish(m);
     if (s != LB_OK) {
         lb_model_free(m);

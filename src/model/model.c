@@ -600,6 +600,70 @@ static lb_status hf_set(lb_model *m, const lb_safetensors *st, const char *dir,
     return LB_OK;
 }
 
+/* lb_model_hf_walk_*'s callback for a dense checkpoint (hf_set). */
+typedef struct {
+    lb_model *m;
+    const lb_safetensors *st;
+    const char *dir;
+} hf_dense_ctx;
+
+static lb_status hf_dense_set(void *user, const char *name, lb_tensor_role role,
+                              int layer, bool optional) {
+    hf_dense_ctx *h = user;
+    return hf_set(h->m, h->st, h->dir, name, role, layer, optional);
+}
+
+lb_status lb_model_hf_walk_globals(lb_model *m, const lb_safetensors *st,
+                                   lb_hf_set_fn set, void *user) {
+    const bool tied = m->config.tie_word_embeddings;
+    lb_status s = set(user, "model.embed_tokens.weight", LB_ROLE_TOK_EMBD, 0,
+                      tied && lb_st_find(st, "lm_head.weight"));
+    if (s == LB_OK) s = set(user, "lm_head.weight", LB_ROLE_OUTPUT, 0, tied);
+    if (s == LB_OK) s = set(user, "model.norm.weight", LB_ROLE_OUTPUT_NORM, 0, false);
+    /* With tied embeddings and both tensors stored, transformers uses the
+     * embedding for both (tie_weights): drop the separate lm_head. */
+    if (s == LB_OK && tied && m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
+    return s;
+}
+
+lb_status lb_model_hf_walk_layers(lb_model *m, const lb_model_load_opts *opts,
+                                  lb_hf_set_fn set, void *user) {
+    static const struct {
+        lb_tensor_role role;
+        const char *suffix;
+    } per_layer[] = {
+        {LB_ROLE_ATTN_NORM, "input_layernorm.weight"},
+        {LB_ROLE_Q, "self_attn.q_proj.weight"},
+        {LB_ROLE_K, "self_attn.k_proj.weight"},
+        {LB_ROLE_V, "self_attn.v_proj.weight"},
+        {LB_ROLE_O, "self_attn.o_proj.weight"},
+        {LB_ROLE_Q_BIAS, "self_attn.q_proj.bias"},
+        {LB_ROLE_K_BIAS, "self_attn.k_proj.bias"},
+        {LB_ROLE_V_BIAS, "self_attn.v_proj.bias"},
+        {LB_ROLE_Q_NORM, "self_attn.q_norm.weight"},
+        {LB_ROLE_K_NORM, "self_attn.k_norm.weight"},
+        {LB_ROLE_FFN_NORM, "post_attention_layernorm.weight"},
+        {LB_ROLE_GATE, "mlp.gate_proj.weight"},
+        {LB_ROLE_UP, "mlp.up_proj.weight"},
+        {LB_ROLE_DOWN, "mlp.down_proj.weight"},
+    };
+    const lb_model_config *c = &m->config;
+    lb_status s = LB_OK;
+    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
+        for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
+            lb_tensor_role r = per_layer[i].role;
+            if (!lb_role_used(c, r)) continue;
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[i].suffix);
+            s = set(user, name, r, l, false);
+        }
+        if (s == LB_OK && opts &&
+            !lb_progress_report(&opts->progress, "load", (uint64_t)l + 1, (uint64_t)c->n_layers))
+            s = lb_set_error(LB_ERR_CANCELLED, "load cancelled");
+    }
+    return s;
+}
+
 lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
                            lb_model **out) {
     *out = NULL;
@@ -646,38 +710,9 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     if (s == LB_OK) s = lb_model_builder_on_free(m, st_close_cb, st);
     if (s != LB_OK) goto fail;
 
-    bool tied = c->tie_word_embeddings;
-    s = hf_set(m, st, dir, "model.embed_tokens.weight", LB_ROLE_TOK_EMBD, 0,
-               tied && lb_st_find(st, "lm_head.weight"));
-    if (s == LB_OK)
-        s = hf_set(m, st, dir, "lm_head.weight", LB_ROLE_OUTPUT, 0, tied);
-    if (s == LB_OK)
-        s = hf_set(m, st, dir, "model.norm.weight", LB_ROLE_OUTPUT_NORM, 0,
-                   false);
+    hf_dense_ctx hc = {m, st, dir};
+    s = lb_model_hf_walk_globals(m, st, hf_dense_set, &hc);
     if (s != LB_OK) goto fail;
-    /* With tied embeddings and both tensors stored, transformers uses the
-     * embedding for both (tie_weights): drop the separate lm_head. */
-    if (tied && m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
-
-    static const struct {
-        lb_tensor_role role;
-        const char *suffix;
-    } per_layer[] = {
-        {LB_ROLE_ATTN_NORM, "input_layernorm.weight"},
-        {LB_ROLE_Q, "self_attn.q_proj.weight"},
-        {LB_ROLE_K, "self_attn.k_proj.weight"},
-        {LB_ROLE_V, "self_attn.v_proj.weight"},
-        {LB_ROLE_O, "self_attn.o_proj.weight"},
-        {LB_ROLE_Q_BIAS, "self_attn.q_proj.bias"},
-        {LB_ROLE_K_BIAS, "self_attn.k_proj.bias"},
-        {LB_ROLE_V_BIAS, "self_attn.v_proj.bias"},
-        {LB_ROLE_Q_NORM, "self_attn.q_norm.weight"},
-        {LB_ROLE_K_NORM, "self_attn.k_norm.weight"},
-        {LB_ROLE_FFN_NORM, "post_attention_layernorm.weight"},
-        {LB_ROLE_GATE, "mlp.gate_proj.weight"},
-        {LB_ROLE_UP, "mlp.up_proj.weight"},
-        {LB_ROLE_DOWN, "mlp.down_proj.weight"},
-    };
     /* the issue-13 architectures: load_hf_ext.c */
     if (c->arch >= LB_ARCH_GEMMA2) {
         s = lb_model_load_hf_layers_ext(m, st, dir, opts);
@@ -687,20 +722,7 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
         *out = m;
         return LB_OK;
     }
-    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
-        for (size_t i = 0; i < LB_ARRAY_LEN(per_layer) && s == LB_OK; i++) {
-            lb_tensor_role r = per_layer[i].role;
-            if (!lb_role_used(c, r)) continue;
-            char name[160];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l,
-                     per_layer[i].suffix);
-            s = hf_set(m, st, dir, name, r, l, false);
-        }
-        if (opts && !lb_progress_report(&opts->progress, "load",
-                                        (uint64_t)l + 1,
-                                        (uint64_t)c->n_layers))
-            s = lb_set_error(LB_ERR_CANCELLED, "load cancelled");
-    }
+    s = lb_model_hf_walk_layers(m, opts, hf_dense_set, &hc);
     if (s == LB_OK) s = lb_model_builder_finish(m);
     if (s != LB_OK) goto fail;
     *out = m;

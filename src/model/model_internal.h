@@ -152,6 +152,22 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take,
                                     const lb_model_load_opts *opts,
                                     lb_model **out);
 
+/* The Llama-family Hugging Face tensor walk shared by the dense, FP8 and
+ * bitsandbytes loaders (model.c). set(user, name, role, layer, optional)
+ * adds tensor `name` (transformers' name) to the model under `role`;
+ * optional: a missing tensor is not an error. _globals: embed_tokens,
+ * lm_head (optional when tied), the final norm; with tied embeddings the
+ * separate lm_head is dropped as transformers' tie_weights does. _layers:
+ * each layer's roles the config uses, in order, reporting "load" progress
+ * (LB_ERR_CANCELLED when the callback cancels). */
+struct lb_safetensors;
+typedef lb_status (*lb_hf_set_fn)(void *user, const char *name, lb_tensor_role role,
+                                  int layer, bool optional);
+lb_status lb_model_hf_walk_globals(lb_model *m, const struct lb_safetensors *st,
+                                   lb_hf_set_fn set, void *user);
+lb_status lb_model_hf_walk_layers(lb_model *m, const lb_model_load_opts *opts,
+                                  lb_hf_set_fn set, void *user);
+
 /* The GPTQ loader's tensor part (load_gptq.c), separated from the files so
  * that it can be fuzzed from memory: build a model for cfg from the tensors
  * of st under the quantization config qc. own_st: the model closes st when
