@@ -7,6 +7,7 @@
  * the safetensors file is written.
  */
 #include "export/ex_hf_internal.h"
+#include "quant/nocalib_ckpt.h"
 #include "lowbit/bnb.h"
 #include "lowbit/config.h"
 #include "lowbit/file.h"
@@ -208,20 +209,6 @@ static cJSON *qconfig_json(const lb_bnb_qconfig *q) {
     return o;
 }
 
-static lb_status copy_file(const char *src, const char *dst) {
-    char *data = NULL;
-    size_t n = 0;
-    LB_TRY(lb_read_file(src, (size_t)1 << 30, &data, &n));
-    lb_atomic_file af;
-    memset(&af, 0, sizeof af);
-    lb_status s = lb_atomic_open(dst, &af);
-    if (s == LB_OK) s = lb_atomic_write(&af, data, n);
-    if (s == LB_OK) s = lb_atomic_commit(&af);
-    else lb_atomic_abort(&af);
-    free(data);
-    return s;
-}
-
 lb_status lb_bnb_quantize_checkpoint(const char *model_dir, const char *out_dir,
                                      const lb_bnb_quantize_opts *opts_in, int *n_linears) {
     if (!model_dir || !out_dir || !opts_in)
@@ -243,8 +230,6 @@ lb_status lb_bnb_quantize_checkpoint(const char *model_dir, const char *out_dir,
     lb_safetensors *st = NULL;
     lb_st_writer *w = NULL;
     bnb_job *jobs = NULL;
-    char *tmp = NULL, *cj = NULL, *js = NULL;
-    cJSON *cfgj = NULL;
     int nl = 0;
     lb_status s = lb_st_open(model_dir, &st);
     if (s != LB_OK) return s;
@@ -269,52 +254,11 @@ lb_status lb_bnb_quantize_checkpoint(const char *model_dir, const char *out_dir,
         if (s == LB_OK && !lb_progress_report(&opts.progress, "quantize", (uint64_t)nl, total))
             s = lb_set_error(LB_ERR_CANCELLED, "quantize cancelled");
     }
-    cj = lb_path_join(model_dir, "config.json");
-    size_t jn = 0;
-    if (s == LB_OK) s = cj ? lb_read_file(cj, (size_t)16 << 20, &js, &jn)
-                           : lb_set_error(LB_ERR_NOMEM, "out of memory");
-    if (s == LB_OK) {
-        cfgj = cJSON_ParseWithLength(js, jn);
-        cJSON *qc = qconfig_json(&opts.q);
-        if (!cJSON_IsObject(cfgj) || !qc) {
-            cJSON_Delete(qc);
-            s = lb_set_error(LB_ERR_FORMAT, "%s: not a JSON object", cj);
-        } else {
-            cJSON_DeleteItemFromObjectCaseSensitive(cfgj, "quantization_config");
-            cJSON_AddItemToObject(cfgj, "quantization_config", qc);
-        }
-    }
-    if (s == LB_OK) s = ex_hf_tmpdir_make(out_dir, &tmp);
-    if (s == LB_OK) {
-        char *mp = lb_path_join(tmp, "model.safetensors");
-        s = mp ? lb_st_writer_write_file(w, mp) : lb_set_error(LB_ERR_NOMEM, "out of memory");
-        free(mp);
-    }
-    if (s == LB_OK) s = ex_hf_write_json(tmp, "config.json", cfgj);
-    static const char *files[] = {"tokenizer.json", "tokenizer_config.json",
-                                  "special_tokens_map.json", "generation_config.json",
-                                  "tokenizer.model", "chat_template.jinja"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0] && s == LB_OK; i++) {
-        char *a = lb_path_join(model_dir, files[i]), *b = lb_path_join(tmp, files[i]);
-        if (a && b && lb_is_file(a)) s = copy_file(a, b);
-        free(a);
-        free(b);
-    }
-    if (s == LB_OK) s = ex_hf_tmpdir_commit(tmp, out_dir);
-    if (s == LB_OK) {
-        free(tmp);
-        tmp = NULL;
-    }
-    if (tmp) {
-        ex_hf_tmpdir_remove(tmp);
-        free(tmp);
-    }
+    /* config.json + quantization_config, tokenizer files; temp dir renamed */
+    if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q));
     for (size_t i = 0; jobs && i < n; i++)
         for (int k = 0; k < 6; k++) free(jobs[i].buf[k]);
     free(jobs);
-    cJSON_Delete(cfgj);
-    free(js);
-    free(cj);
     lb_st_writer_free(w);
     lb_st_close(st);
     if (s == LB_OK && n_linears) *n_linears = nl;
