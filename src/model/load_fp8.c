@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void st_close_cb(void *p) { lb_st_close(p); }
 
 typedef struct fp8_ctx {
     lb_model *m;
@@ -102,16 +101,8 @@ lb_status lb_fp8_build_model(const lb_model_config *cfg, const lb_fp8_qconfig *q
                              const lb_model_load_opts *opts, lb_model **out) {
     *out = NULL;
     lb_model *m = NULL;
-    lb_status s = lb_model_builder_new(cfg, &m);
-    if (s != LB_OK) {
-        if (own_st) lb_st_close(st);
-        return s;
-    }
-    if (own_st) s = lb_model_builder_on_free(m, st_close_cb, st);
-    if (s != LB_OK) {
-        lb_model_free(m);
-        return s;
-    }
+    lb_status s = lb_model_builder_new_st(cfg, st, own_st, &m);
+    if (s != LB_OK) return s;
     fp8_ctx c = {.m = m, .st = st, .label = label, .q = q};
     s = lb_model_hf_walk_globals(m, st, set_tensor_cb, &c);
     if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);

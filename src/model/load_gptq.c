@@ -26,7 +26,6 @@ typedef struct load_ctx {
     int n_dense;
 } load_ctx;
 
-static void st_close_cb(void *p) { lb_st_close(p); }
 
 /* Open the checkpoint's tensors: an index or model.safetensors as
  * lb_st_open finds them, else the directory's only *.safetensors file. */
@@ -387,17 +386,11 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
                               const lb_model_load_opts *opts, lb_model **out) {
     *out = NULL;
     lb_model *m = NULL;
-    lb_status s = lb_model_builder_new(cfg, &m);
-    if (s != LB_OK) {
-        if (own_st) lb_st_close(st);
-        return s;
-    }
+    lb_status s = lb_model_builder_new_st(cfg, st, own_st, &m);
+    if (s != LB_OK) return s;
     const char *dir = label;
     load_ctx c = {.m = m, .dir = dir, .qc = qc,
-                  .mode = opts ? opts->gptq_mode : LB_GPTQ_LOAD_AUTO};
-    if (own_st) s = lb_model_builder_on_free(m, st_close_cb, st);
-    if (s != LB_OK) goto fail;
-    c.st = st;
+                  .mode = opts ? opts->gptq_mode : LB_GPTQ_LOAD_AUTO, .st = st};
     const lb_model_config *mc = &m->config;
 
     bool tied = mc->tie_word_embeddings;

@@ -600,6 +600,24 @@ static lb_status hf_set(lb_model *m, const lb_safetensors *st, const char *dir,
     return LB_OK;
 }
 
+lb_status lb_model_builder_new_st(const lb_model_config *cfg, struct lb_safetensors *st,
+                                  bool own_st, lb_model **out) {
+    *out = NULL;
+    lb_model *m = NULL;
+    lb_status s = lb_model_builder_new(cfg, &m);
+    if (s != LB_OK) {
+        if (own_st) lb_st_close(st);
+        return s;
+    }
+    if (own_st) s = lb_model_builder_on_free(m, st_close_cb, st);
+    if (s != LB_OK) {
+        lb_model_free(m);
+        return s;
+    }
+    *out = m;
+    return LB_OK;
+}
+
 /* lb_model_hf_walk_*'s callback for a dense checkpoint (hf_set). */
 typedef struct {
     lb_model *m;

@@ -160,6 +160,12 @@ lb_status lb_model_load_gguf_reader(lb_gguf *g, bool take,
  * separate lm_head is dropped as transformers' tie_weights does. _layers:
  * each layer's roles the config uses, in order, reporting "load" progress
  * (LB_ERR_CANCELLED when the callback cancels). */
+/* lb_model_builder_new for a model whose tensors point into st: with
+ * own_st the model closes st when freed, and st is closed here on failure
+ * too (the loaders' *_build_model contract). */
+struct lb_safetensors;
+lb_status lb_model_builder_new_st(const lb_model_config *cfg, struct lb_safetensors *st,
+                                  bool own_st, lb_model **out);
 struct lb_safetensors;
 typedef lb_status (*lb_hf_set_fn)(void *user, const char *name, lb_tensor_role role,
                                   int layer, bool optional);
