@@ -11,18 +11,12 @@
 #include "lowbit/fp8.h"
 #include "lowbit/quants.h"
 #include "lowbit/safetensors.h"
+#include "fuzz_ckpt_common.h"
 #include "model/model_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char cfg_json[] =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
-    "\"intermediate_size\": 64, \"num_hidden_layers\": 1, "
-    "\"num_attention_heads\": 2, \"num_key_value_heads\": 2, "
-    "\"vocab_size\": 32, \"max_position_embeddings\": 64, "
-    "\"tie_word_embeddings\": true}";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
@@ -38,28 +32,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lb_safetensors *st = NULL;
     if (lb_st_parse(data + 2 + n, size - 2 - n, "fuzz", &st) != LB_OK) return 0;
     lb_model_config cfg;
-    if (lb_model_config_parse(cfg_json, sizeof cfg_json - 1, "cfg", &cfg) != LB_OK) abort();
+    fuzz_ckpt_config(&cfg);
     lb_model *m = NULL;
     lb_status s = lb_fp8_build_model(&cfg, &q, st, true, "fuzz", NULL, &m);
-    if (s != LB_OK) {
-        if (m || lb_last_error()[0] == '\0') abort();
-    } else {
-        float row[64];
-        volatile float sink = 0;
-        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            const lb_tensor *t = &m->layers[0].w[i];
-            size_t rb;
-            if (!lb_row_size(t->type, t->shape[1], &rb)) abort();
-            for (int64_t r = 0; r < t->shape[0]; r++) {
-                if (lb_dequantize_row(t->type, (const uint8_t *)t->data + r * rb, row,
-                                      t->shape[1]) != LB_OK)
-                    abort();
-                sink += row[0];
-            }
-        }
-        (void)sink;
-        lb_model_free(m);
-    }
+    fuzz_ckpt_check(s, m);
     lb_model_config_clear(&cfg);
     return 0;
 }
