@@ -11,6 +11,7 @@ set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 S=${LB_SHARED:-../shared}
 [ -n "${REFENV:-}" ] || REFENV=$S/tools/refenv.sh
+. "$(dirname "$0")/lib_refenv.sh"
 M=$S/models/tinystories-656k
 IDS=$S/reference/gptq_model/calib_ids.i32
 TXT=$S/reference/ppl/texts/tinystories-valid-head30k.lf.txt
@@ -52,14 +53,8 @@ pg0=$(ppl "$W/g3.gguf"); pg1=$(ppl "$W/g3.gguf" --lora "$W/ad.gguf"); pg2=$(ppl 
 echo "GGUF base $pg0, + GGUF adapter $pg1, + PEFT adapter $pg2"
 python3 -c "import sys; a,b,c=$pg0,$pg1,$pg2; sys.exit(0 if b < a and abs(b-c) <= 1e-4*b else 1)" || fail "GGUF route"
 if [ -f "$REFENV" ] && sh "$REFENV" has llama-perplexity >/dev/null 2>&1; then
-  ok=0
-  for try in 1 2 3; do
-    sh "$REFENV" run llama-perplexity -m "$W/g3.gguf" --lora "$W/ad.gguf" -f "$TXT" -c 256 -b 256 -t 2 > "$W/lp.log" 2>&1 || true
-    lp=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$W/lp.log")
-    [ -n "$lp" ] && { ok=1; break; }
-    echo "llama-perplexity gave no estimate (try $try), retrying"
-  done
-  [ $ok = 1 ] || fail "llama-perplexity: no result"
+  lp=$(ref_ppl "$W/lp.log" -m "$W/g3.gguf" --lora "$W/ad.gguf" -f "$TXT" -c 256 -b 256 -t 2) \
+    || fail "llama-perplexity gave no final estimate: $(tail -3 "$W/lp.log")"
   echo "llama-perplexity --lora: $lp"
   python3 -c "import sys; sys.exit(0 if abs($lp-$pg1) <= 0.005*$pg1 else 1)" || fail "llama-perplexity $lp vs lowbit $pg1"
   # greedy generation with the adapter: llama.cpp's text = lowbit's

@@ -43,3 +43,14 @@ ref_call() {
     _k=$((_k + 1))
   done
 }
+
+# ref_ppl LOG ARG... — llama-perplexity ARG... through ref_call (marker: its
+# "Final estimate" line, printed last), stdout and stderr in LOG; prints the
+# final PPL value. Returns 1, printing nothing, when every attempt was cut
+# short or failed (LOG holds the last attempt; each retry's reason is on
+# stderr — ref_reason is not seen by a caller that uses $(ref_ppl ...)).
+ref_ppl() {
+  _log=$1; shift
+  ref_call "$_log" "$_log" 'Final estimate: PPL = [0-9.]+' llama-perplexity "$@" || return 1
+  sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$_log" | tail -n 1
+}
