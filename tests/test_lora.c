@@ -589,6 +589,29 @@ static void test_eora_factor(void) {
     eora_case(16, 16, 40, 10); /* rank-deficient H: clamping */
 }
 
+/* An architecture whose forward does not apply adapters (forward_ext:
+ * Gemma, Phi-3, MoE) refuses them instead of ignoring them. */
+static void test_ext_arch_refused(void) {
+    lb_model *m = NULL;
+    if (!lb_is_file("tests/data/arch/gemma2-random/config.json"))
+        th_skip("tests/data/arch/gemma2-random not found (run from the source root)");
+    TH_CHECK_OK(lb_model_load("tests/data/arch/gemma2-random", NULL, &m));
+    lb_lora *a = NULL;
+    TH_CHECK_OK(lb_lora_create("x", &m->config, 2, 2.0f, &a));
+    {
+        lb_context_params cp = lb_context_default_params();
+        lb_context *c = NULL;
+        TH_CHECK_OK(lb_context_create(m, &cp, &c));
+        lb_lora_set set = {.n = 1, .a = {a}, .scale = {1.0f}};
+        TH_CHECK_FAILS(lb_context_set_loras(c, &set), LB_ERR_UNSUPPORTED);
+        TH_CHECK(strstr(lb_last_error(), "gemma") || strstr(lb_last_error(), "Gemma"));
+        TH_CHECK_OK(lb_context_set_loras(c, NULL)); /* detaching still works */
+        lb_context_free(c);
+        lb_lora_free(a);
+    }
+    lb_model_free(m);
+}
+
 int main(void) {
     TH_RUN(test_kernel_vs_ref);
     TH_RUN(test_eora_factor);
@@ -597,6 +620,7 @@ int main(void) {
     TH_RUN(test_q4_gguf_paths);
     TH_RUN(test_roundtrips);
     TH_RUN(test_hostile);
+    TH_RUN(test_ext_arch_refused);
     rmdir(th_tmpdir());
     return th_report();
 }

@@ -111,7 +111,9 @@ typedef struct lb_lora_set {
  * (lb_model_forward, lb_layer_forward) adds s * B (A x) to each adapted
  * linear's output, before biases, norms and activations. Errors:
  * LB_ERR_INVALID_ARG (more than LB_LORA_MAX_SET, an adapter built for a
- * model of another shape). */
+ * model of another shape), LB_ERR_UNSUPPORTED (a non-empty set on an
+ * architecture whose forward does not apply adapters yet: Gemma 2/3,
+ * Phi-3 and the MoE architectures — refused rather than ignored). */
 lb_status lb_context_set_loras(lb_context *ctx, const lb_lora_set *set);
 
 /* The same for one sequence of a multi-sequence context (lowbit/batch.h;

@@ -115,6 +115,10 @@ lb_status lb_context_set_loras(lb_context *ctx, const lb_lora_set *set) {
                                 "layers, the model %d", lb_lora_name(set->a[k]),
                                 lb_lora_n_layers(set->a[k]),
                                 ctx->m->config.n_layers);
+    if (set && set->n > 0 && lb_model_config_is_ext(&ctx->m->config))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "context: LoRA adapters are not "
+                            "supported for architecture '%s' yet (adapter %s)",
+                            ctx->m->config.arch_name, lb_lora_name(set->a[0]));
     if (set)
         ctx->lora = *set;
     else

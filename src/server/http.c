@@ -974,6 +974,12 @@ lb_status lb_server_start(const lb_model *model, const lb_tokenizer *tok,
         st = lb_set_error(LB_ERR_INVALID_ARG, "server: %d adapters", cfg.loras.n);
         goto fail;
     }
+    if (cfg.loras.n > 0 && lb_model_config_is_ext(&model->config)) {
+        st = lb_set_error(LB_ERR_UNSUPPORTED, "server: LoRA adapters are not "
+                          "supported for architecture '%s' yet",
+                          model->config.arch_name);
+        goto fail;
+    }
     for (int k = 0; k < cfg.loras.n; k++)
         if (!cfg.loras.a[k] || lb_lora_n_layers(cfg.loras.a[k]) != model->config.n_layers) {
             st = lb_set_error(LB_ERR_INVALID_ARG, "server: adapter %d is not for "
