@@ -118,9 +118,10 @@ typedef enum lb_rotate_kind {
     LB_ROTATE_NONE = 0,
     /* QuaRot/SpinQuant's R1: RMSNorm weights folded into the linears that
      * read them, the residual stream rotated by a random orthogonal
-     * Hadamard matrix (lb_model_rotate_hadamard). In-memory quantization
-     * only for now (lb_quantize_model_inplace); lb_quantize_model refuses
-     * it (LB_ERR_UNSUPPORTED). */
+     * Hadamard matrix (lb_model_rotate_hadamard). lb_quantize_model writes
+     * the GPTQ layout with meta.rotation (docs/quantize.md); the AWQ
+     * layout, a quantized lm_head and profiles are refused
+     * (LB_ERR_UNSUPPORTED). */
     LB_ROTATE_HADAMARD = 1,
     /* R1 as above plus QuaRot's R4: down_proj's weight becomes W_down T^T
      * and its input T h at run time (lb_model_rotate_online_down; T of
