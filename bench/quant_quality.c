@@ -9,7 +9,9 @@
  *   quant_quality MODEL_DIR CALIB.i32 SEQLEN PPL_IDS.i32 [CTX] [GROUP] [ONLY] [rot]
  *
  * rot: the Hadamard rotation (lb_model_rotate_hadamard, seed 0) before
- * every method.
+ * every method; rot4: the same plus the online Hadamard on down_proj's
+ * input (QuaRot R4, lb_model_rotate_online_down). BITS (optional 9th
+ * argument): a comma list of widths (default "4,3,2").
  *
  * ONLY: a list of the method names to run (default all: "RTN", "GPTQ",
  * "GPTAQ", "GPTQ+QEP", "RTN+QEP",
@@ -122,10 +124,13 @@ int main(int argc, char **argv) {
                    {"AWQ grid only", LB_QUANT_AWQ, false, true, false}};
     const char *only = argc > 7 && *argv[7] ? argv[7] : NULL; /* "RTN,AWQ grid only" */
     /* ROT "rot": every method after lb_model_rotate_hadamard (seed 0) */
-    const bool rot = argc > 8 && !strcmp(argv[8], "rot");
+    const bool rot4 = argc > 8 && !strcmp(argv[8], "rot4");
+    const bool rot = rot4 || (argc > 8 && !strcmp(argv[8], "rot"));
     static const int bits[] = {4, 3, 2};
+    const char *bsel = argc > 9 && *argv[9] ? argv[9] : "4,3,2";
     for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++)
         for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+            if (!strchr(bsel, '0' + bits[b])) continue;
             if (only && !listed(only, methods[k].name)) continue;
             if (lb_model_load(dir, NULL, &m) != LB_OK) return 1;
             lb_quantize_params p;
@@ -136,7 +141,7 @@ int main(int argc, char **argv) {
             p.sym = false;
             p.awq_no_clip = methods[k].no_clip;
             p.qep = methods[k].qep;
-            if (rot) p.rotate = LB_ROTATE_HADAMARD;
+            if (rot) p.rotate = rot4 ? LB_ROTATE_HADAMARD_R4 : LB_ROTATE_HADAMARD;
             if (methods[k].plain) p.awq_min_tokens = INT64_MAX;
             p.n_threads = 2;
             lb_quantize_report rep;
@@ -149,7 +154,7 @@ int main(int argc, char **argv) {
                 return 1;
             }
             printf("| %s%s | %d | %d | %.4f | %.3f | %.2f |\n", methods[k].name,
-                   rot ? " + rotation" : "", bits[b], group,
+                   rot4 ? " + rotation R1+R4" : rot ? " + rotation" : "", bits[b], group,
                    ppl_of(m, ids, n_ids, ctx), rep.bits_per_weight, dt);
             fflush(stdout);
             lb_quantize_report_free(&rep);

@@ -38,6 +38,8 @@ static void usage(FILE *fp) {
         "  --qep-alpha A           QEP's correction factor (default 0.5)\n"
         "  --rotate hadamard|none  fold the norms, rotate the residual "
         "stream (QuaRot R1)\n"
+        "  --rotate hadamard-r4    R1 + an online Hadamard on down_proj's "
+        "input (R4)\n"
         "  --rotate-seed S         random signs of the rotation (default 0)\n"
         "  --method fp8 / nf4|fp4|int8  calibration-free (FP8, bitsandbytes):\n"
         "                          see lowbit quantize --method fp8 -h / --method nf4 -h\n"
@@ -237,11 +239,13 @@ int cmd_quantize(int argc, char **argv) {
             VALUE();
             if (!strcmp(v, "hadamard"))
                 p.rotate = LB_ROTATE_HADAMARD;
+            else if (!strcmp(v, "hadamard-r4"))
+                p.rotate = LB_ROTATE_HADAMARD_R4;
             else if (!strcmp(v, "none"))
                 p.rotate = LB_ROTATE_NONE;
             else {
                 cli_usage_error(cmd, "--rotate: unknown rotation kind '%s' "
-                                "(hadamard or none)", v);
+                                "(hadamard, hadamard-r4 or none)", v);
                 goto out;
             }
         } else if (!strcmp(a, "--rotate-seed")) {
@@ -387,7 +391,7 @@ int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     if (rotate_seed_given && p.rotate == LB_ROTATE_NONE) {
-        cli_usage_error(cmd, "--rotate-seed needs --rotate hadamard");
+        cli_usage_error(cmd, "--rotate-seed needs --rotate hadamard or hadamard-r4");
         goto out;
     }
     if (qep_alpha_given && !p.qep) {

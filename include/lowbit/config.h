@@ -145,6 +145,16 @@ typedef struct lb_model_config {
     bool has_quantization_config;
     char quant_method[32];
     char *quantization_config_json;
+
+    /* Online Hadamard on down_proj's input (QuaRot's R4; lowbit's rotated
+     * checkpoints, quantization_config.meta.rotation.online, see
+     * docs/quantize.md): down_proj's weight is stored as W_down T^T and
+     * the forward pass computes down_proj(T h), T the orthogonal
+     * transform of order intermediate_size (lowbit/hadamard.h). Set by
+     * the GPTQ loader from the metadata and by lb_model_rotate_online;
+     * never read from config.json itself. Llama/Mistral/Qwen2/Qwen3 only
+     * (lb_model_config_validate). */
+    bool online_hadamard_down;
 } lb_model_config;
 
 /* Name of an architecture ("LlamaForCausalLM", ...). */

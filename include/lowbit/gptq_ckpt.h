@@ -80,10 +80,18 @@ typedef struct lb_gptq_qconfig {
     lb_gptq_dynamic_rule *dynamic; /* [n_dynamic], in file order          */
     int n_dynamic;
     /* meta.rotation (lowbit's rotated checkpoints, docs/quantize.md): the
-     * Hadamard order (the model's hidden_size), 0 when not rotated. Kind
-     * "hadamard" only; a non-empty "online" list (transforms the reader
-     * would have to apply) is LB_ERR_UNSUPPORTED. */
+     * Hadamard order (the model's hidden_size), 0 when not rotated; kind
+     * "hadamard" only; "seed" a decimal uint64 string. "online": at most
+     * one entry, the online Hadamard on mlp.down_proj's input (QuaRot R4):
+     * rotation_online_down_order is its order (the model's
+     * intermediate_size; 0 when the list is empty), and its "m",
+     * "construction" and "paley_q" must be what lb_hadamard_init chooses
+     * for that order (so the reader rebuilds the writer's matrix). Unknown
+     * kinds / modules: LB_ERR_UNSUPPORTED naming the key; malformed
+     * values: LB_ERR_FORMAT naming the key. */
     int64_t rotation_order;
+    uint64_t rotation_seed;
+    int64_t rotation_online_down_order;
 } lb_gptq_qconfig;
 
 /* Parse a quantization_config object (config.json) or a

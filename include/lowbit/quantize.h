@@ -118,10 +118,17 @@ typedef enum lb_rotate_kind {
     LB_ROTATE_NONE = 0,
     /* QuaRot/SpinQuant's R1: RMSNorm weights folded into the linears that
      * read them, the residual stream rotated by a random orthogonal
-     * Hadamard matrix (lb_model_rotate_hadamard). In-memory quantization
-     * only for now (lb_quantize_model_inplace); lb_quantize_model refuses
-     * it (LB_ERR_UNSUPPORTED). */
-    LB_ROTATE_HADAMARD = 1
+     * Hadamard matrix (lb_model_rotate_hadamard). lb_quantize_model writes
+     * the GPTQ layout with meta.rotation (docs/quantize.md); the AWQ
+     * layout, a quantized lm_head and profiles are refused
+     * (LB_ERR_UNSUPPORTED). */
+    LB_ROTATE_HADAMARD = 1,
+    /* R1 as above plus QuaRot's R4: down_proj's weight becomes W_down T^T
+     * and its input T h at run time (lb_model_rotate_online_down; T of
+     * order intermediate_size, lowbit/hadamard.h). The checkpoint lists
+     * the transform in meta.rotation.online; lowbit's runtime applies it,
+     * the GGUF export folds it back into down_proj (fallback route). */
+    LB_ROTATE_HADAMARD_R4 = 2
 } lb_rotate_kind;
 
 typedef enum lb_quant_profile {
@@ -390,6 +397,18 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
  * it), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
  * the model may be partly rotated: free it. */
 lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed);
+
+/* QuaRot's R4 (online Hadamard on down_proj's input) on m in memory:
+ * every layer's down_proj W [dim, ff] becomes W T^T (each row w -> T w, in
+ * double, stored F32) and m->config.online_hadamard_down is set, so the
+ * forward computes down_proj(T h) = W h: the function is unchanged in
+ * exact arithmetic. T: lb_hadamard_init(intermediate_size) (the Paley /
+ * Sylvester Kronecker construction of lowbit/hadamard.h). Errors:
+ * LB_ERR_UNSUPPORTED (architecture other than Llama/Mistral/Qwen2/Qwen3,
+ * or an intermediate_size without a supported factorisation, naming it),
+ * LB_ERR_INVALID_ARG (already applied, shapes), LB_ERR_NOMEM. On error
+ * the model may be partly rotated: free it. */
+lb_status lb_model_rotate_online_down(lb_model *m);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
  * is a permutation of output rows, so whole quantized rows move).
  */
 #include "export/ex_ctx.h"
+#include "lowbit/hadamard.h"
 #include "lowbit/file.h"
 #include "core/internal.h"
 
@@ -60,6 +61,19 @@ lb_status ex_gptq_detect(ex_ctx *c) {
         s = lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order %lld does "
                          "not match hidden_size %d", label,
                          (long long)q->rotation_order, c->cfg.hidden_size);
+        lb_gptq_qconfig_clear(q);
+        free(q);
+        return s;
+    }
+    if (q->rotation_online_down_order &&
+        (q->rotation_online_down_order != c->cfg.intermediate_size ||
+         ex_arch_is_ext(c))) {
+        s = lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[0].order %lld "
+                         "does not match intermediate_size %d%s", label,
+                         (long long)q->rotation_online_down_order,
+                         c->cfg.intermediate_size,
+                         ex_arch_is_ext(c) ? " (or the architecture is not "
+                                             "Llama/Mistral/Qwen2/Qwen3)" : "");
         lb_gptq_qconfig_clear(q);
         free(q);
         return s;
@@ -204,6 +218,17 @@ lb_status ex_gptq_prepare(ex_ctx *c, ex_tensor *t, const char *module) {
     t->info.sym = mc.sym;
     t->info.desc_act = mc.desc_act;
     t->is_weight2d = true;
+    /* a rotated checkpoint's down_proj holds W T^T and the runtime applies
+     * T to its input; llama.cpp has no such transform: fold T back */
+    const size_t ml = strlen(module);
+    if (q->rotation_online_down_order && ml >= 14 &&
+        !strcmp(module + ml - 14, ".mlp.down_proj")) {
+        t->unrotate_down = true;
+        snprintf(t->direct_why, sizeof t->direct_why,
+                 "online Hadamard on its input (meta.rotation.online): llama.cpp "
+                 "has none, so W T^T is folded back to W and re-quantized");
+        return LB_OK;
+    }
     /* direct route? */
     int exact = lb_gptq_linear_exact_type(l);
     if (exact >= 0) {
@@ -277,9 +302,34 @@ static lb_status to_gguf_rows(const ex_tensor *t, void *data, size_t row_bytes) 
     return s;
 }
 
+/* rows w' of W [rows, n] (= W_orig T^T) <- T^T w' (W_orig), in double */
+static lb_status unrotate_rows(float *W, int64_t rows, int64_t n) {
+    lb_hadamard h;
+    LB_TRY(lb_hadamard_init(&h, n));
+    double *b = malloc((size_t)n * sizeof(double)), *tmp = malloc((size_t)n * sizeof(double));
+    if (!b || !tmp) {
+        free(b);
+        free(tmp);
+        lb_hadamard_free(&h);
+        return lb_set_error(LB_ERR_NOMEM, "export: out of memory (Hadamard fold)");
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *w = W + r * n;
+        for (int64_t i = 0; i < n; i++) b[i] = w[i];
+        lb_hadamard_apply_f64(&h, b, true, tmp);
+        for (int64_t i = 0; i < n; i++) w[i] = (float)b[i];
+    }
+    free(b);
+    free(tmp);
+    lb_hadamard_free(&h);
+    return LB_OK;
+}
+
 lb_status ex_gptq_dequantize(const ex_ctx *c, const ex_tensor *t, float *W) {
     (void)c;
     LB_TRY(lb_gptq_linear_dequantize(&t->lin, W));
+    if (t->unrotate_down)
+        LB_TRY(unrotate_rows(W, t->info.shape[0], t->info.shape[1]));
     return to_gguf_rows(t, W, (size_t)t->info.shape[1] * sizeof(float));
 }
 

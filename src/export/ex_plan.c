@@ -759,6 +759,8 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
             }
             lb_type want;
             if (override >= 0) want = (lb_type)override;
+            else if (t->unrotate_down && e->bits == 4 && cols % 256)
+                want = e->sym ? LB_TYPE_Q4_0 : LB_TYPE_Q4_1; /* Q4_K does not fit */
             else switch (e->bits) {
                 case 2: want = LB_TYPE_Q2_K; break;
                 case 3: want = LB_TYPE_Q3_K; break;
@@ -767,7 +769,8 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                 }
             e->type = row_fallback(want, cols);
             e->wanted_type = want;
-            e->route = LB_EXPORT_ROUTE_MIXED;
+            /* a folded-back down_proj is the fallback route: dequantize, fold, quantize */
+            e->route = t->unrotate_down ? LB_EXPORT_ROUTE_FALLBACK : LB_EXPORT_ROUTE_MIXED;
             set_reason(t, "%s; dequantized -> %s%s%s", retyped ? "retyped by rule/option"
                            : t->direct_why, lb_type_name(want),
                        e->type != want ? " -> row fallback " : "",

@@ -119,6 +119,10 @@ typedef struct ex_tensor {
     bool add_one;                /* Gemma norms: written as 1 + w         */
     int rope_kind;               /* EX_SRC_ROPE_FACTORS                   */
     bool bnb_deq;                /* dequantized bitsandbytes weight (ex_bnb.c) */
+    /* GPTQ down_proj of a checkpoint with an online Hadamard on its input
+     * (meta.rotation.online, ex_gptq.c): dequantized W T^T is multiplied
+     * by T back to W and re-quantized (fallback route) */
+    bool unrotate_down;
 } ex_tensor;
 
 #endif /* LB_EXPORT_INTERNAL_H */

@@ -28,6 +28,7 @@
 
 #include "lowbit/kernels.h"
 #include "lowbit/quants.h"
+#include "lowbit/hadamard.h"
 
 #include <stddef.h>
 
@@ -122,6 +123,11 @@ typedef struct lb_vec_kernels {
      * lb_f32_to_f16). */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+    /* Rows of x [rows, h->n] <- T x_row, T the orthogonal Hadamard
+     * transform of lowbit/hadamard.h; tmp: h->n floats. Every variant
+     * gives the reference's bits (hadamard.c). */
+    void (*hadamard)(const lb_hadamard *h, float *x, int64_t rows,
+                     float *tmp);
 } lb_vec_kernels;
 
 typedef struct lb_kernel_table {
@@ -228,6 +234,14 @@ void lb_mm_q4_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
 void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_ref(lb_kernel_table *kt);  /* vec_ref.c */
+/* Hadamard transform kernels (hadamard.c, hadamard_avx2.c,
+ * hadamard_avx512.c; lb_vec_kernels.hadamard). */
+void lb_hadamard_f32_ref(const lb_hadamard *h, float *x, int64_t rows,
+                         float *tmp);
+void lb_hadamard_f32_avx2(const lb_hadamard *h, float *x, int64_t rows,
+                          float *tmp);
+void lb_hadamard_f32_avx512(const lb_hadamard *h, float *x,
+                            int64_t rows, float *tmp);
 
 /* ---- AVX2 + FMA + F16C (kernels_avx2.c) --------------------------------- */
 void lb_quantize_q8_0_avx2(const float *x, void *y, int64_t n);

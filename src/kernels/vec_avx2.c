@@ -225,4 +225,5 @@ void lb_vec_fill_avx2(lb_kernel_table *kt) {
     kt->vec.add = add_avx2;
     kt->vec.f16_to_f32 = f16_to_f32_avx2;
     kt->vec.f32_to_f16 = f32_to_f16_avx2;
+    kt->vec.hadamard = lb_hadamard_f32_avx2; /* hadamard_avx2.c */
 }

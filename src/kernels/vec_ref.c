@@ -75,4 +75,5 @@ void lb_vec_fill_ref(lb_kernel_table *kt) {
     kt->vec.add = add_ref;
     kt->vec.f16_to_f32 = f16_to_f32_ref;
     kt->vec.f32_to_f16 = f32_to_f16_ref;
+    kt->vec.hadamard = lb_hadamard_f32_ref; /* hadamard.c */
 }

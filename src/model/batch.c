@@ -41,6 +41,10 @@ struct lb_multi_ctx {
     const lb_vec_kernels *vec;
     /* LoRA adapters per sequence ([n_seq], allocated on first use) */
     lb_lora_set *seq_lora;
+    /* config.online_hadamard_down: T (built on the first forward) and
+     * scratch [ff] */
+    lb_hadamard had;
+    float *had_tmp;
 };
 
 lb_status lb_multi_set_loras(lb_multi_ctx *mc, int32_t seq,
@@ -225,6 +229,8 @@ void lb_multi_free(lb_multi_ctx *mc) {
     lb_free(mc->rope_cos);
     lb_free(mc->rope_sin);
     lb_free(mc->scores);
+    lb_hadamard_free(&mc->had);
+    lb_free(mc->had_tmp);
     if (mc->own_pool) lb_pool_free(mc->pool);
     free(mc);
 }
@@ -378,6 +384,8 @@ static lb_status mlayer(lb_multi_ctx *mc, int l, int32_t n,
     mlora(mc, l, LB_LINEAR_GATE, mc->xn, dim, mc->gate, ff, n, seq);
     mlora(mc, l, LB_LINEAR_UP, mc->xn, dim, mc->up, ff, n, seq);
     mc->vec->silu_mul(mc->gate, mc->up, (int64_t)n * ff);
+    if (c->online_hadamard_down) /* rotated checkpoint: h <- T h */
+        mc->vec->hadamard(&mc->had, mc->gate, n, mc->had_tmp);
     LB_TRY(lb_matmul(pool, &L->w[LB_LINEAR_DOWN], mc->gate, mc->o, n));
     mlora(mc, l, LB_LINEAR_DOWN, mc->gate, ff, mc->o, dim, n, seq);
     mc->vec->add(hidden, mc->o, (int64_t)n * dim);
@@ -449,6 +457,21 @@ lb_status lb_model_forward_multi(lb_multi_ctx *mc, const int32_t *tokens,
     if (c->embed_scale > 0) /* Gemma: * sqrt(hidden_size) */
         for (size_t i = 0; i < (size_t)n * (size_t)dim; i++)
             mc->x[i] *= c->embed_scale;
+    if (c->online_hadamard_down && !mc->had.n) {
+        if (lb_model_config_is_ext(c))
+            return lb_set_error(LB_ERR_UNSUPPORTED, "forward_multi: an online "
+                                "Hadamard on down_proj's input is only "
+                                "implemented for Llama/Mistral/Qwen2/Qwen3");
+        lb_status hs = lb_hadamard_init(&mc->had, c->intermediate_size);
+        if (hs != LB_OK)
+            return lb_error_context(hs, "online Hadamard on down_proj's input");
+        mc->had_tmp = lb_alloc((size_t)c->intermediate_size * sizeof(float));
+        if (!mc->had_tmp) {
+            lb_hadamard_free(&mc->had);
+            mc->had.n = 0;
+            return lb_set_error(LB_ERR_NOMEM, "forward_multi: out of memory");
+        }
+    }
     if (lb_model_config_is_ext(c)) {
         /* Gemma, Phi-3 longrope, MoE: forward_ext.c's layers, each token
          * on its own sequence's cache */

@@ -103,6 +103,11 @@ struct lb_context {
      * an adapter runs its MLP unfused (gate/up outputs whole before
      * SwiGLU, down_proj input in f32) */
     lb_lora_set lora;
+
+    /* config.online_hadamard_down: T of order intermediate_size (built on
+     * the first forward) and per-thread scratch [n_threads, ff] */
+    lb_hadamard had;
+    float *had_tmp;
 };
 
 lb_status lb_context_set_loras(lb_context *ctx, const lb_lora_set *set) {
@@ -414,6 +419,8 @@ void lb_context_free(lb_context *ctx) {
     lb_free(ctx->inv_freq);
     lb_free(ctx->att_scratch);
     lb_free(ctx->mlpc);
+    lb_hadamard_free(&ctx->had);
+    lb_free(ctx->had_tmp);
     free(ctx->stream);
     free(ctx->plans);
     free(ctx->ctr);
@@ -799,6 +806,12 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 lb_pool_barrier(pool);
             }
         }
+        /* online Hadamard (rotated checkpoints): h <- T h on this thread's
+         *    rows, down_proj holding W_down T^T (such layers never stream) */
+        const bool had = c->online_hadamard_down;
+        if (had)
+            kt->vec.hadamard(&ctx->had, ctx->gate + tb * ff, (int64_t)(te - tb),
+                             ctx->had_tmp + (size_t)ith * ff);
         /* (a hook means no streaming: it sees the f32 gate buffer) */
         if (!stream && !hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, ctx->gate, ff))
             return;
@@ -811,7 +824,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 ad[0] = ctx->act[3];
             } else {
                 quant_rows(ctx, pdl, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad, 3);
-                if (pd->qact || f16_rounded(ctx, pd)) lb_pool_barrier(pool);
+                if (pd->qact || f16_rounded(ctx, pd) || had) lb_pool_barrier(pool);
             }
             while (take(&ctr[4], pd->n_chunks, &ch))
                 lb_mm_plan_chunk(pd, ad[0], o, (size_t)dim, ch);
@@ -882,6 +895,7 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
                            pg->row_chunk == pu->row_chunk &&
                            !lb_lora_set_layer_active(&ctx->lora, l);
         ctx->stream[l] = fused && !ctx->hook.linear_input && pd->qact &&
+                         !m->config.online_hadamard_down &&
                          !f16_rounded(ctx, pd) && pg->row_chunk % align == 0;
         if (fused)
             mlpc = LB_MAX(mlpc, (ctx->stream[l] ? 2 : 1) * (size_t)n * (size_t)pu->row_chunk);
@@ -908,16 +922,41 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
     return LB_OK;
 }
 
+/* A rotated checkpoint's online transform (config.online_hadamard_down):
+ * built once, so that such a model never runs without it. */
+static lb_status online_hadamard_ready(lb_context *ctx) {
+    const lb_model_config *c = &ctx->m->config;
+    if (!c->online_hadamard_down || ctx->had.n) return LB_OK;
+    lb_status s = lb_hadamard_init(&ctx->had, c->intermediate_size);
+    if (s != LB_OK)
+        return lb_error_context(s, "online Hadamard on down_proj's input "
+                                "(intermediate_size %d)",
+                                (int)c->intermediate_size);
+    ctx->had_tmp = lb_alloc((size_t)ctx->n_threads *
+                            (size_t)c->intermediate_size * sizeof(float));
+    if (!ctx->had_tmp) {
+        lb_hadamard_free(&ctx->had);
+        ctx->had.n = 0;
+        return lb_set_error(LB_ERR_NOMEM, "context: out of memory");
+    }
+    return LB_OK;
+}
+
 /* Run layers [l0, l1) on hidden [n, dim] at positions pos.. */
 static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
                             int32_t n, int32_t pos) {
     if (lb_model_config_is_ext(&ctx->m->config)) {
+        if (ctx->m->config.online_hadamard_down)
+            return lb_set_error(LB_ERR_UNSUPPORTED, "forward: an online "
+                                "Hadamard on down_proj's input is only "
+                                "implemented for Llama/Mistral/Qwen2/Qwen3");
         /* Gemma, Phi-3 longrope, MoE: forward_ext.c */
         const lb_ext_ctx x = {ctx->m, ctx->pool, ctx->k_cache, ctx->v_cache,
                               ctx->kv_type, ctx->n_ctx, ctx->hook, 0};
         return lb_ext_run_layers(&x, l0, l1, hidden, n, pos);
     }
     const lb_kernel_table *kt = lb_kernels_current();
+    LB_TRY(online_hadamard_ready(ctx));
     LB_TRY(plan_layers(ctx, kt, l0, l1, n));
     rope_fill(ctx, pos + n);
     for (size_t i = 0; i < ctx->n_ctr; i++) atomic_init(&ctx->ctr[i], 0);

@@ -388,6 +388,24 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
     lb_model *m = NULL;
     lb_status s = lb_model_builder_new_st(cfg, st, own_st, &m);
     if (s != LB_OK) return s;
+    /* a rotated checkpoint's online transform: the forward applies it
+     * (config.online_hadamard_down), so the checkpoint never runs without */
+    if (qc->rotation_online_down_order) {
+        if (qc->rotation_online_down_order != cfg->intermediate_size)
+            s = lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[0].order "
+                             "%lld does not match intermediate_size %d", label,
+                             (long long)qc->rotation_online_down_order,
+                             cfg->intermediate_size);
+        else if (lb_model_config_is_ext(cfg) || cfg->arch >= LB_ARCH_GEMMA2)
+            s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online: "
+                             "the online Hadamard runs with Llama/Mistral/"
+                             "Qwen2/Qwen3 only, not %s", label, cfg->arch_name);
+        if (s != LB_OK) {
+            lb_model_free(m);
+            return s;
+        }
+        m->config.online_hadamard_down = true;
+    }
     const char *dir = label;
     load_ctx c = {.m = m, .dir = dir, .qc = qc,
                   .mode = opts ? opts->gptq_mode : LB_GPTQ_LOAD_AUTO, .st = st};

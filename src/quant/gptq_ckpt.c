@@ -6,6 +6,7 @@
  * header.
  */
 #include "lowbit/gptq_ckpt.h"
+#include "lowbit/hadamard.h"
 #include "lowbit/quants.h"
 #include "core/internal.h"
 
@@ -212,7 +213,65 @@ static lb_status parse_awq(const cJSON *root, const char *label,
     return LB_OK;
 }
 
-/* meta.rotation: {"kind": "hadamard", "order": N, "seed": S, "online": []} */
+/* meta.rotation.online[i]: {"module": "mlp.down_proj", "apply": "input",
+ * "kind": "hadamard", "order": ff, "m": M, "construction": C, "paley_q": Q} */
+static lb_status parse_online(const cJSON *e, int i, const char *label,
+                              lb_gptq_qconfig *q) {
+    if (!cJSON_IsObject(e))
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[%d] is "
+                            "not an object", label, i);
+    const cJSON *mod = cJSON_GetObjectItemCaseSensitive(e, "module");
+    if (!cJSON_IsString(mod) || strcmp(mod->valuestring, "mlp.down_proj"))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online[%d]"
+                            ".module %s%s%s is not a known online transform "
+                            "(mlp.down_proj)", label, i,
+                            cJSON_IsString(mod) ? "'" : "",
+                            cJSON_IsString(mod) ? mod->valuestring : "(missing)",
+                            cJSON_IsString(mod) ? "'" : "");
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(e, "apply");
+    if (!cJSON_IsString(ap) || strcmp(ap->valuestring, "input"))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online[%d]"
+                            ".apply is not \"input\"", label, i);
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(e, "kind");
+    if (!cJSON_IsString(k) || strcmp(k->valuestring, "hadamard"))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online[%d]"
+                            ".kind %s%s%s is not a known rotation (hadamard)",
+                            label, i, cJSON_IsString(k) ? "'" : "",
+                            cJSON_IsString(k) ? k->valuestring : "(missing)",
+                            cJSON_IsString(k) ? "'" : "");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(e, "order");
+    const double ov = cJSON_IsNumber(o) ? o->valuedouble : -1.0;
+    int m = 0;
+    if (!(ov >= 1.0 && ov <= (double)(1 << 24)) || ov != floor(ov) ||
+        !lb_hadamard_supported((int64_t)ov, &m))
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[%d]"
+                            ".order is not a supported Hadamard order (m * "
+                            "2^k, lowbit/hadamard.h)", label, i);
+    lb_hadamard h;
+    lb_status s = lb_hadamard_init(&h, (int64_t)ov);
+    if (s != LB_OK) return s;
+    const char *con = h.m == 1 ? "sylvester" : h.paley_kind == 1 ? "paley1"
+                                                                : "paley2";
+    const int pq = h.paley_q;
+    lb_hadamard_free(&h);
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(e, "m");
+    if (!cJSON_IsNumber(mm) || mm->valuedouble != (double)m)
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[%d].m is "
+                            "not %d (the factor lowbit/hadamard.h chooses for "
+                            "order %lld)", label, i, m, (long long)ov);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "construction");
+    if (!cJSON_IsString(c) || strcmp(c->valuestring, con))
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[%d]"
+                            ".construction is not \"%s\"", label, i, con);
+    const cJSON *pqj = cJSON_GetObjectItemCaseSensitive(e, "paley_q");
+    if (!cJSON_IsNumber(pqj) || pqj->valuedouble != (double)pq)
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online[%d]"
+                            ".paley_q is not %d", label, i, pq);
+    q->rotation_online_down_order = (int64_t)ov;
+    return LB_OK;
+}
+
+/* meta.rotation: {"kind": "hadamard", "order": N, "seed": S, "online": [..]} */
 static lb_status parse_rotation(const cJSON *meta, const char *label,
                                 lb_gptq_qconfig *q) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(meta, "rotation");
@@ -233,16 +292,37 @@ static lb_status parse_rotation(const cJSON *meta, const char *label,
         ((int64_t)ov & ((int64_t)ov - 1)) != 0)
         return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order is not a "
                             "power of two in [2, 2^24]", label);
+    /* the seed: a decimal uint64 string (rebuilds Q's signs) */
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(r, "seed");
+    const char *sv = cJSON_IsString(sd) ? sd->valuestring : NULL;
+    uint64_t seed = 0;
+    bool seed_ok = sv && *sv && strlen(sv) <= 20;
+    for (const char *c = sv; seed_ok && *c; c++) {
+        if (*c < '0' || *c > '9' ||
+            seed > (UINT64_MAX - (uint64_t)(*c - '0')) / 10) {
+            seed_ok = false;
+            break;
+        }
+        seed = seed * 10 + (uint64_t)(*c - '0');
+    }
+    if (!seed_ok)
+        return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.seed is not a "
+                            "decimal unsigned 64-bit integer string", label);
     const cJSON *on = cJSON_GetObjectItemCaseSensitive(r, "online");
     if (on && !cJSON_IsArray(on))
         return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.online is not "
                             "a list", label);
-    if (cJSON_GetArraySize(on) > 0)
+    const int n_on = cJSON_GetArraySize(on);
+    if (n_on > 1)
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: meta.rotation.online "
-                            "lists transforms the runtime would have to "
-                            "apply (not implemented): the checkpoint cannot "
-                            "run without them", label);
+                            "lists %d transforms (lowbit applies one: "
+                            "mlp.down_proj's input)", label, n_on);
+    if (n_on == 1) {
+        lb_status s = parse_online(cJSON_GetArrayItem(on, 0), 0, label, q);
+        if (s != LB_OK) return s;
+    }
     q->rotation_order = (int64_t)ov;
+    q->rotation_seed = seed;
     return LB_OK;
 }
 

@@ -125,9 +125,10 @@ lb_status qz_effective_params(const lb_quantize_params *p,
     if (e->qep && !(isfinite(e->qep_alpha) && fabs(e->qep_alpha) <= 16.0))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: qep_alpha %g (a finite "
                             "weight, |alpha| <= 16)", who, e->qep_alpha);
-    if (e->rotate != LB_ROTATE_NONE && e->rotate != LB_ROTATE_HADAMARD)
+    if (e->rotate != LB_ROTATE_NONE && e->rotate != LB_ROTATE_HADAMARD &&
+        e->rotate != LB_ROTATE_HADAMARD_R4)
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: unknown rotation kind "
-                            "%d (rotate: none or hadamard)", who,
+                            "%d (rotate: none, hadamard or hadamard-r4)", who,
                             (int)e->rotate);
     if (e->mse && !(e->mse_norm > 0.0f && e->mse_norm < 100.0f))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: mse norm %g", who,
@@ -1388,8 +1389,10 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
                             "yet", m->config.arch_name);
     lb_quantize_params e;
     LB_TRY(qz_effective_params(p, &e));
-    if (e.rotate == LB_ROTATE_HADAMARD)
+    if (e.rotate != LB_ROTATE_NONE)
         LB_TRY(lb_model_rotate_hadamard(m, e.rotate_seed));
+    if (e.rotate == LB_ROTATE_HADAMARD_R4)
+        LB_TRY(lb_model_rotate_online_down(m));
     qz_rule *rules = NULL;
     LB_TRY(qz_rules_parse(e.rules, e.n_rules, &rules));
     qz_module *mods = NULL;

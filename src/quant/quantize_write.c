@@ -13,6 +13,7 @@
 #include "quant/quantize_internal.h"
 #include "lowbit/file.h"
 #include "lowbit/gptq_ckpt.h"
+#include "lowbit/hadamard.h"
 #include "lowbit/safetensors.h"
 #include "core/internal.h"
 
@@ -170,6 +171,7 @@ typedef struct qwriter {
      * (F32 [V, hidden]), a row of ones for the folded norms, the order */
     float *rot_embed, *rot_head, *rot_ones;
     int64_t rot_shape[2], rot_order;
+    int64_t ff; /* intermediate_size (meta.rotation.online's order) */
     /* dense tensors the method changed in this layer (AWQ) */
     char dense_name[3][160];
     float *dense[3];
@@ -1313,7 +1315,30 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
                             "q/k/v/gate/up/lm_head W Q, o/down Q^T W");
     cJSON_AddStringToObject(r, "folded", "input_layernorm, "
                             "post_attention_layernorm, model.norm (now ones)");
-    cJSON_AddArrayToObject(r, "online");
+    cJSON *on = cJSON_AddArrayToObject(r, "online");
+    if (on && w->p->rotate == LB_ROTATE_HADAMARD_R4) {
+        lb_hadamard h;
+        if (lb_hadamard_init(&h, w->ff) != LB_OK) return; /* checked before */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "module", "mlp.down_proj");
+        cJSON_AddStringToObject(e, "apply", "input");
+        cJSON_AddStringToObject(e, "kind", "hadamard");
+        cJSON_AddNumberToObject(e, "order", (double)h.n);
+        cJSON_AddNumberToObject(e, "m", h.m);
+        cJSON_AddStringToObject(e, "construction", h.m == 1 ? "sylvester"
+                                : h.paley_kind == 1 ? "paley1" : "paley2");
+        cJSON_AddNumberToObject(e, "paley_q", h.paley_q);
+        cJSON_AddStringToObject(e, "matrix", "T = kron(H_m, sylvester(order / "
+                                "m)) / sqrt(order); H_m: paley1 = I + [[0, "
+                                "1^T], [-1, Q]] (m = q + 1), paley2 = "
+                                "[[0, 1^T], [1, Q]] with 0 -> [[1, -1], [-1, "
+                                "-1]], c -> c [[1, 1], [1, -1]] (m = 2(q + "
+                                "1)); Q[i][j] = chi(j - i) mod q");
+        cJSON_AddStringToObject(e, "weight", "down_proj holds W T^T; run "
+                                "down_proj(T h), h its original input");
+        cJSON_AddItemToArray(on, e);
+        lb_hadamard_free(&h);
+    }
 }
 
 static lb_status write_configs(qwriter *w, const lb_calib *cal,
@@ -1584,8 +1609,10 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                          model_dir, m->config.arch_name);
     if (s == LB_OK) s = check_finite_weights(model_dir);
     const bool src_tied = s == LB_OK && m->config.tie_word_embeddings;
-    if (s == LB_OK && p.rotate == LB_ROTATE_HADAMARD) {
+    if (s == LB_OK && p.rotate != LB_ROTATE_NONE) {
         s = lb_model_rotate_hadamard(m, p.rotate_seed);
+        if (s == LB_OK && p.rotate == LB_ROTATE_HADAMARD_R4)
+            s = lb_model_rotate_online_down(m);
         /* keep what the assembly writes in place of the source's */
         const int64_t V = m->tok_embd.shape[0], n = m->config.hidden_size;
         const size_t nb = (size_t)(V * n) * sizeof(float);
@@ -1604,6 +1631,7 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
             w.rot_shape[0] = V;
             w.rot_shape[1] = n;
             w.rot_order = n;
+            w.ff = m->config.intermediate_size;
         }
     }
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);

@@ -22,6 +22,7 @@
  * as they are; q/k/v biases belong to the readers' outputs and are kept.
  */
 #include "lowbit/quantize.h"
+#include "lowbit/hadamard.h"
 #include "lowbit/quants.h"
 #include "core/internal.h"
 #include "model/model_internal.h"
@@ -214,5 +215,55 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
 done:
     lb_free(s);
     lb_free(buf);
+    return st;
+}
+
+/* QuaRot's R4: down_proj W [dim, ff] -> W T^T (row r becomes T w_r), the
+ * forward then applies T to down_proj's input (config.online_hadamard_down) */
+lb_status lb_model_rotate_online_down(lb_model *m) {
+    if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "rotate: NULL model");
+    const lb_model_config *cfg = &m->config;
+    if (lb_model_config_is_ext(cfg) || cfg->arch >= LB_ARCH_GEMMA2)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "rotate: online Hadamard on "
+                            "down_proj's input: %s is not supported (Llama, "
+                            "Mistral, Qwen2, Qwen3)", cfg->arch_name);
+    if (cfg->online_hadamard_down)
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: down_proj's input "
+                            "is already rotated online");
+    const int64_t ff = cfg->intermediate_size;
+    lb_hadamard h;
+    lb_status st = lb_hadamard_init(&h, ff);
+    if (st != LB_OK)
+        return lb_error_context(st, "rotate: intermediate_size %lld",
+                                (long long)ff);
+    double *buf = lb_alloc((size_t)ff * sizeof(double));
+    double *tmp = lb_alloc((size_t)ff * sizeof(double));
+    if (!buf || !tmp) st = lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
+    char what[96];
+    for (int l = 0; l < cfg->n_layers && st == LB_OK; l++) {
+        lb_tensor *t = &m->layers[l].w[LB_LINEAR_DOWN];
+        snprintf(what, sizeof what, "model.layers.%d.mlp.down_proj.weight", l);
+        if (t->n_dims != 2 || t->shape[1] != ff) {
+            st = lb_set_error(LB_ERR_INVALID_ARG, "rotate: %s is not [*, %lld]",
+                              what, (long long)ff);
+            break;
+        }
+        float *W = NULL;
+        st = to_f32(t, what, &W);
+        if (st != LB_OK) break;
+        for (int64_t r = 0; r < t->shape[0]; r++) {
+            float *w = W + r * ff;
+            for (int64_t c = 0; c < ff; c++) buf[c] = w[c];
+            lb_hadamard_apply_f64(&h, buf, false, tmp);
+            for (int64_t c = 0; c < ff; c++) w[c] = (float)buf[c];
+        }
+        lb_tensor v = f32_view(t, W);
+        st = lb_model_set_linear(m, l, LB_LINEAR_DOWN, &v, W);
+        if (st != LB_OK) lb_free(W);
+    }
+    if (st == LB_OK) m->config.online_hadamard_down = true;
+    lb_free(buf);
+    lb_free(tmp);
+    lb_hadamard_free(&h);
     return st;
 }
