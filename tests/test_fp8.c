@@ -455,8 +455,42 @@ static void test_kernels(void) {
         free(wd);
         free(want);
     }
-    /* the avx2 variant and the reference agree on the model's shapes too
-     * (checked above for every usable table, ref included) */
+    /* every byte decodes to the table's value in every variant (the SIMD
+     * kernels decode arithmetically): one row of the 256 codes, d = 1,
+     * (NaN codes 0x7f/0xff replaced by 0: 0 * NaN would poison every sum)
+     * times the 256 one-hot activations; the NaN codes alone give NaN; and a token's
+     * result does not depend on its tile (all 256 at once == one alone) */
+    lb_block_f8_b32 row[8];
+    const float one = 1.0f;
+    for (int i = 0; i < 256; i++) row[i / 32].qs[i % 32] = (i & 0x7f) == 0x7f ? 0 : (uint8_t)i;
+    for (int b = 0; b < 8; b++) memcpy(&row[b].d, &one, 4);
+    float *eye = calloc(256 * 256, sizeof *eye), y[256], y1;
+    for (int i = 0; i < 256; i++) eye[i * 256 + i] = 1.0f;
+    lb_tensor R = {.name = "r", .type = LB_TYPE_F8_E4M3_B32, .n_dims = 2, .shape = {1, 256},
+                   .data = row, .nbytes = sizeof row};
+    const float *tab = lb_fp8_table(LB_FP8_E4M3);
+    for (int v = 0; v < LB_KV_COUNT; v++) {
+        if (!lb_kernels_usable(v)) continue;
+        const lb_kernel_table *kt = lb_kernels_table(v);
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye, y, 256));
+        int bad = 0, moved = 0;
+        for (int i = 0; i < 256; i++) {
+            bad += y[i] != ((i & 0x7f) == 0x7f ? 0.0f : tab[i]);
+            TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + i * 256, &y1, 1));
+            moved += memcmp(&y1, &y[i], 4) != 0;
+        }
+        TH_CHECK_MSG(bad == 0, "%s: %d E4M3 codes decode differently from the table", kt->name,
+                     bad);
+        TH_CHECK_MSG(moved == 0, "%s: %d tokens differ alone vs in a tile", kt->name, moved);
+        row[3].qs[31] = 0x7f; /* element 127 */
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + 5 * 256, &y1, 1));
+        TH_CHECK_MSG(isnan(y1), "%s: NaN code 0x7f gives %g", kt->name, y1);
+        row[3].qs[31] = 0xff;
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + 5 * 256, &y1, 1));
+        TH_CHECK_MSG(isnan(y1), "%s: NaN code 0xff gives %g", kt->name, y1);
+        row[3].qs[31] = 0;
+    }
+    free(eye);
 }
 
 int main(void) {
