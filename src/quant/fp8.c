@@ -238,9 +238,54 @@ lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const l
     return lb_fp8_dequantize_rows(q, w, scale, 0, w->shape[0], W);
 }
 
+/* Squared error of a group (rows r0..r1, columns c0..c1 of W [., in])
+ * stored with scale sc (W ~ fp8(clamp(w / sc)) * sc); stops early once
+ * above `stop`. */
+static double group_err(const float *W, int64_t in, int64_t r0, int64_t r1, int64_t c0,
+                        int64_t c1, float sc, lb_fp8_format fmt, const float *tab, double stop) {
+    const float inv = 1.0f / sc, mx = lb_fp8_max(fmt);
+    double e = 0;
+    for (int64_t r = r0; r < r1 && e <= stop; r++)
+        for (int64_t k = c0; k < c1; k++) {
+            float w = W[r * in + k], v = fminf(fmaxf(w * inv, -mx), mx);
+            double d = (double)w - (double)(tab[lb_f32_to_fp8(v, fmt)] * sc);
+            e += d * d;
+        }
+    return e;
+}
+
+/* The MSE rule's scale of a group with max |w| amax: among sc = amax /
+ * (MAX * f) for f = 1, 0.98, ..., 0.52 (amax lands lower in the top binade
+ * or one below: a different alignment of the grid with the values) and
+ * f = 1.04, 1.08 (the largest values clipped), the one with the smallest
+ * squared error; f = 1 (the amax rule) on ties. */
+static float mse_scale(const float *W, int64_t in, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                       float amax, lb_fp8_format fmt) {
+    const float mx = lb_fp8_max(fmt);
+    const float *tab = lb_fp8_table(fmt);
+    float best = amax / mx;
+    double best_e = group_err(W, in, r0, r1, c0, c1, best, fmt, tab, INFINITY);
+    for (int k = 1; k < 27; k++) {
+        float f = k < 25 ? 1.0f - 0.02f * (float)k : 1.0f + 0.04f * (float)(k - 24);
+        float sc = amax / (mx * f);
+        double e = group_err(W, in, r0, r1, c0, c1, sc, fmt, tab, best_e);
+        if (e < best_e) {
+            best_e = e;
+            best = sc;
+        }
+    }
+    return best;
+}
+
 lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, int64_t in,
                           uint8_t *codes, float *scales) {
-    if (!q || !W || !codes || !scales || out <= 0 || in <= 0)
+    return lb_fp8_quantize_rule(q, LB_FP8_RULE_AMAX, W, out, in, codes, scales);
+}
+
+lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, const float *W,
+                               int64_t out, int64_t in, uint8_t *codes, float *scales) {
+    if (!q || !W || !codes || !scales || out <= 0 || in <= 0 ||
+        (rule != LB_FP8_RULE_MSE && rule != LB_FP8_RULE_AMAX))
         return lb_set_error(LB_ERR_INVALID_ARG, "fp8 quantize: bad arguments");
     if (q->layout == LB_FP8_SCALE_BLOCK && (q->block_n <= 0 || q->block_k <= 0))
         return lb_set_error(LB_ERR_INVALID_ARG, "fp8 quantize: block size");
@@ -260,8 +305,10 @@ lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, 
                     for (int64_t k = c0; k < c1; k++) amax = fmaxf(amax, fabsf(W[r * in + k]));
                 /* transformers Fp8Quantize: scales = MAX / amax, which torch
                  * evaluates (python scalar / tensor) as MAX * reciprocal(amax);
-                 * stored 1 / scales */
+                 * stored 1 / scales. MSE rule: s = 1 / the searched scale. */
                 float s = amax > 0.0f ? mx * (1.0f / amax) : 1.0f;
+                if (rule == LB_FP8_RULE_MSE && amax > 0.0f)
+                    s = 1.0f / mse_scale(W, in, r0, r1, c0, c1, amax, q->fmt);
                 for (int64_t r = r0; r < r1; r++)
                     for (int64_t k = c0; k < c1; k++) {
                         float v = W[r * in + k] * s;
@@ -281,6 +328,8 @@ lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, 
         /* compressed-tensors calculate_qparams, symmetric: scale = amax /
          * (bit_range / 2) = amax / MAX, clamped to >= float32 eps */
         float s = fmaxf(amax / mx, FLT_EPSILON);
+        if (rule == LB_FP8_RULE_MSE && amax / mx > FLT_EPSILON)
+            s = fmaxf(mse_scale(w, in, 0, rows_per, 0, in, amax, q->fmt), FLT_EPSILON);
         for (int64_t i = 0; i < rows_per * in; i++) {
             float v = w[i] / s;
             v = fminf(fmaxf(v, -mx), mx);
