@@ -20,6 +20,7 @@
 #include "kernels/kernels_internal.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <string.h>
 
 static const char *tmp_path(const char *name) {
@@ -473,6 +474,98 @@ static void test_repack(void) {
     TH_CHECK_FAILS(lb_bnb_int8_to_b32("lin8", &t8, &tsb, 16, 16, b8), LB_ERR_UNSUPPORTED);
 }
 
+/* Copy checkpoint src to dst with tensor `victim` mutated: mode 0 a 1-D
+ * tensor one element short, 1 dropped, 2 the data replaced by `blob`
+ * (U8, its length), 3 a blob cut to 7 bytes; config.json copied with
+ * `from` replaced by `to` (same length) when given. */
+static void rewrite_bnb(const char *src, const char *dst, const char *victim, int mode,
+                        const char *blob, const char *from, const char *to) {
+    TH_CHECK(mkdir(dst, 0755) == 0);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/config.json", src);
+    snprintf(b, sizeof b, "%s/config.json", dst);
+    char *txt = NULL;
+    size_t len;
+    TH_CHECK_OK(lb_read_file(a, 1 << 20, &txt, &len));
+    FILE *fp = fopen(b, "wb");
+    if (fp && txt) {
+        char *p = from ? strstr(txt, from) : NULL;
+        if (p) memcpy(p, to, strlen(to));
+        TH_CHECK(!from || p);
+        fwrite(txt, 1, len, fp);
+    }
+    if (fp) fclose(fp);
+    free(txt);
+    lb_safetensors *st = NULL;
+    TH_CHECK_OK(lb_st_open(src, &st));
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    for (size_t i = 0; st && w && i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        int64_t sh[4];
+        memcpy(sh, t->shape, sizeof sh);
+        const void *data = t->data;
+        if (victim && !strcmp(t->name, victim)) {
+            if (mode == 0) sh[0] = t->shape[0] - 1;
+            if (mode == 1) continue;
+            if (mode == 2) {
+                data = blob;
+                sh[0] = (int64_t)strlen(blob);
+            }
+            if (mode == 3) sh[0] = 7;
+        }
+        TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, t->n_dims, sh, data));
+    }
+    snprintf(b, sizeof b, "%s/model.safetensors", dst);
+    TH_CHECK_OK(lb_st_writer_write_file(w, b));
+    lb_st_writer_free(w);
+    lb_st_close(st);
+}
+
+/* Hostile checkpoints through lb_model_load (the native repack path): each
+ * fails with a clear error naming the tensor (or the config value). */
+static void test_hostile_checkpoints(void) {
+    const char *L = "model.layers.1.mlp.down_proj";
+    char v_state[200], v_absmax[200], v_nested[200], v_scb[200], blob[300];
+    snprintf(v_state, sizeof v_state, "%s.weight.quant_state.bitsandbytes__nf4", L);
+    snprintf(v_absmax, sizeof v_absmax, "%s.weight.absmax", L);
+    snprintf(v_nested, sizeof v_nested, "%s.weight.nested_absmax", L);
+    snprintf(v_scb, sizeof v_scb, "%s.SCB", L);
+    snprintf(blob, sizeof blob, "{\"quant_type\": \"int3\", \"blocksize\": 64, \"dtype\": "
+             "\"float32\", \"shape\": [128, 384]}");
+    static char want_state[220], want_absmax[220], want_nested[220], want_scb[220];
+    snprintf(want_state, sizeof want_state, "%s.weight.quant_state", L);
+    snprintf(want_absmax, sizeof want_absmax, "%s.weight.absmax", L);
+    snprintf(want_nested, sizeof want_nested, "%s.weight.nested_absmax", L);
+    snprintf(want_scb, sizeof want_scb, "%s.SCB", L);
+    const struct {
+        const char *src, *victim;
+        int mode;
+        const char *from, *to;
+        lb_status want;
+        const char *msg, *msg2;
+    } cs[] = {
+        {"nf4dq", v_state, 3, NULL, NULL, LB_ERR_FORMAT, want_state, "JSON"},
+        {"nf4dq", v_state, 2, NULL, NULL, LB_ERR_UNSUPPORTED, want_state, "int3"},
+        {"nf4dq", v_absmax, 0, NULL, NULL, LB_ERR_FORMAT, want_absmax, "expected"},
+        {"nf4dq", v_nested, 1, NULL, NULL, LB_ERR_NOT_FOUND, want_nested, "missing"},
+        {"int8", v_scb, 0, NULL, NULL, LB_ERR_FORMAT, want_scb, "expected"},
+        {"nf4", NULL, 0, "\"bnb_4bit_quant_type\":\t\"nf4\"", "\"bnb_4bit_quant_type\":\t\"af4\"",
+         LB_ERR_UNSUPPORTED, "af4", "config.json"},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char dst[64];
+        snprintf(dst, sizeof dst, "bnbbad%zu", i);
+        rewrite_bnb(tmp_path(cs[i].src), tmp_path(dst), cs[i].victim, cs[i].mode, blob, cs[i].from,
+                    cs[i].to);
+        lb_model *m = NULL;
+        TH_CHECK_FAILS(lb_model_load(tmp_path(dst), NULL, &m), cs[i].want);
+        TH_CHECK_MSG(strstr(lb_last_error(), cs[i].msg) && strstr(lb_last_error(), cs[i].msg2),
+                     "case %zu: %s", i, lb_last_error());
+        lb_model_free(m);
+    }
+}
+
 int main(void) {
     TH_RUN(test_codec_as_reference);
     TH_RUN(test_qconfig);
@@ -484,5 +577,6 @@ int main(void) {
     }
     TH_RUN(test_checkpoint_round_trip);
     TH_RUN(test_export_gguf);
+    TH_RUN(test_hostile_checkpoints);
     return th_report();
 }
