@@ -238,17 +238,35 @@ lb_status lb_fp8_dequantize(const lb_fp8_qconfig *q, const lb_tensor *w, const l
     return lb_fp8_dequantize_rows(q, w, scale, 0, w->shape[0], W);
 }
 
+/* The value lb_fp8_table(fmt)[lb_f32_to_fp8(v, fmt)] for |v| <= MAX (v
+ * already clamped), computed in float: normals keep mb mantissa bits,
+ * rounded to nearest even on the f32 bits (a carry moves into the
+ * exponent); below the smallest normal 2^(1-bias) the grid is uniform with
+ * step 2^(1-bias-mb), rounded by rintf (ties to even). Both exact. */
+static inline float fp8_round(float v, int mb, float min_normal, float sub_step) {
+    float a = fabsf(v);
+    if (a < min_normal) return rintf(v / sub_step) * sub_step;
+    uint32_t b = lb_fp32_to_bits(a);
+    const int sh = 23 - mb;
+    b += ((1u << (sh - 1)) - 1) + ((b >> sh) & 1);
+    b &= ~((1u << sh) - 1);
+    return copysignf(lb_fp32_from_bits(b), v);
+}
+
 /* Squared error of a group (rows r0..r1, columns c0..c1 of W [., in])
  * stored with scale sc (W ~ fp8(clamp(w / sc)) * sc); stops early once
  * above `stop`. */
 static double group_err(const float *W, int64_t in, int64_t r0, int64_t r1, int64_t c0,
                         int64_t c1, float sc, lb_fp8_format fmt, const float *tab, double stop) {
     const float inv = 1.0f / sc, mx = lb_fp8_max(fmt);
+    const int mb = fmt == LB_FP8_E5M2 ? 2 : 3, bias = fmt == LB_FP8_E5M2 ? 15 : 7;
+    const float min_normal = ldexpf(1.0f, 1 - bias), sub_step = ldexpf(1.0f, 1 - bias - mb);
+    (void)tab;
     double e = 0;
     for (int64_t r = r0; r < r1 && e <= stop; r++)
         for (int64_t k = c0; k < c1; k++) {
             float w = W[r * in + k], v = fminf(fmaxf(w * inv, -mx), mx);
-            double d = (double)w - (double)(tab[lb_f32_to_fp8(v, fmt)] * sc);
+            double d = (double)w - (double)(fp8_round(v, mb, min_normal, sub_step) * sc);
             e += d * d;
         }
     return e;
@@ -277,6 +295,43 @@ static float mse_scale(const float *W, int64_t in, int64_t r0, int64_t r1, int64
     return best;
 }
 
+/* The MSE rule's search over every group of a tensor, split over a pool of
+ * lb_cpu_count() threads (groups are independent: the result does not
+ * depend on the split). BLOCK groups are the blocks in row-major order,
+ * CHANNEL the rows, TENSOR the one whole matrix. found[g] receives the
+ * searched scale (the amax/MAX one when amax is 0). */
+typedef struct mse_job {
+    const lb_fp8_qconfig *q;
+    const float *W;
+    int64_t out, in, nbk, groups;
+    float *found;
+} mse_job;
+
+static void mse_worker(void *ctx, int ith, int nth) {
+    const mse_job *j = ctx;
+    const lb_fp8_qconfig *q = j->q;
+    size_t b, e;
+    lb_split_range((size_t)j->groups, ith, nth, &b, &e);
+    for (size_t g = b; g < e; g++) {
+        int64_t r0, r1, c0, c1;
+        if (q->layout == LB_FP8_SCALE_BLOCK) {
+            r0 = (int64_t)g / j->nbk * q->block_n;
+            r1 = LB_MIN(j->out, r0 + q->block_n);
+            c0 = (int64_t)g % j->nbk * q->block_k;
+            c1 = LB_MIN(j->in, c0 + q->block_k);
+        } else if (q->layout == LB_FP8_SCALE_CHANNEL) {
+            r0 = (int64_t)g, r1 = r0 + 1, c0 = 0, c1 = j->in;
+        } else {
+            r0 = 0, r1 = j->out, c0 = 0, c1 = j->in;
+        }
+        float amax = 0.0f;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t k = c0; k < c1; k++) amax = fmaxf(amax, fabsf(j->W[r * j->in + k]));
+        j->found[g] = amax > 0.0f ? mse_scale(j->W, j->in, r0, r1, c0, c1, amax, q->fmt)
+                                  : amax / lb_fp8_max(q->fmt);
+    }
+}
+
 lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, int64_t in,
                           uint8_t *codes, float *scales) {
     return lb_fp8_quantize_rule(q, LB_FP8_RULE_AMAX, W, out, in, codes, scales);
@@ -294,6 +349,21 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
             return lb_set_error(LB_ERR_FORMAT, "fp8 quantize: weight [%lld, %lld] is not finite",
                                 (long long)(i / in), (long long)(i % in));
     const float mx = lb_fp8_max(q->fmt);
+    float *found = NULL;
+    if (rule == LB_FP8_RULE_MSE) {
+        int64_t nbk = q->layout == LB_FP8_SCALE_BLOCK ? (in + q->block_k - 1) / q->block_k : 1;
+        int64_t groups = q->layout == LB_FP8_SCALE_BLOCK
+                             ? (out + q->block_n - 1) / q->block_n * nbk
+                             : q->layout == LB_FP8_SCALE_CHANNEL ? out : 1;
+        found = malloc((size_t)groups * sizeof *found);
+        if (!found) return lb_set_error(LB_ERR_NOMEM, "fp8 quantize: out of memory");
+        mse_job job = {.q = q, .W = W, .out = out, .in = in, .nbk = nbk, .groups = groups,
+                       .found = found};
+        int nth = (int)LB_MIN((int64_t)lb_cpu_count(), groups);
+        lb_pool *pool = nth > 1 ? lb_pool_create(nth) : NULL; /* NULL: this thread alone */
+        lb_pool_run(pool, mse_worker, &job);
+        lb_pool_free(pool);
+    }
     if (q->layout == LB_FP8_SCALE_BLOCK) {
         int64_t nbn = (out + q->block_n - 1) / q->block_n, nbk = (in + q->block_k - 1) / q->block_k;
         for (int64_t bi = 0; bi < nbn; bi++)
@@ -307,8 +377,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
                  * evaluates (python scalar / tensor) as MAX * reciprocal(amax);
                  * stored 1 / scales. MSE rule: s = 1 / the searched scale. */
                 float s = amax > 0.0f ? mx * (1.0f / amax) : 1.0f;
-                if (rule == LB_FP8_RULE_MSE && amax > 0.0f)
-                    s = 1.0f / mse_scale(W, in, r0, r1, c0, c1, amax, q->fmt);
+                if (found && amax > 0.0f) s = 1.0f / found[bi * nbk + bj];
                 for (int64_t r = r0; r < r1; r++)
                     for (int64_t k = c0; k < c1; k++) {
                         float v = W[r * in + k] * s;
@@ -317,6 +386,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
                     }
                 scales[bi * nbk + bj] = 1.0f / s;
             }
+        free(found);
         return LB_OK;
     }
     int64_t groups = q->layout == LB_FP8_SCALE_CHANNEL ? out : 1;
@@ -328,8 +398,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
         /* compressed-tensors calculate_qparams, symmetric: scale = amax /
          * (bit_range / 2) = amax / MAX, clamped to >= float32 eps */
         float s = fmaxf(amax / mx, FLT_EPSILON);
-        if (rule == LB_FP8_RULE_MSE && amax / mx > FLT_EPSILON)
-            s = fmaxf(mse_scale(w, in, 0, rows_per, 0, in, amax, q->fmt), FLT_EPSILON);
+        if (found && amax / mx > FLT_EPSILON) s = fmaxf(found[g], FLT_EPSILON);
         for (int64_t i = 0; i < rows_per * in; i++) {
             float v = w[i] / s;
             v = fminf(fmaxf(v, -mx), mx);
@@ -337,6 +406,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
         }
         scales[g] = s;
     }
+    free(found);
     return LB_OK;
 }
 
