@@ -49,9 +49,10 @@ typedef enum lb_fp8_format { LB_FP8_E4M3 = 0, LB_FP8_E5M2 = 1 } lb_fp8_format;
  * of 32 codes with one float32 scale each, x[i] = d * e4m3(qs[i]) — the
  * checkpoint's scale of that block (block layouts whose column block is a
  * multiple of 32), of the row (channel) or of the tensor. The matmul
- * kernels (src/kernels/fp8_ref.c, fp8_avx2.c) decode codes through the
- * 256-entry table and multiply f32 activations: per block s = sum_i
- * e4m3(q_i) * a_i in float, y = sum over blocks of d * s. */
+ * kernels multiply f32 activations: per block s = sum_i e4m3(q_i) * a_i in
+ * float, y = sum over blocks of d * s (src/kernels/fp8_ref.c decodes
+ * through the 256-entry table; fp8_avx2.c / fp8_avx512.c decode the same
+ * values arithmetically and differ only in the float summation order). */
 typedef struct lb_block_f8_b32 {
     float d;
     uint8_t qs[32];
