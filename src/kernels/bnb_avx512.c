@@ -13,6 +13,9 @@
 #include "lowbit/bnb.h"
 
 #include <immintrin.h>
+#ifdef LB_EMULATE_SIMD /* test build: portable AVX-512 (tests/emu/) */
+#include "emu_avx512.h"
+#endif
 #include <string.h>
 
 #define NT_MAX 4
@@ -103,7 +106,7 @@ static void mm_i8b32_avx512(int64_t n, const void *w, size_t ws, int64_t nr, con
     for (; t < nt; t++) i8_tile(n, w, ws, nr, af, asf, t, 1, y, ldy);
 }
 
-void lb_kernels_fill_bnb_avx512(lb_kernel_table *kt) {
+void LB_KSYM(lb_kernels_fill_bnb_avx512)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_NF4_B64] = (lb_wkernel){.act_type = LB_TYPE_F32, .mm = mm_nf4b64_avx512,
                                           .mm_name = "mm_nf4b64_avx512"};
     kt->w[LB_TYPE_FP4_B64] = (lb_wkernel){.act_type = LB_TYPE_F32, .mm = mm_fp4b64_avx512,

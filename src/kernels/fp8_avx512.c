@@ -15,6 +15,9 @@
 #include "lowbit/fp8.h"
 
 #include <immintrin.h>
+#ifdef LB_EMULATE_SIMD /* test build: portable AVX-512 (tests/emu/) */
+#include "emu_avx512.h"
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -63,7 +66,7 @@ static void mm_f8b32_avx512(int64_t n, const void *w, size_t ws, int64_t nr, con
     for (; t < nt; t++) f8_tile(n, w, ws, nr, af, asf, t, 1, y, ldy);
 }
 
-void lb_kernels_fill_fp8_avx512(lb_kernel_table *kt) {
+void LB_KSYM(lb_kernels_fill_fp8_avx512)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_F8_E4M3_B32] = (lb_wkernel){.act_type = LB_TYPE_F32, .mm = mm_f8b32_avx512,
                                               .mm_name = "mm_f8b32_avx512"};
 }
