@@ -13,7 +13,9 @@
  * stream from memory as decode does (without it a matrix stays in L2/L3).
  * --cpu-time: 1-thread timings in process CPU time instead of wall time
  * (less disturbed on a shared machine: time the process spends descheduled
- * does not count). --only TYPE: one weight type.
+ * does not count). --only TYPE: one weight type; F8_E4M3_B32, NF4_B64,
+ * FP4_B64 and I8_B32 (the FP8 / bitsandbytes in-memory types, random
+ * codes) run only when named so.
  *
  * The reference GEMM is timed at 16 tokens (its cost per token is constant:
  * it is a loop of dot products) so that the run stays short; every other
@@ -44,7 +46,19 @@ static uint8_t *make_weights(lb_type t, int64_t out, int64_t in, size_t *bytes) 
     float *row = malloc(sizeof(float) * (size_t)in);
     for (int64_t o = 0; o < out; o++) {
         for (int64_t i = 0; i < in; i++) row[i] = rndf() * 0.05f;
-        if (lb_type_can_quantize(t)) {
+        if (t == LB_TYPE_F8_E4M3_B32 || t == LB_TYPE_NF4_B64 || t == LB_TYPE_FP4_B64 ||
+            t == LB_TYPE_I8_B32) {
+            /* FP8 / bitsandbytes in-memory blocks: f32 d + 32 code bytes;
+             * random codes (FP8: no NaN), d = 0.001 */
+            for (size_t k = 0; k < rb; k++) {
+                uint8_t c = (uint8_t)rnd();
+                w[(size_t)o * rb + k] = (t == LB_TYPE_F8_E4M3_B32 && (c & 0x7f) == 0x7f) ? 0x7e : c;
+            }
+            for (size_t b = 0; b < rb / 36; b++) {
+                const float d = 0.001f;
+                memcpy(w + (size_t)o * rb + b * 36, &d, 4);
+            }
+        } else if (lb_type_can_quantize(t)) {
             lb_quantize_row(t, row, w + (size_t)o * rb, in);
         } else { /* K-quants: random codes and scales, sane fp16 d/dmin */
             for (size_t k = 0; k < rb; k++) w[(size_t)o * rb + k] = (uint8_t)rnd();
@@ -107,7 +121,10 @@ int main(int argc, char **argv) {
     char feats[256];
     printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
            lb_kernels_variant());
-    const lb_type types[] = {LB_TYPE_Q4_0, LB_TYPE_Q8_0, LB_TYPE_Q4_K, LB_TYPE_F16};
+    const lb_type types[] = {LB_TYPE_Q4_0,        LB_TYPE_Q8_0,    LB_TYPE_Q4_K,
+                             LB_TYPE_F16,         LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64,
+                             LB_TYPE_FP4_B64,     LB_TYPE_I8_B32};
+    const size_t n_default = 4; /* the rest only with --only */
     const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
     const int n_shapes = quick ? 2 : 3;
     const int64_t NT = 512, NT_REF = 16;
@@ -116,7 +133,7 @@ int main(int argc, char **argv) {
     for (int th = 1; th <= 2; th++) {
         lb_pool *pool = th > 1 ? lb_pool_create(th) : NULL;
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            if (only >= 0 && (int)types[ti] != only) continue;
+            if (only >= 0 ? (int)types[ti] != only : ti >= n_default) continue;
             for (int s = 0; s < n_shapes; s++) {
                 const int64_t out = shapes[s][0], in = shapes[s][1];
                 size_t wbytes;

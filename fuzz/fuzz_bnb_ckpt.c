@@ -5,8 +5,10 @@
  * with lb_bnb_build_model (the tensor part of the bnb loader: quant_state
  * blob, absmax / nested absmax / quant_map / SCB sizes) for a
  * fixed tiny Llama config: hidden 64, 1 layer, 2 heads of 32 (2 KV heads),
- * MLP 64, vocab 32. Every input must either give a model whose linears are
- * finite-sized F32/F16/BF16 views, or fail with a status and a message.
+ * MLP 64, vocab 32 (so 4-bit linears take the native NF4_B64/FP4_B64 path
+ * when their blocksize allows, INT8 ones I8_B32). Every input must either
+ * give a model whose linears dequantize row by row (fuzz_ckpt_check), or
+ * fail with a status and a message.
  * Seeds: fuzz/corpus/fuzz_bnb_ckpt (made by fuzz/make_bnb_seeds.py).
  */
 #include "lowbit/bnb.h"

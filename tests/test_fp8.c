@@ -144,6 +144,7 @@ static void test_checkpoints_as_reference(void) {
     lb_fp8_quantize_opts o;
     memset(&o, 0, sizeof o);
     lb_fp8_qconfig_default(&o.q, false);
+    o.rule = LB_FP8_RULE_AMAX; /* the reference tools' rule */
     int nl = 0, eq = 0;
     TH_CHECK_OK(lb_fp8_quantize_checkpoint(src, tmp_path("block"), &o, &nl));
     TH_CHECK_INT(nl, 14);
@@ -455,12 +456,104 @@ static void test_kernels(void) {
         free(wd);
         free(want);
     }
-    /* the avx2 variant and the reference agree on the model's shapes too
-     * (checked above for every usable table, ref included) */
+    /* every byte decodes to the table's value in every variant (the SIMD
+     * kernels decode arithmetically): one row of the 256 codes, d = 1,
+     * (NaN codes 0x7f/0xff replaced by 0: 0 * NaN would poison every sum)
+     * times the 256 one-hot activations; the NaN codes alone give NaN; and a token's
+     * result does not depend on its tile (all 256 at once == one alone) */
+    lb_block_f8_b32 row[8];
+    const float one = 1.0f;
+    for (int i = 0; i < 256; i++) row[i / 32].qs[i % 32] = (i & 0x7f) == 0x7f ? 0 : (uint8_t)i;
+    for (int b = 0; b < 8; b++) memcpy(&row[b].d, &one, 4);
+    float *eye = calloc(256 * 256, sizeof *eye), y[256], y1;
+    for (int i = 0; i < 256; i++) eye[i * 256 + i] = 1.0f;
+    lb_tensor R = {.name = "r", .type = LB_TYPE_F8_E4M3_B32, .n_dims = 2, .shape = {1, 256},
+                   .data = row, .nbytes = sizeof row};
+    const float *tab = lb_fp8_table(LB_FP8_E4M3);
+    for (int v = 0; v < LB_KV_COUNT; v++) {
+        if (!lb_kernels_usable(v)) continue;
+        const lb_kernel_table *kt = lb_kernels_table(v);
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye, y, 256));
+        int bad = 0, moved = 0;
+        for (int i = 0; i < 256; i++) {
+            bad += y[i] != ((i & 0x7f) == 0x7f ? 0.0f : tab[i]);
+            TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + i * 256, &y1, 1));
+            moved += memcmp(&y1, &y[i], 4) != 0;
+        }
+        TH_CHECK_MSG(bad == 0, "%s: %d E4M3 codes decode differently from the table", kt->name,
+                     bad);
+        TH_CHECK_MSG(moved == 0, "%s: %d tokens differ alone vs in a tile", kt->name, moved);
+        row[3].qs[31] = 0x7f; /* element 127 */
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + 5 * 256, &y1, 1));
+        TH_CHECK_MSG(isnan(y1), "%s: NaN code 0x7f gives %g", kt->name, y1);
+        row[3].qs[31] = 0xff;
+        TH_CHECK_OK(lb_matmul_table(kt, NULL, &R, eye + 5 * 256, &y1, 1));
+        TH_CHECK_MSG(isnan(y1), "%s: NaN code 0xff gives %g", kt->name, y1);
+        row[3].qs[31] = 0;
+    }
+    free(eye);
+}
+
+/* The MSE scale rule: on every layout and both formats, each group's
+ * squared error is at most the amax rule's (f = 1 is a candidate), the
+ * total is lower on gaussian-like weights with outliers, and the codes
+ * decode with the stored scales (the reader's W = q * scale) to the
+ * errors measured. */
+static void test_mse_rule(void) {
+    enum { O = 200, I = 300 };
+    float *W = malloc(sizeof(float) * O * I);
+    uint64_t st = 99;
+    for (int i = 0; i < O * I; i++) {
+        double u = 0;
+        for (int k = 0; k < 4; k++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            u += (double)(st >> 11) / 9007199254740992.0 - 0.5;
+        }
+        W[i] = (float)(u * 0.05 * ((i % 997) == 3 ? 8 : 1));
+    }
+    uint8_t *c1 = malloc(O * I), *c2 = malloc(O * I);
+    float s1[O * 4], s2[O * 4];
+    for (int fm = 0; fm < 2; fm++)
+        for (int lay = 0; lay < 3; lay++) {
+            lb_fp8_qconfig q;
+            lb_fp8_qconfig_default(&q, lay != 0);
+            q.fmt = fm ? LB_FP8_E5M2 : LB_FP8_E4M3;
+            if (lay == 0) q.block_n = q.block_k = 128;
+            if (lay == 2) q.layout = LB_FP8_SCALE_TENSOR;
+            TH_CHECK_OK(lb_fp8_quantize_rule(&q, LB_FP8_RULE_AMAX, W, O, I, c1, s1));
+            TH_CHECK_OK(lb_fp8_quantize_rule(&q, LB_FP8_RULE_MSE, W, O, I, c2, s2));
+            const float *tab = lb_fp8_table(q.fmt);
+            /* per-group errors through the reader's formula */
+            double e1g[O] = {0}, e2g[O] = {0}, e1 = 0, e2 = 0;
+            for (int r = 0; r < O; r++)
+                for (int k = 0; k < I; k++) {
+                    int g = lay == 0 ? (r / 128) * 3 + k / 128 : lay == 1 ? r : 0;
+                    double d1 = W[r * I + k] - tab[c1[r * I + k]] * s1[g];
+                    double d2 = W[r * I + k] - tab[c2[r * I + k]] * s2[g];
+                    e1g[g] += d1 * d1;
+                    e2g[g] += d2 * d2;
+                    e1 += d1 * d1;
+                    e2 += d2 * d2;
+                }
+            int worse = 0;
+            for (int g = 0; g < O; g++) worse += e2g[g] > e1g[g] * (1 + 1e-9);
+            TH_CHECK_MSG(worse == 0, "fmt %d layout %d: %d groups worse under MSE", fm, lay, worse);
+            TH_CHECK_MSG(e2 < e1, "fmt %d layout %d: MSE rule error %.6g, amax %.6g", fm, lay, e2, e1);
+            if (lay == 0 && fm == 0)
+                fprintf(stderr, "  E4M3 block 128: squared error MSE rule / amax rule = %.4f\n", e2 / e1);
+        }
+    lb_fp8_qconfig q;
+    lb_fp8_qconfig_default(&q, false);
+    TH_CHECK_FAILS(lb_fp8_quantize_rule(&q, (lb_fp8_scale_rule)7, W, O, I, c1, s1),
+                   LB_ERR_INVALID_ARG);
+    free(W);
+    free(c1);
+    free(c2);
 }
 
 int main(void) {
     TH_RUN(test_tables);
+    TH_RUN(test_mse_rule);
     TH_RUN(test_encode_as_torch);
     TH_RUN(test_qconfig_parse);
     TH_RUN(test_kernels);

@@ -639,6 +639,116 @@ static void test_emu_vs_hardware(void) {
             compared ? "" : " (this CPU has no AVX-512/AMX)");
 }
 
+/* ---------------------------------------------------------------------- */
+/* 4. The FP8 / bitsandbytes AVX-512 kernels (fp8_avx512.c, bnb_avx512.c)  */
+
+/* Their intrinsics: widenings, vpslld, vpor, vpcmpeqd against AVX2 on each
+ * half; vpermps, the casts and the masked move against scalar formulas. */
+static void test_emu_fp8_bnb_intrinsics(void) {
+    int bad[7] = {0};
+    for (int it = 0; it < ITERS; it++) {
+        uint8_t b16[16];
+        rnd_bytes(b16, 16);
+        __m128i x;
+        memcpy(&x, b16, 16);
+        const __m512i zu = _mm512_cvtepu8_epi32(x), zs = _mm512_cvtepi8_epi32(x);
+        const __m512i a = rnd_m512i(), b = rnd_m512i();
+        const unsigned n = rng_u32() % 34;
+        const __m512i sl = _mm512_slli_epi32(a, n), o = _mm512_or_si512(a, b);
+        __m512i c = b; /* about half the lanes equal */
+        for (int i = 0; i < 16; i++)
+            if (rng_u32() & 1) c.u32[i] = a.u32[i];
+        const __mmask16 k = _mm512_cmpeq_epi32_mask(a, c);
+        for (int h = 0; h < 2; h++) {
+            __m128i xh;
+            memcpy(&xh, b16 + 8 * h, 8);
+            bad[0] += !eq_half_i(&zu, h, _mm256_cvtepu8_epi32(xh));
+            bad[1] += !eq_half_i(&zs, h, _mm256_cvtepi8_epi32(xh));
+            bad[2] += !eq_half_i(&sl, h, _mm256_sll_epi32(half_i(&a, h), _mm_cvtsi32_si128((int)n)));
+            bad[3] += !eq_half_i(&o, h, _mm256_or_si256(half_i(&a, h), half_i(&b, h)));
+            bad[4] += (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(
+                          _mm256_cmpeq_epi32(half_i(&a, h), half_i(&c, h)))) != ((k >> (8 * h)) & 0xFFu);
+        }
+        __m512 t, src;
+        for (int i = 0; i < 16; i++) {
+            t.f[i] = rnd_float_any();
+            src.f[i] = rnd_float_any();
+        }
+        const __m512 pv = _mm512_permutexvar_ps(a, t), mv = _mm512_mask_mov_ps(src, k, t);
+        const __m512 cs = _mm512_castsi512_ps(a);
+        const __m512i ci = _mm512_castps_si512(t);
+        for (int i = 0; i < 16; i++) {
+            bad[5] += pv.u32[i] != t.u32[a.u32[i] & 15] ||
+                      mv.u32[i] != ((k >> i) & 1 ? t.u32[i] : src.u32[i]);
+            bad[6] += cs.u32[i] != a.u32[i] || ci.u32[i] != t.u32[i];
+        }
+    }
+    static const char *const names[7] = {"cvtepu8_epi32", "cvtepi8_epi32", "slli_epi32",
+                                         "or_si512", "cmpeq_epi32_mask", "permutexvar_ps/mask_mov_ps",
+                                         "castsi512_ps/castps_si512"};
+    for (int i = 0; i < 7; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+}
+
+/* The emulated avx512 table (avx2 + the FP8 and bitsandbytes AVX-512
+ * kernels) on F8_E4M3_B32, NF4_B64, FP4_B64 and I8_B32: within 1e-5 of the
+ * reference relative to the sum of |terms| on awkward sizes, and bit for
+ * bit the real AVX-512 kernels' results where the CPU has them. */
+static void test_emu_fp8_bnb_kernels(void) {
+    lb_kernel_table emu = *lb_kernels_table(LB_KV_AVX2);
+    emu.name = "avx512(emu)";
+    lb_kernels_fill_fp8_avx512_emu(&emu);
+    lb_kernels_fill_bnb_avx512_emu(&emu);
+    const lb_kernel_table *ref = lb_kernels_table(LB_KV_REF);
+    const bool hw = lb_kernels_usable(LB_KV_AVX512);
+    static const lb_type types[] = {LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64, LB_TYPE_FP4_B64,
+                                    LB_TYPE_I8_B32};
+    static const int64_t nrs[] = {1, 7, 33}, nts[] = {1, 5, 17};
+    int worse = 0, differ = 0, runs = 0;
+    for (size_t ti = 0; ti < LB_ARRAY_LEN(types); ti++) {
+        const lb_type ty = types[ti];
+        TH_CHECK_MSG(emu.w[ty].mm != lb_kernels_table(LB_KV_AVX2)->w[ty].mm, "%s not replaced",
+                     lb_type_name(ty));
+        const int64_t bl = lb_type_get_traits(ty)->blck_size;
+        for (size_t a = 0; a < 3; a++) {
+            const int64_t n = bl * (a == 0 ? 1 : a == 1 ? 3 : 67), nr = nrs[a], nt = nts[a];
+            const int64_t nb = n / bl;
+            uint8_t *w = malloc((size_t)(nr * nb) * 36);
+            for (int64_t i = 0; i < nr * nb; i++) {
+                const float d = rng_f(0.5f, 1.5f) * ldexpf(1.0f, rng_int(-10, 2));
+                memcpy(w + i * 36, &d, 4);
+                for (int k = 0; k < 32; k++) {
+                    uint8_t q = rnd_byte();
+                    if (ty == LB_TYPE_F8_E4M3_B32 && (q & 0x7f) == 0x7f) q = 0x7e; /* no NaN */
+                    w[i * 36 + 4 + k] = q;
+                }
+            }
+            float *x = malloc(sizeof(float) * (size_t)(n * nt)), *wd = malloc(sizeof(float) * (size_t)n);
+            for (int64_t i = 0; i < n * nt; i++) x[i] = rng_f(-1, 1);
+            lb_tensor W = {.name = "w", .type = ty, .n_dims = 2, .shape = {nr, n}, .data = w,
+                           .nbytes = (size_t)(nr * nb) * 36};
+            float *ye = malloc(sizeof(float) * (size_t)(nr * nt)), *yr = malloc(sizeof(float) * (size_t)(nr * nt));
+            float *yh = malloc(sizeof(float) * (size_t)(nr * nt));
+            TH_CHECK_OK(lb_matmul_table(&emu, NULL, &W, x, ye, nt));
+            TH_CHECK_OK(lb_matmul_table(ref, NULL, &W, x, yr, nt));
+            if (hw) TH_CHECK_OK(lb_matmul_table(lb_kernels_table(LB_KV_AVX512), NULL, &W, x, yh, nt));
+            for (int64_t i = 0; i < nr * nt; i++) {
+                const int64_t r = i % nr, t = i / nr;
+                lb_dequantize_row(ty, w + r * nb * 36, wd, n);
+                double mag = 0;
+                for (int64_t k = 0; k < n; k++) mag += fabs((double)wd[k] * x[t * n + k]);
+                worse += fabs((double)ye[i] - yr[i]) > 1e-5 * (mag > 0 ? mag : 1);
+                differ += hw && !same_float(ye[i], yh[i]);
+            }
+            runs++;
+            free(w), free(x), free(wd), free(ye), free(yr), free(yh);
+        }
+    }
+    TH_CHECK_MSG(worse == 0, "%d outputs off the reference", worse);
+    TH_CHECK_MSG(differ == 0, "%d outputs differ from the real AVX-512 kernels", differ);
+    fprintf(stderr, "  FP8/NF4/FP4/INT8 AVX-512 (emulated): %d shapes vs ref%s\n", runs,
+            hw ? " and bit for bit vs the hardware" : " (no AVX-512 here: no hardware comparison)");
+}
+
 int main(int argc, char **argv) {
     kc_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     if (!lb_kernels_usable(LB_KV_AVX2))
@@ -660,6 +770,8 @@ int main(int argc, char **argv) {
     TH_RUN(test_emu_matmul_oracle_and_threads);
     TH_RUN(test_emu_matmul_vs_avx2);
     TH_RUN(test_emu_vs_hardware);
+    TH_RUN(test_emu_fp8_bnb_intrinsics);
+    TH_RUN(test_emu_fp8_bnb_kernels);
     for (int e = 0; e < E_COUNT; e++)
         fprintf(stderr, "variant %-17s tested: %d kernel cases vs ref + oracle + threads\n",
                 g_emu[e].name, n_cases[e]);

@@ -30,6 +30,10 @@ static void usage(FILE *fp) {
             "                          weight_scale, compressed-tensors float-quantized\n"
             "                          (llm-compressor); tensor: one scale per weight\n"
             "  --fp8-format F          e4m3 (default) | e5m2\n"
+            "  --fp8-scale R           mse (default): each group's scale the one of 27\n"
+            "                          candidates below amax/MAX (and two above) with the\n"
+            "                          smallest squared weight error; amax: amax/MAX, as\n"
+            "                          transformers / llm-compressor (byte-identical)\n"
             "  -o, --output OUT_DIR    new or empty; written atomically\n"
             "global: --quiet, --json\n");
 }
@@ -75,6 +79,11 @@ int cmd_quantize_nocalib(int argc, char **argv) {
             if (!strcmp(v, "e4m3")) o.q.fmt = LB_FP8_E4M3;
             else if (!strcmp(v, "e5m2")) o.q.fmt = LB_FP8_E5M2;
             else return cli_usage_error(cmd, "--fp8-format: e4m3 or e5m2, got '%s'", v);
+        } else if (!strcmp(a, "--fp8-scale")) {
+            VAL();
+            if (!strcmp(v, "mse")) o.rule = LB_FP8_RULE_MSE;
+            else if (!strcmp(v, "amax")) o.rule = LB_FP8_RULE_AMAX;
+            else return cli_usage_error(cmd, "--fp8-scale: mse or amax, got '%s'", v);
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s (with --method %s)", a,
                                    method ? method : "?");
@@ -100,8 +109,9 @@ int cmd_quantize_nocalib(int argc, char **argv) {
         printf("{\"output\": ");
         cli_json_string(stdout, out);
         printf(", \"method\": \"fp8\", \"fmt\": \"%s\", \"scales\": \"%s\", \"block\": %d, "
-               "\"quant_method\": \"%s\", \"linears\": %d}\n",
-               o.q.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3", lay, o.q.block_n, o.q.method, n);
+               "\"quant_method\": \"%s\", \"scale_rule\": \"%s\", \"linears\": %d}\n",
+               o.q.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3", lay, o.q.block_n, o.q.method,
+               o.rule == LB_FP8_RULE_AMAX ? "amax" : "mse", n);
     } else if (!g_cli.quiet) {
         fprintf(stderr, "lowbit quantize: wrote %s: %d linears in FP8 %s (%s scales%s%s), "
                         "quant_method %s\n", out, n, o.q.fmt == LB_FP8_E5M2 ? "E5M2" : "E4M3", lay,

@@ -99,6 +99,47 @@ lb_status lb_bnb_dequantize_4bit(const char *name, const lb_bnb_4bit_tensors *t,
 lb_status lb_bnb_dequantize_int8(const char *name, const lb_tensor *w, const lb_tensor *scb,
                                  int64_t out, int64_t in, float *W);
 
+/* ---- running 4-bit / 8-bit checkpoints natively ---------------------------
+ * How a loaded NF4 / FP4 linear runs (LB_TYPE_NF4_B64 / LB_TYPE_FP4_B64):
+ * rows of blocks of 64 codes with one float32 scale d (the block's absmax,
+ * decoded from the double-quantized form at load), 36 bytes per 64 weights
+ * (4.5 bits/weight); x[j] = table[code_j] * d with the kind's fixed table
+ * (lb_bnb_4bit_table). Codes: element j (0..31) in the LOW nibble of qs[j],
+ * element 32 + j in the HIGH nibble (ggml's Q4_0 order, not bitsandbytes'
+ * high-nibble-first pairs: a load-time repack, so the SIMD kernels split a
+ * byte vector into two runs of consecutive weights). */
+typedef struct lb_block_bnb4_b64 {
+    float d;
+    uint8_t qs[32];
+} lb_block_bnb4_b64;
+_Static_assert(sizeof(lb_block_bnb4_b64) == 36, "bnb4_b64 size");
+
+/* How a loaded INT8 linear runs (LB_TYPE_I8_B32): blocks of 32 int8 codes
+ * with d = SCB[row] / 127 (7.874015718698502e-3f, as transformers'
+ * dequantize_bnb_weight), x[j] = qs[j] * d; 9 bits/weight. */
+typedef struct lb_block_i8_b32 {
+    float d;
+    int8_t qs[32];
+} lb_block_i8_b32;
+_Static_assert(sizeof(lb_block_i8_b32) == 36, "i8_b32 size");
+
+/* Rows of n (multiple of 64 / 32) weights -> f32 (kind NF4 or FP4). */
+void lb_dequantize_row_bnb4_b64(lb_bnb_kind kind, const lb_block_bnb4_b64 *x, float *y, int64_t n);
+void lb_dequantize_row_i8_b32(const lb_block_i8_b32 *x, float *y, int64_t n);
+
+/* Check one 4-bit linear exactly as lb_bnb_dequantize_4bit does, then
+ * repack it into out * in/64 blocks of lb_block_bnb4_b64 (no f32 copy of
+ * the weight). LB_ERR_UNSUPPORTED, with nothing else wrong, when the
+ * tensor cannot be held that way: in not a multiple of 64, blocksize not a
+ * multiple of 64, or a quant_map other than the kind's standard table (the
+ * caller then dequantizes to F32). Other errors as lb_bnb_dequantize_4bit. */
+lb_status lb_bnb_4bit_to_b64(const char *name, lb_bnb_kind kind, const lb_bnb_4bit_tensors *t,
+                             int64_t out, int64_t in, lb_block_bnb4_b64 *dst);
+/* Check an INT8 linear as lb_bnb_dequantize_int8 and repack it into out *
+ * in/32 lb_block_i8_b32 blocks. LB_ERR_UNSUPPORTED when in % 32 != 0. */
+lb_status lb_bnb_int8_to_b32(const char *name, const lb_tensor *w, const lb_tensor *scb,
+                             int64_t out, int64_t in, lb_block_i8_b32 *dst);
+
 typedef struct lb_bnb_quantize_opts {
     lb_bnb_qconfig q;
     lb_progress progress;

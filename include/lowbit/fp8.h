@@ -49,9 +49,10 @@ typedef enum lb_fp8_format { LB_FP8_E4M3 = 0, LB_FP8_E5M2 = 1 } lb_fp8_format;
  * of 32 codes with one float32 scale each, x[i] = d * e4m3(qs[i]) — the
  * checkpoint's scale of that block (block layouts whose column block is a
  * multiple of 32), of the row (channel) or of the tensor. The matmul
- * kernels (src/kernels/fp8_ref.c, fp8_avx2.c) decode codes through the
- * 256-entry table and multiply f32 activations: per block s = sum_i
- * e4m3(q_i) * a_i in float, y = sum over blocks of d * s. */
+ * kernels multiply f32 activations: per block s = sum_i e4m3(q_i) * a_i in
+ * float, y = sum over blocks of d * s (src/kernels/fp8_ref.c decodes
+ * through the 256-entry table; fp8_avx2.c / fp8_avx512.c decode the same
+ * values arithmetically and differ only in the float summation order). */
 typedef struct lb_block_f8_b32 {
     float d;
     uint8_t qs[32];
@@ -133,12 +134,31 @@ lb_status lb_fp8_to_b32(const lb_fp8_qconfig *q, const lb_tensor *w, const lb_te
 lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, int64_t in,
                           uint8_t *codes, float *scales);
 
+/* How the writer chooses a group's scale (the format and every reader are
+ * the same either way: W = float(q) * scale):
+ *   LB_FP8_RULE_MSE  (lowbit's default) — the candidate with the smallest
+ *     squared weight error among scale = amax / (MAX * f), f = 1, 0.98,
+ *     ..., 0.52 (amax placed lower in the top binade or in the one below:
+ *     another alignment of the FP8 grid with the weights) and f = 1.04,
+ *     1.08 (the largest weights clipped); f = 1 on ties. 27 trial
+ *     encodings of every weight;
+ *   LB_FP8_RULE_AMAX — the amax rule above, byte-identical to transformers'
+ *     Fp8Quantize / compressed-tensors' min-max observer. */
+typedef enum lb_fp8_scale_rule { LB_FP8_RULE_MSE = 0, LB_FP8_RULE_AMAX = 1 } lb_fp8_scale_rule;
+
+/* lb_fp8_quantize under a scale rule (lb_fp8_quantize is the AMAX rule).
+ * The encoding of a weight, given its group's scale, is as above (BLOCK:
+ * q = fp8(clamp(w * (1 / scale))); CHANNEL/TENSOR: fp8(clamp(w / scale))). */
+lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, const float *W,
+                               int64_t out, int64_t in, uint8_t *codes, float *scales);
+
 /* Default config: BLOCK 128x128 e4m3 ("fp8", weight_scale_inv) or, with
  * channel = true, compressed-tensors CHANNEL e4m3 (weight_scale). */
 void lb_fp8_qconfig_default(lb_fp8_qconfig *q, bool channel);
 
 typedef struct lb_fp8_quantize_opts {
     lb_fp8_qconfig q;
+    lb_fp8_scale_rule rule; /* 0 = LB_FP8_RULE_MSE (default)              */
     lb_progress progress; /* stage "quantize", done/total = tensors */
 } lb_fp8_quantize_opts;
 

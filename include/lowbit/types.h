@@ -45,7 +45,14 @@ typedef enum lb_type {
                                   E4M3 codes with one f32 scale
                                   (lb_block_f8_b32, lowbit/fp8.h); no file
                                   format stores it */
-    LB_TYPE_COUNT_ = 205
+    LB_TYPE_NF4_B64 = 205, /* lowbit's in-memory bitsandbytes NF4 / FP4
+                              weights: blocks of 64 4-bit codes with one
+                              f32 absmax (lb_block_bnb4_b64, lowbit/bnb.h) */
+    LB_TYPE_FP4_B64 = 206,
+    LB_TYPE_I8_B32 = 207,  /* bitsandbytes INT8 rows in memory: blocks of 32
+                              int8 codes with the row's f32 scale
+                              (lb_block_i8_b32, lowbit/bnb.h) */
+    LB_TYPE_COUNT_ = 208
 } lb_type;
 
 /* Static facts about a type. A "block" is the smallest unit of storage:

@@ -30,6 +30,9 @@ static const lb_type_traits traits[LB_TYPE_COUNT_] = {
     [LB_TYPE_F8_E4M3] = {"F8_E4M3", 1, 1, false},
     [LB_TYPE_F8_E5M2] = {"F8_E5M2", 1, 1, false},
     [LB_TYPE_F8_E4M3_B32] = {"F8_E4M3_B32", 32, 36, true},
+    [LB_TYPE_NF4_B64] = {"NF4_B64", 64, 36, true},
+    [LB_TYPE_FP4_B64] = {"FP4_B64", 64, 36, true},
+    [LB_TYPE_I8_B32] = {"I8_B32", 32, 36, true},
 };
 
 const lb_type_traits *lb_type_get_traits(int t) {

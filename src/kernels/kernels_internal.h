@@ -293,6 +293,18 @@ void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 float lb_vec_dot_f8b32_f32_ref(int64_t n, const void *vx, const void *vy);
 void lb_kernels_fill_fp8_ref(lb_kernel_table *kt);
 void lb_kernels_fill_fp8_avx2(lb_kernel_table *kt);
+/* fp8_avx512.c (AVX-512 F/BW/VL/DQ; also built for test_kernels_emu) */
+void LB_KSYM(lb_kernels_fill_fp8_avx512)(lb_kernel_table *kt);
+
+/* ---- bitsandbytes NF4/FP4 64-blocks and INT8 32-blocks (lowbit/bnb.h) ----- */
+/* bnb_ref.c / bnb_avx2.c / bnb_avx512.c: LB_TYPE_NF4_B64, LB_TYPE_FP4_B64,
+ * LB_TYPE_I8_B32 tile kernels with f32 activations. */
+float lb_vec_dot_nf4b64_f32_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_fp4b64_f32_ref(int64_t n, const void *vx, const void *vy);
+float lb_vec_dot_i8b32_f32_ref(int64_t n, const void *vx, const void *vy);
+void lb_kernels_fill_bnb_ref(lb_kernel_table *kt);
+void lb_kernels_fill_bnb_avx2(lb_kernel_table *kt);
+void LB_KSYM(lb_kernels_fill_bnb_avx512)(lb_kernel_table *kt);
 
 #ifdef __cplusplus
 }

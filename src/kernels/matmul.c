@@ -50,13 +50,17 @@ static void init_tables(void) {
             lb_kernels_fill_ref(&g_tables[v]);
             lb_vec_fill_ref(&g_tables[v]);
             lb_kernels_fill_fp8_ref(&g_tables[v]); /* fp8_ref.c */
+            lb_kernels_fill_bnb_ref(&g_tables[v]); /* bnb_ref.c */
             break;
         case LB_KV_AVX2:
             lb_kernels_fill_avx2(&g_tables[v]);
             lb_vec_fill_avx2(&g_tables[v]);
             lb_kernels_fill_fp8_avx2(&g_tables[v]); /* fp8_avx2.c */
+            lb_kernels_fill_bnb_avx2(&g_tables[v]); /* bnb_avx2.c */
             break;
-        case LB_KV_AVX512: /* the AVX2 matmul kernels (kernels_internal.h) */
+        case LB_KV_AVX512: /* the AVX2 kernels (kernels_internal.h), but: */
+            lb_kernels_fill_fp8_avx512(&g_tables[v]); /* fp8_avx512.c */
+            lb_kernels_fill_bnb_avx512(&g_tables[v]); /* bnb_avx512.c */
             g_tables[v].vec.hadamard = lb_hadamard_f32_avx512; /* hadamard_avx512.c */
             break;
         case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;

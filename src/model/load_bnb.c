@@ -2,8 +2,14 @@
  * bitsandbytes checkpoint loader (lowbit/bnb.h): quantization_config
  * quant_method "bitsandbytes". NF4/FP4 linears (packed weight, absmax,
  * quant_map, nested absmax, quant_state blob) and INT8 linears (int8
- * weight + SCB) are checked against each other and the config, then
- * dequantized to F32 (what transformers' dequantize_bnb_weight computes).
+ * weight + SCB) are checked against each other and the config, then held
+ * as NF4_B64 / FP4_B64 (64 codes + the block's absmax, double-quantized
+ * absmax decoded here; 4.5 bits/weight) or I8_B32 (32 codes + SCB/127;
+ * 9 bits/weight) and run by the bnb matmul kernels (src/kernels/bnb_*.c),
+ * same weights as transformers' dequantize_bnb_weight up to the rounding
+ * of q * (SCB/127) vs (q * SCB)/127. Tensors whose layout does not allow
+ * it (in_features not a multiple of 64 / 32, blocksize not a multiple of
+ * 64, a non-standard quant_map) are dequantized to F32.
  * Linears stored dense, and every other tensor, load as in the HF loader.
  */
 #include "model/model_internal.h"
@@ -22,7 +28,7 @@ typedef struct bnb_ctx {
     const lb_safetensors *st;
     const char *label;
     const lb_bnb_qconfig *q;
-    int n_q, n_dense;
+    int n_q, n_native, n_dense;
 } bnb_ctx;
 
 static const lb_tensor *find2(const lb_safetensors *st, const char *pre, const char *sfx) {
@@ -52,24 +58,18 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
         int nd;
         int64_t sh[2];
         lb_role_shape(&c->m->config, role, &nd, sh);
-        size_t bytes;
-        if (nd != 2 || !lb_mul_ok((size_t)sh[0], (size_t)sh[1], &bytes) ||
-            !lb_mul_ok(bytes, sizeof(float), &bytes))
+        size_t n_el;
+        if (nd != 2 || !lb_mul_ok((size_t)sh[0], (size_t)sh[1], &n_el) || n_el > INT64_MAX / 4)
             return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
-        float *buf = lb_alloc(bytes);
-        if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
-        lb_status s = lb_model_builder_own(c->m, buf);
-        if (s != LB_OK) return s;
-        if (c->q->kind == LB_BNB_INT8) {
-            if (t->type != LB_TYPE_I8)
-                return lb_set_error(LB_ERR_FORMAT, "%s: %s: dtype %s in an 8-bit bitsandbytes "
-                                    "checkpoint (I8 expected)", c->label, name, lb_type_name(t->type));
-            s = lb_bnb_dequantize_int8(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
-        } else {
-            const char *qt = c->q->kind == LB_BNB_NF4 ? "nf4" : "fp4";
+        if (c->q->kind == LB_BNB_INT8 && t->type != LB_TYPE_I8)
+            return lb_set_error(LB_ERR_FORMAT, "%s: %s: dtype %s in an 8-bit bitsandbytes "
+                                "checkpoint (I8 expected)", c->label, name, lb_type_name(t->type));
+        const char *qt = c->q->kind == LB_BNB_NF4 ? "nf4" : "fp4";
+        lb_bnb_4bit_tensors bt = {0};
+        if (c->q->kind != LB_BNB_INT8) {
             char sn[64];
             snprintf(sn, sizeof sn, "weight.quant_state.bitsandbytes__%s", qt);
-            lb_bnb_4bit_tensors bt = {
+            bt = (lb_bnb_4bit_tensors){
                 .weight = t,
                 .absmax = find2(c->st, pre, "weight.absmax"),
                 .quant_map = find2(c->st, pre, "weight.quant_map"),
@@ -83,11 +83,47 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
                 return lb_set_error(LB_ERR_FORMAT, "%s: %s.weight: quant_state of the other 4-bit "
                                     "type than config.json's bnb_4bit_quant_type '%s'", c->label,
                                     pre, qt);
-            s = lb_bnb_dequantize_4bit(pre, &bt, sh[0], sh[1], buf);
         }
-        if (s != LB_OK) return lb_error_context(s, "%s", c->label);
+        /* native first: NF4/FP4 64-blocks (4.5 bits/weight) or INT8 32-blocks
+         * (9 bits/weight), run by the bnb kernels; F32 when the tensor's
+         * layout does not allow it (LB_ERR_UNSUPPORTED from the repack) */
+        bool b4 = c->q->kind != LB_BNB_INT8;
+        int64_t blk = b4 ? 64 : 32;
+        lb_status s = LB_OK;
+        void *buf = NULL;
+        size_t bytes = 0;
+        lb_type ty = LB_TYPE_F32;
+        if (sh[1] % blk == 0) {
+            bytes = n_el / (size_t)blk * 36;
+            buf = lb_alloc(bytes);
+            if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+            s = b4 ? lb_bnb_4bit_to_b64(pre, c->q->kind, &bt, sh[0], sh[1], buf)
+                   : lb_bnb_int8_to_b32(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
+            if (s == LB_OK) {
+                ty = b4 ? (c->q->kind == LB_BNB_NF4 ? LB_TYPE_NF4_B64 : LB_TYPE_FP4_B64)
+                        : LB_TYPE_I8_B32;
+            } else {
+                lb_free(buf);
+                buf = NULL;
+                if (s != LB_ERR_UNSUPPORTED) return lb_error_context(s, "%s", c->label);
+                lb_log(LB_LOG_DEBUG, "%s: %s", c->label, lb_last_error());
+            }
+        }
+        if (!buf) {
+            bytes = n_el * sizeof(float);
+            buf = lb_alloc(bytes);
+            if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+            s = b4 ? lb_bnb_dequantize_4bit(pre, &bt, sh[0], sh[1], buf)
+                   : lb_bnb_dequantize_int8(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
+            if (s != LB_OK) {
+                lb_free(buf);
+                return lb_error_context(s, "%s", c->label);
+            }
+        }
+        s = lb_model_builder_own(c->m, buf);
+        if (s != LB_OK) return s;
         lb_tensor d = *t;
-        d.type = LB_TYPE_F32;
+        d.type = ty;
         d.n_dims = 2;
         d.shape[0] = sh[0];
         d.shape[1] = sh[1];
@@ -96,6 +132,7 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
         s = lb_model_builder_set(c->m, role, layer, &d);
         if (s != LB_OK) return lb_error_context(s, "%s", c->label);
         c->n_q++;
+        c->n_native += ty != LB_TYPE_F32;
         return LB_OK;
     }
     if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
@@ -127,10 +164,11 @@ lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q
         lb_model_free(m);
         return s;
     }
-    lb_log(LB_LOG_INFO, "%s: bitsandbytes checkpoint (%s): %d quantized linears dequantized to "
-           "F32, %d dense", label, q->kind == LB_BNB_NF4 ? "nf4" : q->kind == LB_BNB_FP4 ? "fp4"
+    lb_log(LB_LOG_INFO, "%s: bitsandbytes checkpoint (%s): %d quantized linears (%d run by the "
+           "bnb kernels as %s, the rest dequantized to F32), %d dense", label, q->kind == LB_BNB_NF4 ? "nf4" : q->kind == LB_BNB_FP4 ? "fp4"
                                                                                       : "int8",
-           c.n_q, c.n_dense);
+           c.n_q, c.n_native, q->kind == LB_BNB_INT8 ? "int8 32-blocks" : "4-bit 64-blocks",
+           c.n_dense);
     *out = m;
     return LB_OK;
 }

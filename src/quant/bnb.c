@@ -281,42 +281,45 @@ static lb_status want(const char *name, const char *what, const lb_tensor *t, lb
     return LB_OK;
 }
 
-lb_status lb_bnb_dequantize_4bit(const char *name, const lb_bnb_4bit_tensors *t, int64_t out,
-                                 int64_t in, float *W) {
+/* The checks shared by lb_bnb_dequantize_4bit and lb_bnb_4bit_to_b64:
+ * every size, dtype and the blob against each other; *am (malloc'd,
+ * nabs entries) receives the decoded per-block absmax, qm the quant_map. */
+static lb_status check_4bit(const char *name, const lb_bnb_4bit_tensors *t, int64_t out,
+                            int64_t in, lb_bnb_qstate *qs, float qm[16], float **am_out) {
+    *am_out = NULL;
     if (!t->state) return lb_set_error(LB_ERR_NOT_FOUND, "%s.weight: quant_state tensor missing", name);
     if (t->state->type != LB_TYPE_U8 || t->state->n_dims != 1)
         return lb_set_error(LB_ERR_FORMAT, "%s.weight.quant_state: not a 1-D uint8 tensor", name);
-    lb_bnb_qstate qs;
     char tn[300];
     snprintf(tn, sizeof tn, "%s.weight.quant_state", name);
-    LB_TRY(lb_bnb_qstate_parse(t->state->data, (size_t)t->state->shape[0], tn, &qs));
-    if (qs.shape[0] != out || qs.shape[1] != in)
+    LB_TRY(lb_bnb_qstate_parse(t->state->data, (size_t)t->state->shape[0], tn, qs));
+    if (qs->shape[0] != out || qs->shape[1] != in)
         return lb_set_error(LB_ERR_FORMAT, "%s: quant_state shape [%lld, %lld], expected [%lld, "
-                            "%lld]", tn, (long long)qs.shape[0], (long long)qs.shape[1],
+                            "%lld]", tn, (long long)qs->shape[0], (long long)qs->shape[1],
                             (long long)out, (long long)in);
-    int64_t n = out * in, nabs = ceil_div(n, qs.blocksize);
+    int64_t n = out * in, nabs = ceil_div(n, qs->blocksize);
     LB_TRY(want(name, "weight", t->weight, LB_TYPE_U8, (n + 1) / 2));
     LB_TRY(want(name, "weight.quant_map", t->quant_map, LB_TYPE_F32, 16));
-    LB_TRY(want(name, "weight.absmax", t->absmax, qs.nested ? LB_TYPE_U8 : LB_TYPE_F32, nabs));
-    if (qs.nested) {
+    LB_TRY(want(name, "weight.absmax", t->absmax, qs->nested ? LB_TYPE_U8 : LB_TYPE_F32, nabs));
+    if (qs->nested) {
         LB_TRY(want(name, "weight.nested_absmax", t->nested_absmax, LB_TYPE_F32,
-                    ceil_div(nabs, qs.nested_blocksize)));
+                    ceil_div(nabs, qs->nested_blocksize)));
         LB_TRY(want(name, "weight.nested_quant_map", t->nested_quant_map, LB_TYPE_F32, 256));
     }
-    float qm[16], nm[256];
-    memcpy(qm, t->quant_map->data, sizeof qm); /* tensor data may be unaligned */
+    float nm[256];
+    memcpy(qm, t->quant_map->data, 16 * sizeof *qm); /* tensor data may be unaligned */
     for (int i = 0; i < 16; i++)
         if (!isfinite(qm[i]))
             return lb_set_error(LB_ERR_FORMAT, "%s.weight.quant_map: non-finite entry", name);
     float *am = malloc((size_t)nabs * sizeof *am);
     if (!am) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", name);
-    if (qs.nested) {
+    if (qs->nested) {
         const uint8_t *qa = t->absmax->data, *na = t->nested_absmax->data;
         memcpy(nm, t->nested_quant_map->data, sizeof nm);
         for (int64_t i = 0; i < nabs; i++) {
             float a2;
-            memcpy(&a2, na + (size_t)(i / qs.nested_blocksize) * 4, 4);
-            am[i] = nm[qa[i]] * a2 + qs.nested_offset;
+            memcpy(&a2, na + (size_t)(i / qs->nested_blocksize) * 4, 4);
+            am[i] = nm[qa[i]] * a2 + qs->nested_offset;
         }
     } else {
         memcpy(am, t->absmax->data, (size_t)nabs * sizeof *am);
@@ -327,13 +330,80 @@ lb_status lb_bnb_dequantize_4bit(const char *name, const lb_bnb_4bit_tensors *t,
             return lb_set_error(LB_ERR_FORMAT, "%s.weight.absmax: non-finite block scale %lld", name,
                                 (long long)i);
         }
+    *am_out = am;
+    return LB_OK;
+}
+
+lb_status lb_bnb_dequantize_4bit(const char *name, const lb_bnb_4bit_tensors *t, int64_t out,
+                                 int64_t in, float *W) {
+    lb_bnb_qstate qs;
+    float qm[16], *am;
+    LB_TRY(check_4bit(name, t, out, in, &qs, qm, &am));
     const uint8_t *p = t->weight->data;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0, n = out * in; i < n; i++) {
         uint8_t c = i % 2 ? p[i / 2] & 15 : p[i / 2] >> 4;
         W[i] = qm[c] * am[i / qs.blocksize];
     }
     free(am);
     return LB_OK;
+}
+
+lb_status lb_bnb_4bit_to_b64(const char *name, lb_bnb_kind kind, const lb_bnb_4bit_tensors *t,
+                             int64_t out, int64_t in, lb_block_bnb4_b64 *dst) {
+    if (kind != LB_BNB_NF4 && kind != LB_BNB_FP4)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: not a 4-bit kind", name);
+    lb_bnb_qstate qs;
+    float qm[16], *am;
+    LB_TRY(check_4bit(name, t, out, in, &qs, qm, &am));
+    const char *why = NULL;
+    if (qs.kind != kind) why = "quant_state's quant_type differs from the requested kind";
+    else if (in % 64) why = "in_features is not a multiple of 64";
+    else if (qs.blocksize % 64) why = "blocksize is not a multiple of 64";
+    else if (memcmp(qm, lb_bnb_4bit_table(kind), sizeof qm))
+        why = "weight.quant_map differs from the standard table";
+    if (why) {
+        free(am);
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: not held as 64-blocks: %s", name, why);
+    }
+    /* bitsandbytes: flat element i in byte i/2, high nibble first; here
+     * element j of a 64-block in the low nibble of qs[j % 32] (j < 32) or
+     * the high nibble (j >= 32) */
+    const uint8_t *p = t->weight->data;
+    for (int64_t b = 0, nb = out * in / 64; b < nb; b++) {
+        const uint8_t *src = p + b * 32;
+        lb_block_bnb4_b64 *o = &dst[b];
+        float d = am[b * 64 / qs.blocksize];
+        memcpy(&o->d, &d, sizeof d);
+        uint8_t c[64];
+        for (int k = 0; k < 32; k++) {
+            c[2 * k] = src[k] >> 4;
+            c[2 * k + 1] = src[k] & 15;
+        }
+        for (int j = 0; j < 32; j++) o->qs[j] = (uint8_t)(c[j] | c[j + 32] << 4);
+    }
+    free(am);
+    return LB_OK;
+}
+
+void lb_dequantize_row_bnb4_b64(lb_bnb_kind kind, const lb_block_bnb4_b64 *x, float *y,
+                                int64_t n) {
+    const float *tab = lb_bnb_4bit_table(kind);
+    for (int64_t b = 0; b < n / 64; b++) {
+        float d;
+        memcpy(&d, &x[b].d, sizeof d);
+        for (int j = 0; j < 32; j++) {
+            y[b * 64 + j] = tab[x[b].qs[j] & 15] * d;
+            y[b * 64 + 32 + j] = tab[x[b].qs[j] >> 4] * d;
+        }
+    }
+}
+
+void lb_dequantize_row_i8_b32(const lb_block_i8_b32 *x, float *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float d;
+        memcpy(&d, &x[b].d, sizeof d);
+        for (int j = 0; j < 32; j++) y[b * 32 + j] = (float)x[b].qs[j] * d;
+    }
 }
 
 lb_status lb_bnb_dequantize_int8(const char *name, const lb_tensor *w, const lb_tensor *scb,
@@ -354,6 +424,34 @@ lb_status lb_bnb_dequantize_int8(const char *name, const lb_tensor *w, const lb_
         /* transformers' dequantize_bnb_weight: weight * SCB * 7.874015718698502e-3 */
         for (int64_t i = 0; i < in; i++)
             W[r * in + i] = (float)q[r * in + i] * sr * 7.874015718698502e-3f;
+    }
+    return LB_OK;
+}
+
+lb_status lb_bnb_int8_to_b32(const char *name, const lb_tensor *w, const lb_tensor *scb,
+                             int64_t out, int64_t in, lb_block_i8_b32 *dst) {
+    LB_TRY(want(name, "weight", w, LB_TYPE_I8, out * in));
+    if (w->n_dims != 2 || w->shape[0] != out)
+        return lb_set_error(LB_ERR_FORMAT, "%s.weight: expected [%lld, %lld]", name,
+                            (long long)out, (long long)in);
+    LB_TRY(want(name, "SCB", scb, LB_TYPE_F32, out));
+    if (in % 32)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: not held as 32-blocks: in_features is not a "
+                            "multiple of 32", name);
+    const int8_t *q = w->data;
+    const uint8_t *sb = scb->data;
+    for (int64_t r = 0; r < out; r++) {
+        float sr;
+        memcpy(&sr, sb + (size_t)r * 4, 4);
+        if (!isfinite(sr))
+            return lb_set_error(LB_ERR_FORMAT, "%s.SCB: non-finite scale of row %lld", name,
+                                (long long)r);
+        float d = sr * 7.874015718698502e-3f;
+        for (int64_t b = 0; b < in / 32; b++) {
+            lb_block_i8_b32 *o = &dst[r * (in / 32) + b];
+            memcpy(&o->d, &d, sizeof d);
+            memcpy(o->qs, q + r * in + b * 32, 32);
+        }
     }
     return LB_OK;
 }

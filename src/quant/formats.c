@@ -8,6 +8,7 @@
  */
 #include "quant/quants_internal.h"
 #include "lowbit/fp8.h"
+#include "lowbit/bnb.h"
 
 #include <float.h>
 #include <math.h>
@@ -383,6 +384,7 @@ bool lb_type_can_dequantize(lb_type t) {
     case LB_TYPE_Q8_0: case LB_TYPE_Q8_1: case LB_TYPE_Q2_K: case LB_TYPE_Q3_K:
     case LB_TYPE_Q4_K: case LB_TYPE_Q5_K: case LB_TYPE_Q6_K: case LB_TYPE_Q8_K:
     case LB_TYPE_F8_E4M3_B32:
+    case LB_TYPE_NF4_B64: case LB_TYPE_FP4_B64: case LB_TYPE_I8_B32:
         return true;
     default:
         return false;
@@ -435,6 +437,9 @@ lb_status lb_dequantize_row(lb_type t, const void *src, float *dst, int64_t n) {
     case LB_TYPE_Q6_K: lb_dequantize_row_q6_K(src, dst, n); break;
     case LB_TYPE_Q8_K: lb_dequantize_row_q8_K(src, dst, n); break;
     case LB_TYPE_F8_E4M3_B32: lb_dequantize_row_f8_b32(src, dst, n); break; /* lowbit/fp8.h */
+    case LB_TYPE_NF4_B64: lb_dequantize_row_bnb4_b64(LB_BNB_NF4, src, dst, n); break; /* bnb.h */
+    case LB_TYPE_FP4_B64: lb_dequantize_row_bnb4_b64(LB_BNB_FP4, src, dst, n); break;
+    case LB_TYPE_I8_B32: lb_dequantize_row_i8_b32(src, dst, n); break;
     default: return lb_set_error(LB_ERR_INTERNAL, "dequantize: unreachable");
     }
     return LB_OK;

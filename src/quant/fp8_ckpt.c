@@ -39,6 +39,7 @@ typedef struct fp8_job {
     int64_t n_scales;
     const lb_progress *progress;
     size_t *done, total;
+    lb_fp8_scale_rule rule;
 } fp8_job;
 
 static lb_status produce_fp8(void *user, const char *name, lb_st_sink *sink, size_t nbytes) {
@@ -59,7 +60,7 @@ static lb_status produce_fp8(void *user, const char *name, lb_st_sink *sink, siz
             else if (t->type == LB_TYPE_F16) lb_f16_to_f32_row((const uint16_t *)row, W + r * in, (size_t)in);
             else lb_bf16_to_f32_row((const uint16_t *)row, W + r * in, (size_t)in);
         }
-        if (s == LB_OK) s = lb_fp8_quantize(j->q, W, out, in, j->codes, j->scales);
+        if (s == LB_OK) s = lb_fp8_quantize_rule(j->q, j->rule, W, out, in, j->codes, j->scales);
         if (s != LB_OK) s = lb_error_context(s, "%s", name);
         lb_free(W);
         if (s == LB_OK) s = lb_st_sink_write(sink, j->codes, nbytes);
@@ -173,6 +174,7 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
         }
         fp8_job *j = &jobs[i];
         j->q = &opts.q;
+        j->rule = opts.rule;
         j->src = t;
         j->progress = &opts.progress;
         j->done = &done;

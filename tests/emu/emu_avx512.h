@@ -1,7 +1,7 @@
 /*
  * emu_avx512.h — portable C emulation of the AVX-512 (F/BW/VL/DQ), AVX-512
- * VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512vnni.c and
- * kernels_amx.c use, so the same kernel source runs (in tests only) on a CPU
+ * VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512vnni.c,
+ * kernels_amx.c, fp8_avx512.c and bnb_avx512.c use, so the same kernel source runs (in tests only) on a CPU
  * without those instructions. Test code: never part of the library.
  *
  * Use: a translation unit compiled with -mavx2 -mfma -mf16c (no -mavx512*,
@@ -353,6 +353,63 @@ LB_EMU_FN float lb_emu_mm512_reduce_add_ps(lb_emu_m512 a) {
     return v[0] + v[1];
 }
 
+/* ---- the FP8 / bitsandbytes kernels (src/kernels/fp8_avx512.c,
+ * bnb_avx512.c) ------------------------------------------------------------ */
+/* vpmovzxbd / vpmovsxbd zmm, xmm: 16 bytes widened to dwords */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_cvtepu8_epi32(__m128i a) {
+    uint8_t b[16];
+    memcpy(b, &a, 16);
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = b[i];
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_cvtepi8_epi32(__m128i a) {
+    int8_t b[16];
+    memcpy(b, &a, 16);
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.i32[i] = b[i];
+    return r;
+}
+/* vpermps zmm: dst[i] = a[idx[i] & 15] */
+LB_EMU_FN lb_emu_m512 lb_emu_mm512_permutexvar_ps(lb_emu_m512i idx, lb_emu_m512 a) {
+    lb_emu_m512 r;
+    for (int i = 0; i < 16; i++) r.u32[i] = a.u32[idx.u32[i] & 15];
+    return r;
+}
+/* vpslld: counts above 31 give 0 */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_slli_epi32(lb_emu_m512i a, unsigned int n) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = n > 31 ? 0 : a.u32[i] << n;
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_or_si512(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = a.u32[i] | b.u32[i];
+    return r;
+}
+LB_EMU_FN lb_emu_m512 lb_emu_mm512_castsi512_ps(lb_emu_m512i a) {
+    lb_emu_m512 r;
+    memcpy(r.u32, a.u32, 64);
+    return r;
+}
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_castps_si512(lb_emu_m512 a) {
+    lb_emu_m512i r;
+    memcpy(r.u32, a.u32, 64);
+    return r;
+}
+/* vpcmpeqd k, zmm, zmm */
+LB_EMU_FN lb_emu_mmask16 lb_emu_mm512_cmpeq_epi32_mask(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_mmask16 k = 0;
+    for (int i = 0; i < 16; i++) k |= (lb_emu_mmask16)((a.u32[i] == b.u32[i]) << i);
+    return k;
+}
+/* vmovaps zmm {k}: lanes with k set from a, the others from src */
+LB_EMU_FN lb_emu_m512 lb_emu_mm512_mask_mov_ps(lb_emu_m512 src, lb_emu_mmask16 k, lb_emu_m512 a) {
+    for (int i = 0; i < 16; i++)
+        if ((k >> i) & 1) src.u32[i] = a.u32[i];
+    return src;
+}
+
 /* ---- AMX-TILE / AMX-INT8 (state per thread, tests/emu/emu_amx.c) ----------- */
 void lb_emu_tile_loadconfig(const void *cfg);
 void lb_emu_tile_storeconfig(void *cfg);
@@ -461,6 +518,25 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_fmadd_ps lb_emu_mm512_fmadd_ps
 #undef _mm512_reduce_add_ps
 #define _mm512_reduce_add_ps lb_emu_mm512_reduce_add_ps
+
+#undef _mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32 lb_emu_mm512_cvtepu8_epi32
+#undef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32 lb_emu_mm512_cvtepi8_epi32
+#undef _mm512_permutexvar_ps
+#define _mm512_permutexvar_ps lb_emu_mm512_permutexvar_ps
+#undef _mm512_slli_epi32
+#define _mm512_slli_epi32 lb_emu_mm512_slli_epi32
+#undef _mm512_or_si512
+#define _mm512_or_si512 lb_emu_mm512_or_si512
+#undef _mm512_castsi512_ps
+#define _mm512_castsi512_ps lb_emu_mm512_castsi512_ps
+#undef _mm512_castps_si512
+#define _mm512_castps_si512 lb_emu_mm512_castps_si512
+#undef _mm512_cmpeq_epi32_mask
+#define _mm512_cmpeq_epi32_mask lb_emu_mm512_cmpeq_epi32_mask
+#undef _mm512_mask_mov_ps
+#define _mm512_mask_mov_ps lb_emu_mm512_mask_mov_ps
 
 /* AMX: macros (taking tile numbers) or functions in GCC and clang. */
 #undef _tile_loadconfig
