@@ -271,6 +271,10 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 #define LB_VNNI_MIN_TOKENS 16
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 
+/* ---- F32 weights on AVX-512 (f32_avx512.c) ------------------------------ */
+/* The AVX2 F32 kernel's bits with a 4 x 6 tile (24 ymm accumulators). */
+void lb_kernels_fill_f32_avx512(lb_kernel_table *kt);
+
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
 void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 

@@ -56,7 +56,9 @@ static void init_tables(void) {
             lb_vec_fill_avx2(&g_tables[v]);
             lb_kernels_fill_fp8_avx2(&g_tables[v]); /* fp8_avx2.c */
             break;
-        case LB_KV_AVX512: break; /* the AVX2 kernels (kernels_internal.h) */
+        case LB_KV_AVX512: /* the AVX2 kernels (kernels_internal.h), F32 retiled */
+            lb_kernels_fill_f32_avx512(&g_tables[v]);
+            break;
         case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;
         case LB_KV_AMX: lb_kernels_fill_amx(&g_tables[v]); break;
         default: break;
