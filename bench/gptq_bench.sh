@@ -6,7 +6,8 @@
 # machine's float32 BLAS speed measured in the same run (bench_blas).
 #
 #   bench/gptq_bench.sh [-b BUILD] [-n NSAMPLES] [-s SEQLEN] [-l LAYERS]
-#                       [-t THREADS] [-v VOCAB] [-k]
+#                       [-t THREADS] [-v VOCAB] [-m SHAPE] [-d DTYPES]
+#                       [-r ROUNDS] [-k]
 #
 #   -b  lowbit build directory (default $LB_BUILD_DIR or ./build)
 #   -n  calibration sequences for the Qwen shape (default 16)
@@ -15,7 +16,18 @@
 #   -t  threads for lowbit and OpenBLAS (default 2)
 #   -v  vocabulary of the Qwen-shape model (default 151936, the real one;
 #       only the embedding size and the source-scan time depend on it)
+#   -m  make_random_hf shape (default qwen2.5-0.5b; llama3.2-1b)
+#   -d  calibration dtypes to run, alternating (default "f32 bf16";
+#       bf16 needs AVX512_BF16, else lowbit runs it in f32 and says so)
+#   -r  rounds of the dtype runs (A/B alternating; default 1)
 #   -k  keep the work directory
+# Projection to the full model at AutoGPTQ's 128 x 2048: each step's FLOPs
+# at that size (all of the shape's layers) at the GFLOP/s this run reached;
+# with -s 2048 this is the per-layer time scaled by 128 / NSAMPLES (the
+# attention is per sequence) and by the layer count; the solve does not
+# depend on the calibration and is scaled by the layer count only. The
+# "own-CPU" figure divides by the CPU share the run got (user+sys CPU
+# seconds / (wall x threads)), an estimate for a machine not shared.
 # tinystories-656k runs the reference protocol (128 x 128 calibration ids of
 # ../shared/reference/gptq_model).
 #
@@ -23,9 +35,9 @@
 # gptq.c, quantize.c), per decoder layer, N sequences of T tokens, hidden
 # d, attention width q = heads*head_dim, KV width kv, ffn f, blocksize 128:
 #  Hessian: one accumulator per distinct input (q/k/v share one, gate/up
-#    share one, o, down); per sequence and input of width n: the sgemm
-#    X^T X (2 T n^2, full matrix as torch) + rescale and add (2 n^2) +
-#    scaling X (T n)  ->  sum over n in {d, q, d, f}.
+#    share one, o, down); per sequence and input of width n: the ssyrk
+#    X^T X (T n^2, lower triangle; the full sgemm torch does is 2 T n^2) +
+#    rescale and add (n^2) + scaling X (T n)  ->  sum over n in {d, q, d, f}.
 #  Solve: per distinct input of width n (q/k/v share one factor, gate/up
 #    share one: lb_gptq_factor) spotrf + spotri + spotrf (4 n^3 / 3,
 #    LAPACK's nominal counts); per module [out m, in n] the column loop
@@ -48,7 +60,10 @@ L=2
 TH=2
 VOCAB=151936
 KEEP=no
-while getopts b:n:s:l:t:v:k o; do
+SHAPE=qwen2.5-0.5b
+DTYPES="f32 bf16"
+ROUNDS=1
+while getopts b:n:s:l:t:v:m:d:r:k o; do
   case $o in
     b) B=$OPTARG ;;
     n) NS=$OPTARG ;;
@@ -56,14 +71,17 @@ while getopts b:n:s:l:t:v:k o; do
     l) L=$OPTARG ;;
     t) TH=$OPTARG ;;
     v) VOCAB=$OPTARG ;;
+    m) SHAPE=$OPTARG ;;
+    d) DTYPES=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
     k) KEEP=yes ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,40p' "$0"; exit 2 ;;
   esac
 done
 [ "$L" -ge 2 ] || { echo "gptq_bench: -l must be >= 2" >&2; exit 2; }
 SHARED=${LB_SHARED:-../shared}
 LOWBIT=$B/lowbit
-for x in "$LOWBIT" "$B/make_random_hf" "$B/bench_blas"; do
+for x in "$LOWBIT" "$B/make_random_hf" "$B/bench_blas" "$B/bench_calib"; do
   [ -x "$x" ] || { echo "gptq_bench: $x not built (ninja -C $B)" >&2; exit 1; }
 done
 [ -x /usr/bin/time ] || { echo "gptq_bench: /usr/bin/time (GNU time) needed for peak RSS" >&2; exit 1; }
@@ -80,9 +98,11 @@ echo "work directory $W"
 # 1. the machine: float32 BLAS/LAPACK at GPTQ's shapes (again at the end:
 # the best of both is the baseline, the machine may be shared)
 "$B/bench_blas" --seqlen "$SL" --in 896,4864 --reps 2 >"$W/blas.txt"
+# FP32 / BF16 peaks and the forward kernels, from the threads' CPU time
+"$B/bench_calib" --tokens "$SL" --threads "$TH" --reps 2 --cpu-time >"$W/calib.txt"
 
 # 2. the models
-"$B/make_random_hf" --shape qwen2.5-0.5b --layers "$L" --vocab "$VOCAB" --hf "$W/qwen" --seed 1
+"$B/make_random_hf" --shape "$SHAPE" --layers "$L" --vocab "$VOCAB" --hf "$W/qwen" --seed 1
 python3 - "$W/qwen.ids" "$NS" "$SL" "$VOCAB" <<'PY'
 import random, struct, sys
 n, t, v = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -93,7 +113,8 @@ PY
 # 3. the runs: NAME MODEL IDS NSAMPLES SEQLEN
 run() {
   /usr/bin/time -v "$LOWBIT" --quiet --json quantize "$2" -o "$W/$1.out" --method gptq \
-      --calib-ids "$3" --nsamples "$4" --seqlen "$5" -t "$TH" >"$W/$1.json" 2>"$W/$1.time" ||
+      --calib-ids "$3" --nsamples "$4" --seqlen "$5" -t "$TH" ${6:+--calib-dtype "$6"} \
+      >"$W/$1.json" 2>"$W/$1.time" ||
     { cat "$W/$1.time" >&2; echo "gptq_bench: $1 failed" >&2; exit 1; }
   cp "$W/$1.out/quantize_report.json" "$W/$1.report.json"
   cp "$W/$1.out/config.json" "$W/$1.config.json"
@@ -106,30 +127,48 @@ if [ -d "$TS" ] && [ -f "$TSCAL" ]; then
 else
   echo "(tinystories-656k not found under $SHARED: skipped)"
 fi
-run qwen "$W/qwen" "$W/qwen.ids" "$NS" "$SL"
-RUNS="$RUNS qwen"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+  for d in $DTYPES; do
+    run "qwen-$d-$r" "$W/qwen" "$W/qwen.ids" "$NS" "$SL" "$d"
+    RUNS="$RUNS qwen-$d-$r"
+  done
+  r=$((r + 1))
+done
 "$B/bench_blas" --seqlen "$SL" --in 896,4864 --reps 2 >>"$W/blas.txt"
+"$B/bench_calib" --tokens "$SL" --threads "$TH" --reps 2 --cpu-time >>"$W/calib.txt"
 echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 4. the table
-python3 - "$W" $RUNS <<'PY'
+python3 - "$W" "$TH" "$SHAPE" $RUNS <<'PY'
 import json, re, sys
-w, runs = sys.argv[1], sys.argv[2:]
+w, TH, SHAPE, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 blas = {}
 for line in open(w + "/blas.txt"):
     k, n, g = line.split()
-    blas[(k, int(n))] = max(float(g), blas.get((k, int(n)), 0.0))
+    blas[(k, int(n))] = max(float(g), blas.get((k, n), 0.0))
 peak = max(g for (k, n), g in blas.items() if k.startswith("sgemm"))
-print("\nfloat32 BLAS on this machine (bench_blas, best of 2 reps x 2 rounds;"
+cal = {}
+for line in open(w + "/calib.txt"):
+    k, n, g = line.split()
+    cal[(k, n)] = max(float(g), cal.get((k, n), 0.0))
+p32 = max([g for (k, n), g in cal.items() if k == "peak_fma32"] or [0])
+p16 = max([g for (k, n), g in cal.items() if k == "peak_bf16"] or [0])
+print("\nfloat32 BLAS on this machine (bench_blas, wall time, best of 2 reps x 2 rounds;"
       " 'vs sgemm' below is against the best sgemm, %.1f GFLOP/s):" % peak)
 for (k, n), g in sorted(blas.items()):
     print("  %-14s %5d  %7.1f GFLOP/s" % (k, n, g))
+print("\npeaks and forward kernels (bench_calib --cpu-time: the threads' CPU time, i.e. the"
+      " speed while they run on a shared machine; best of 2 x 2 rounds):")
+for (k, n), g in sorted(cal.items()):
+    ref = p16 if k.startswith("bf16") or k == "peak_bf16" else p32
+    print("  %-12s %-11s %7.1f GFLOP/s  %4.0f%% of its peak" % (k, n, g, 100 * g / ref if ref else 0))
 BS = 128
 def flops(cfg, N, T, L, replays):
     d, f = cfg["hidden_size"], cfg["intermediate_size"]
     hd = d // cfg["num_attention_heads"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    hess = N * sum(2 * T * n * n + 2 * n * n + T * n for n in (d, q, d, f))
+    hess = N * sum(T * n * n + n * n + T * n for n in (d, q, d, f))
     mods = [(q, d), (kv, d), (kv, d), (d, q), (f, d), (f, d), (d, f)]
     def loop1(m, n):
         bs = min(BS, n)
@@ -141,53 +180,54 @@ def flops(cfg, N, T, L, replays):
     fwd = N * (3 * (p_qkv + att) + 2 * p_o + p_gu)
     rep = N * (p_qkv + att + p_o + p_gu + p_dn)
     return dict(hess=hess * L, solve=solve * L, chol=chol * L, fwd=fwd * L, replay=rep * replays)
-rows = []
+FULL = {"qwen2.5-0.5b": 24, "llama3.2-1b": 16}
 for name in runs:
     r = json.load(open("%s/%s.report.json" % (w, name)))
     cfg = json.load(open("%s/%s.config.json" % (w, name)))
     t = open("%s/%s.time" % (w, name)).read()
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) / 1024
-    wall = float(re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", t).group(1).split(":")[-1]) + \
-        60 * sum(int(x) * 60 ** i for i, x in enumerate(reversed(re.search(
-            r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", t).group(1).split(":")[:-1])))
+    el = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", t).group(1).split(":")
+    wall = float(el[-1]) + sum(int(x) * 60 ** (i + 1) for i, x in enumerate(reversed(el[:-1])))
+    cpu = float(re.search(r"User time \(seconds\): (\S+)", t).group(1)) + \
+        float(re.search(r"System time \(seconds\): (\S+)", t).group(1))
+    share = min(1.0, cpu / (wall * TH)) if wall > 0 else 1.0
     L = cfg["num_hidden_layers"]
     N, T = r["nsamples"], r["seqlen"]
     F = flops(cfg, N, T, L, L - 1)
     tm = r["timing"]
     parts = tm["hessian_s"] + tm["forward_s"] + tm["solve_s"] + tm["replay_s"]
-    rows.append((name, cfg, r, L, N, T, F, tm, parts, wall, rss))
-    print("\n%s: %d layers, hidden %d, ffn %d, heads %d/%d, vocab %d; calibration %d x %d" % (
-        name, L, cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"],
-        cfg["num_key_value_heads"], cfg["vocab_size"], N, T))
-    print("  %-22s %9s %9s %10s %8s" % ("step", "seconds", "GFLOP", "GFLOP/s", "vs sgemm"))
-    for k, lab, sec in (("hess", "Hessian (X^T X)", tm["hessian_s"]),
-                        ("solve", "solve (GPTQ)", tm["solve_s"]),
-                        ("fwd", "calibration forwards", tm["forward_s"]),
-                        ("replay", "replays", tm["replay_s"])):
+    dt = r.get("calib_dtype", "f32")
+    fpeak = p16 if dt == "bf16" else p32
+    print("\n%s: %d layers, hidden %d, ffn %d, heads %d/%d, vocab %d; calibration %d x %d, "
+          "forwards in %s" % (name, L, cfg["hidden_size"], cfg["intermediate_size"],
+                              cfg["num_attention_heads"], cfg["num_key_value_heads"],
+                              cfg["vocab_size"], N, T, dt))
+    print("  %-22s %9s %9s %10s %8s %8s" % ("step", "s/layer", "GFLOP", "GFLOP/s", "vs sgemm", "vs peak"))
+    for k, lab, sec, pk in (("hess", "Hessian (syrk)", tm["hessian_s"], p32),
+                            ("solve", "solve (GPTQ)", tm["solve_s"], p32),
+                            ("fwd", "calibration forwards", tm["forward_s"], fpeak),
+                            ("replay", "replays", tm["replay_s"], fpeak)):
         g = F[k] / 1e9
         rate = g / sec if sec > 0 else float("nan")
-        print("  %-22s %9.2f %9.1f %10.1f %7.0f%%" % (lab, sec, g, rate, 100 * rate / peak))
-    print("  %-22s %9.2f   (of which Cholesky chain %.1f GFLOP)" % ("other (load, write)", r["seconds"] - parts, F["chol"] / 1e9))
-    print("  %-22s %9.2f   wall %.2f s, peak RSS %.0f MiB, activations %.1f MiB" % (
-        "total (report)", r["seconds"], wall, rss, r["activation_bytes"] / 2 ** 20))
-    per_layer = (tm["hessian_s"] + tm["forward_s"] + tm["solve_s"]) / L
-    per_replay = tm["replay_s"] / (L - 1)
-    print("  per layer: %.2f s quantize + %.2f s replay" % (per_layer, per_replay))
-    if name == "qwen":
-        est = 24 * per_layer + 23 * per_replay + (r["seconds"] - parts)
-        print("  extrapolated to 24 layers (Qwen2.5-0.5B), this calibration: %.0f s = %.1f min "
-              "(fixed part not scaled)" % (est, est / 60))
-        # AutoGPTQ's usual calibration, 128 x 2048: each step's FLOPs at
-        # that size at the GFLOP/s measured here (the solve does not depend
-        # on the calibration size)
-        N2, T2 = 128, 2048
-        F2 = flops(cfg, N2, T2, 24, 23)
-        rate = lambda k, sec: F[k] / sec
-        e2 = (F2["hess"] / rate("hess", tm["hessian_s"]) + F2["fwd"] / rate("fwd", tm["forward_s"]) +
-              F2["replay"] / rate("replay", tm["replay_s"]) + tm["solve_s"] / L * 24)
-        print("  at 128 x 2048 calibration, 24 layers, same rates: %.0f s = %.1f h "
-              "(Hessian %.0f%%, forwards+replays %.0f%%, solve %.0f%%), activations %.2f GiB" % (
-              e2, e2 / 3600, 100 * F2["hess"] / rate("hess", tm["hessian_s"]) / e2,
-              100 * (F2["fwd"] / rate("fwd", tm["forward_s"]) + F2["replay"] / rate("replay", tm["replay_s"])) / e2,
-              100 * tm["solve_s"] / L * 24 / e2, N2 * T2 * cfg["hidden_size"] * 4 / 2 ** 30))
+        nl = L - 1 if k == "replay" else L
+        print("  %-22s %9.2f %9.1f %10.1f %7.0f%% %7.0f%%" % (lab, sec / nl, g, rate, 100 * rate / peak,
+                                                          100 * rate / pk if pk else 0))
+    print("  %-22s %9.2f   (load, scan, pack, write; whole run)" % ("other", r["seconds"] - parts))
+    print("  %-22s %9.2f   wall %.2f s, CPU %.1f s (share of %d threads %.0f%%), peak RSS %.0f MiB, "
+          "activations %.1f MiB" % ("total (report)", r["seconds"], wall, cpu, TH, 100 * share, rss,
+                                    r["activation_bytes"] / 2 ** 20))
+    if not name.startswith("qwen-"):
+        continue
+    full = FULL.get(SHAPE, L)
+    N2, T2 = 128, 2048
+    F2 = flops(cfg, N2, T2, full, full - 1)
+    rate = lambda k, sec: F[k] / sec
+    e2 = (F2["hess"] / rate("hess", tm["hessian_s"]) + F2["fwd"] / rate("fwd", tm["forward_s"]) +
+          F2["replay"] / rate("replay", tm["replay_s"]) + tm["solve_s"] / L * full)
+    print("  projected to %d layers at 128 x 2048 (this run's rates): %.0f s = %.1f min "
+          "(Hessian %.0f%%, forwards+replays %.0f%%, solve %.0f%%); own-CPU estimate %.1f min; "
+          "activations %.2f GiB" % (
+          full, e2, e2 / 60, 100 * F2["hess"] / rate("hess", tm["hessian_s"]) / e2,
+          100 * (F2["fwd"] / rate("fwd", tm["forward_s"]) + F2["replay"] / rate("replay", tm["replay_s"])) / e2,
+          100 * tm["solve_s"] / L * full / e2, e2 * share / 60, N2 * T2 * cfg["hidden_size"] * 4 / 2 ** 30))
 PY

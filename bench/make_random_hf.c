@@ -14,6 +14,10 @@
  *                 BF16 weights (as published)
  *   tiny          LlamaForCausalLM: 2 layers, dim 256, 4 / 2 heads, ffn 512,
  *                 vocab 512 (for tests of the tool)
+ *   llama3.2-1b   LlamaForCausalLM: 16 layers, dim 2048, 32 heads / 8 KV
+ *                 heads (hd 64), ffn 8192, vocab 128256, tied embeddings,
+ *                 rope theta 5e5, eps 1e-5 (its llama3 rope_scaling left
+ *                 out: the same work per token)
  * --layers / --vocab override the shape's layer count and vocabulary size
  * (a few layers of a big shape are enough to measure per-layer costs).
  * --hf writes config.json + model.safetensors (every tensor BF16, as
@@ -52,6 +56,9 @@ static const shape k_shapes[] = {
      1e-6, true, true},
     {"tiny", "LlamaForCausalLM", "llama", 2, 256, 4, 2, 512, 512, 2048, 10000, 1e-5, false,
      false},
+    /* Llama-3.2-1B without its llama3 rope_scaling (same cost per token) */
+    {"llama3.2-1b", "LlamaForCausalLM", "llama", 16, 2048, 32, 8, 8192, 128256, 131072,
+     500000, 1e-5, true, false},
 };
 
 typedef struct gen {
@@ -262,7 +269,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = strtol(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|tiny [--hf DIR] "
+            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|llama3.2-1b|tiny [--hf DIR] "
                             "[--gptq DIR] [--tokenizer DIR] [--seed N] [--layers N] "
                             "[--vocab N]\n");
             return 2;

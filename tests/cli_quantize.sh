@@ -113,6 +113,22 @@ set +e
 grep -q "mlp=9" "$T/e2" || fail "bad rule: message"
 "$LOWBIT" quantize "$M" -o "$T/x" --calib-ids "$CAL" --seqlen 100 2>"$T/e3"; [ $? -eq 1 ] || fail "ids/seqlen mismatch: exit 1"
 grep -q "65536 bytes" "$T/e3" || { cat "$T/e3"; fail "ids/seqlen mismatch: message"; }
+"$LOWBIT" quantize "$M" -o "$T/x" --calib-ids "$CAL" --seqlen 128 --calib-dtype f16 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--calib-dtype f16: exit 2"
 set -e
 [ ! -e "$T/x" ] || fail "a failed run left $T/x"
+
+# --calib-dtype bf16: the report says what ran (bf16 on AVX512_BF16 CPUs,
+# else f32 with a warning); the codes differ from the f32 path by a few %
+# (docs/quantize.md "Calibration throughput"), the checkpoint still loads
+"$LOWBIT" --quiet --json quantize "$M" -o "$T/bf16" --calib-ids "$CAL" --seqlen 128 --nsamples 32 \
+    --calib-dtype bf16 2>"$T/bf16.err" >/dev/null
+python3 - "$T/bf16/quantize_report.json" "$(grep -c avx512_bf16 /proc/cpuinfo 2>/dev/null || echo 0)" <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+ref = os.environ.get("LB_FORCE_REF", "0") not in ("", "0")  # the scalar reference runs
+want = "bf16" if int(sys.argv[2]) > 0 or ref else "f32"
+assert r["calib_dtype"] == want, (r["calib_dtype"], want)
+PY
+P_BF=$(ppl "$T/bf16" 8)
+python3 -c "p=$P_BF; assert 35.21 < p < 45.0, p"
 echo "cli_quantize: ok"

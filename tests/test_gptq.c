@@ -1018,6 +1018,56 @@ static void test_bitexact_netlib(void) {
 #endif
 }
 
+/* The f32 accumulator (ssyrk, lower triangle, mirrored on read) equals
+ * torch's formula done with a full cblas_sgemm bit for bit: H *= n/(n+k);
+ * x = sqrt(2/(n+k)) X; H += x^T x. Awkward widths, growing and shrinking
+ * batch sizes, 1 and 2 BLAS threads. */
+static void test_hessian_syrk_bitexact(void) {
+    static const int ins[] = {1, 37, 130, 300};
+    static const int rows[] = {5, 77, 3, 260, 1};
+    for (int th = 1; th <= 2; th++) {
+        openblas_set_num_threads(th);
+        for (size_t a = 0; a < sizeof ins / sizeof *ins; a++) {
+            const int in = ins[a];
+            lb_gptq_hessian *h;
+            TH_CHECK_OK(lb_gptq_hessian_create(in, false, &h));
+            float *ref = calloc((size_t)in * in, sizeof(float));
+            float *T = malloc((size_t)in * in * sizeof(float));
+            float *got = malloc((size_t)in * in * sizeof(float));
+            float *X = malloc((size_t)260 * in * sizeof(float));
+            float *xs = malloc((size_t)260 * in * sizeof(float));
+            double n = 0;
+            for (size_t b = 0; b < sizeof rows / sizeof *rows; b++) {
+                const int r = rows[b];
+                for (int i = 0; i < r * in; i++) X[i] = grand();
+                TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X, r, 1));
+                const double n1 = n + 1;
+                const float ratio = (float)(n / n1), f = (float)sqrt(2.0 / n1);
+                n = n1;
+                for (int i = 0; i < in * in; i++) ref[i] *= ratio;
+                for (int i = 0; i < r * in; i++) xs[i] = f * X[i];
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, in, r,
+                            1.0f, xs, in, xs, in, 0.0f, T, in);
+                for (int i = 0; i < in * in; i++) ref[i] += T[i];
+            }
+            lb_gptq_hessian_get(h, got);
+            int64_t diff = 0;
+            for (int i = 0; i < in * in; i++)
+                diff += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+            TH_CHECK_MSG(diff == 0, "in %d, %d threads: %lld of %d H "
+                         "elements differ from the sgemm formula", in, th,
+                         (long long)diff, in * in);
+            lb_gptq_hessian_free(h);
+            free(ref);
+            free(T);
+            free(got);
+            free(X);
+            free(xs);
+        }
+    }
+    openblas_set_num_threads(1);
+}
+
 int main(void) {
     openblas_set_num_threads(1);
     if (getenv("LB_GPTQ_BITEXACT")) {
@@ -1034,6 +1084,7 @@ int main(void) {
     TH_RUN(test_rtn_units);
     TH_RUN(test_rtn_reference);
     TH_RUN(test_hessian_units);
+    TH_RUN(test_hessian_syrk_bitexact);
     TH_RUN(test_hessian_reference);
     TH_RUN(test_gptq_reference);
     TH_RUN(test_gptq_from_own_hessian);

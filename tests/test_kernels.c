@@ -20,6 +20,44 @@ static void test_variants_vs_ref(void) {
         if (lb_kernels_usable(v)) n_compared[v] += kc_check_table(lb_kernels_table(v));
 }
 
+/* F32 weights: the AVX-512 tables' kernel (f32_avx512.c, 4 x 6 tile) gives
+ * the AVX2 kernel's bits on awkward sizes (tails of 8, 4 rows, 6 tokens) */
+static void test_f32_same_bits(void) {
+    if (!lb_kernels_usable(LB_KV_AVX512)) {
+        fprintf(stderr, "  (no AVX-512: F32 same-bits check not run)\n");
+        return;
+    }
+    const lb_wkernel *k2 = &lb_kernels_table(LB_KV_AVX2)->w[LB_TYPE_F32];
+    const int64_t ins[] = {1, 7, 8, 37, 896}, outs[] = {1, 3, 4, 9, 33},
+                  toks[] = {1, 5, 6, 7, 13, 64};
+    int64_t n = 0, diff = 0;
+    for (int v = LB_KV_AVX512; v < LB_KV_COUNT; v++) {
+        if (!lb_kernels_usable(v)) continue;
+        const lb_wkernel *kv = &lb_kernels_table(v)->w[LB_TYPE_F32];
+        TH_CHECK(kv->mm != k2->mm);
+        for (int ii = 0; ii < 5; ii++)
+            for (int io = 0; io < 5; io++)
+                for (int it = 0; it < 6; it++) {
+                    const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                    const size_t ws = (size_t)in + 3; /* padded rows */
+                    float *w = malloc(sizeof(float) * ws * (size_t)out);
+                    float *a = malloc(sizeof(float) * ws * (size_t)nt);
+                    float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                    for (size_t i = 0; i < ws * (size_t)out; i++) w[i] = rng_f(-1, 1);
+                    for (size_t i = 0; i < ws * (size_t)nt; i++) a[i] = rng_f(-3, 3);
+                    k2->mm(in, w, ws * 4, out, a, ws * 4, nt, y0, (size_t)out);
+                    kv->mm(in, w, ws * 4, out, a, ws * 4, nt, y1, (size_t)out);
+                    for (int64_t i = 0; i < out * nt; i++, n++)
+                        diff += memcmp(&y0[i], &y1[i], 4) != 0;
+                    free(w), free(a), free(y0), free(y1);
+                }
+    }
+    TH_CHECK_MSG(diff == 0, "%lld of %lld F32 outputs differ from avx2",
+                 (long long)diff, (long long)n);
+    fprintf(stderr, "  F32: %lld outputs bit-identical to avx2\n", (long long)n);
+}
+
 static void test_simd_same_bits(void) {
     const int64_t ins[] = {32, 96, 32 * 300}, toks[] = {1, 4, 15, 16, 17, 64, 65, 130};
     for (int v = LB_KV_AVX2 + 1; v < LB_KV_COUNT; v++)
@@ -132,6 +170,7 @@ int main(int argc, char **argv) {
             lb_kernels_variant());
     TH_RUN(test_variants_vs_ref);
     TH_RUN(test_simd_same_bits);
+    TH_RUN(test_f32_same_bits);
     TH_RUN(test_x16_same_bits);
     TH_RUN(test_tensor_repack);
     TH_RUN(test_qact_edges);

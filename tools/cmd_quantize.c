@@ -76,6 +76,8 @@ static void usage(FILE *fp) {
         "max positions))\n"
         "  --seed S                window sampling seed (default 0)\n"
         "  --act-f16               keep calibration activations in f16\n"
+        "  --calib-dtype f32|bf16  calibration forwards in f32 (default, AutoGPTQ's\n"
+        "                          numerics) or BF16 x BF16 (AVX512_BF16, ~2x faster)\n"
         "  --eora-rank R           also fit a rank-R EoRA adapter to the result,\n"
         "                          written to OUT_DIR-eora-rR (docs/lora.md)\n"
         "  --hessian-f64           accumulate Hessians in double\n"
@@ -323,6 +325,16 @@ int cmd_quantize(int argc, char **argv) {
             if (!cli_parse_int(cmd, a, v, 1, 4096, &eora_rank)) goto out;
         } else if (!strcmp(a, "--act-f16")) {
             p.act_f16 = true;
+        } else if (!strcmp(a, "--calib-dtype")) {
+            VALUE();
+            if (!strcmp(v, "f32"))
+                p.calib_bf16 = false;
+            else if (!strcmp(v, "bf16"))
+                p.calib_bf16 = true;
+            else {
+                cli_usage_error(cmd, "--calib-dtype: f32 or bf16");
+                goto out;
+            }
         } else if (!strcmp(a, "--hessian-f64")) {
             p.hessian_f64 = true;
         } else if (!strcmp(a, "--checkpoint-format")) {

@@ -263,6 +263,15 @@ typedef struct lb_context_params {
                           F16 weights by f32 activations (one rounding
                           less). On for llama.cpp-identical numerics, e.g.
                           perplexity comparisons                          */
+    bool bf16_activations; /* decoder-layer products of F32 and BF16 weights
+                          in BF16 x BF16 with f32 accumulation: inputs
+                          rounded to bf16 (nearest even), F32 weights
+                          rounded to bf16 as they are read, products by
+                          AVX512_BF16 vdpbf16ps (~2x the f32 rate). For the
+                          calibration forwards of `quantize --calib-dtype
+                          bf16`, not for inference. Ignored (f32 products)
+                          on CPUs without AVX512_BF16; LB_FORCE_REF=1 runs
+                          the scalar reference. lm_head is not affected. */
 } lb_context_params;
 
 /* Defaults (all zero = automatic). */
@@ -343,6 +352,11 @@ typedef struct lb_forward_hook {
 
 /* Install (or with NULL remove) a hook on this context. */
 void lb_context_set_hook(lb_context *ctx, const lb_forward_hook *hook);
+
+/* True when the context runs its decoder-layer products in BF16
+ * (lb_context_params.bf16_activations asked for it and a kernel exists on
+ * this CPU, or LB_FORCE_REF=1 selected the reference). */
+bool lb_context_bf16_active(const lb_context *ctx);
 
 /* Embedding lookup: hidden[t, :] = embed_tokens[tokens[t], :] as f32
  * (F32/F16/BF16 rows converted; other types through the model's

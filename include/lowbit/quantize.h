@@ -170,6 +170,12 @@ typedef struct lb_quantize_params {
     bool hessian_f64;         /* accumulate H in double (default: float32
                                  as AutoGPTQ)                              */
     bool act_f16;             /* keep calibration activations in f16       */
+    bool calib_bf16;          /* calibration forwards and replays in BF16 x
+                                 BF16 with f32 accumulation (AVX512_BF16;
+                                 lb_context_params.bf16_activations): ~2x
+                                 faster, codes differ from the f32 path (a
+                                 few %: docs/quantize.md); f32 products on
+                                 CPUs without AVX512_BF16 (report says)   */
     const char *const *rules; /* module rules, see above (not owned)       */
     int n_rules;
     lb_gptq_format format;    /* LB_GPTQ_FORMAT_V1 ("gptq")                */
@@ -243,6 +249,8 @@ typedef struct lb_quantize_report {
     int n_layers, layers_resumed;
     int64_t nsamples, seqlen;
     uint64_t activation_bytes;  /* calibration activations held           */
+    bool calib_bf16;            /* the forwards ran in BF16 (calib_bf16
+                                   asked and the CPU has AVX512_BF16)     */
     double seconds;             /* wall time of the whole run             */
     /* where this run's time went (s; resumed layers add only replays):
      * Hessian accumulation (lb_gptq_hessian_add_batch: the X^T X sgemm),

@@ -285,6 +285,39 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 #define LB_VNNI_MIN_TOKENS 16
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 
+/* ---- F32 weights on AVX-512 (f32_avx512.c) ------------------------------ */
+/* The AVX2 F32 kernel's bits with a 4 x 6 tile (24 ymm accumulators). */
+void lb_kernels_fill_f32_avx512(lb_kernel_table *kt);
+
+/* ---- BF16 activations (bf16x_ref.c, bf16x_avx512bf16.c) ----------------- */
+/* Products of bf16 weights and bf16 activations with f32 accumulation, for
+ * the calibration forwards of `quantize --calib-dtype bf16` (not for
+ * inference: a context uses them only with
+ * lb_context_params.bf16_activations). Activation rows are bf16 (qact:
+ * f32 -> bf16 round to nearest even, NaN quieted: lb_f32_to_bf16's bytes
+ * in every variant). Weights: mm_f32w reads F32 rows and rounds each
+ * element to bf16 (as lb_f32_to_bf16) before the product; mm_bf16w reads
+ * BF16 rows. y[t, r] = sum over element pairs of the two exact products,
+ * accumulated in f32 (vdpbf16ps); variants differ from the reference in
+ * the order of the f32 additions only (and flush bf16 subnormals to zero,
+ * as vdpbf16ps does). lb_mm_fn contract otherwise. */
+typedef struct lb_bf16x_kernels {
+    lb_qact_fn qact;
+    lb_mm_fn mm_f32w, mm_bf16w;
+    const char *name;
+} lb_bf16x_kernels;
+void lb_qact_bf16_ref(const float *x, void *y, int64_t n);
+void lb_mm_f32w_bf16a_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                          size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_bf16w_bf16a_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                           size_t as, int64_t nt, float *y, size_t ldy);
+void lb_kernels_fill_bf16x_avx512bf16(lb_bf16x_kernels *k);
+/* The kernels to use: ref = true (or LB_FORCE_REF=1) gives the scalar
+ * references; otherwise the AVX512_BF16 ones when the CPU has them.
+ * Returns false (k zeroed) when there is no fast variant: the caller then
+ * keeps f32 products. */
+bool lb_kernels_bf16x(bool ref, lb_bf16x_kernels *k);
+
 /* ---- AMX-INT8 (kernels_amx.c) ------------------------------------------- */
 void LB_KSYM(lb_kernels_fill_amx)(lb_kernel_table *kt);
 

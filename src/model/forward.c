@@ -98,6 +98,11 @@ struct lb_context {
      * to f16 first (ggml's F16 x F16 products) */
     bool f16_act;
 
+    /* lb_context_params.bf16_activations, when a kernel exists: F32/BF16
+     * weights meet bf16 activations (bf16_plan) */
+    bool bf16_act;
+    lb_bf16x_kernels bf16x;
+
     lb_forward_hook hook;
     /* LoRA adapters added beside the linears (lowbit/lora.h); a layer with
      * an adapter runs its MLP unfused (gate/up outputs whole before
@@ -109,6 +114,10 @@ struct lb_context {
     lb_hadamard had;
     float *had_tmp;
 };
+
+bool lb_context_bf16_active(const lb_context *ctx) {
+    return ctx && ctx->bf16_act;
+}
 
 lb_status lb_context_set_loras(lb_context *ctx, const lb_lora_set *set) {
     if (set && (set->n < 0 || set->n > LB_LORA_MAX_SET))
@@ -340,6 +349,7 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     ctx->kv_esize = p.kv_type == LB_TYPE_F16 ? 2 : 4;
     ctx->n_batch = p.n_batch > 0 ? LB_MIN(p.n_batch, n_ctx) : LB_MIN(512, n_ctx);
     ctx->f16_act = p.f16_activations;
+    if (p.bf16_activations) ctx->bf16_act = lb_kernels_bf16x(false, &ctx->bf16x);
     lb_status s = LB_OK;
     if (p.pool) {
         ctx->pool = p.pool;
@@ -539,6 +549,20 @@ static void lora_rows(lb_context *ctx, int l, lb_linear_id which,
 /* Quantize token rows [t0, t1) of X for the plans `p[0..np)`, sharing one
  * buffer between plans with the same activation type; *bufs receives each
  * plan's activation pointer (X itself for f32 activations). */
+/* bf16_activations: the plan of an F32 or BF16 weight takes bf16
+ * activation rows (qact) and the BF16 x BF16 kernel, which repacks 32-row
+ * panels itself (all tokens per call; chunks of whole panels). */
+static void bf16_plan(const lb_context *ctx, lb_mm_plan *pl) {
+    if (pl->w_type != LB_TYPE_F32 && pl->w_type != LB_TYPE_BF16) return;
+    pl->mm = pl->w_type == LB_TYPE_F32 ? ctx->bf16x.mm_f32w : ctx->bf16x.mm_bf16w;
+    pl->qact = ctx->bf16x.qact;
+    pl->act_type = LB_TYPE_BF16;
+    pl->a_stride = (size_t)pl->in * sizeof(uint16_t);
+    pl->tok_tile = LB_MAX(pl->n_tokens, 1);
+    pl->row_chunk = LB_MIN(32, pl->out);
+    pl->n_chunks = (pl->out + pl->row_chunk - 1) / pl->row_chunk;
+}
+
 static bool f16_rounded(const lb_context *ctx, const lb_mm_plan *p) {
     return ctx->f16_act && p->w_type == LB_TYPE_F16;
 }
@@ -871,6 +895,7 @@ static lb_status plan_layers(lb_context *ctx, const lb_kernel_table *kt,
             LB_TRY(lb_mm_plan_make_aligned(pl, kt, &w[i], n, ctx->n_threads,
                                            i == LB_LINEAR_GATE || i == LB_LINEAR_UP
                                                ? align : 1));
+            if (ctx->bf16_act) bf16_plan(ctx, pl);
             if (i == LB_LINEAR_DOWN && pl->qact && !f16_rounded(ctx, pl))
                 align = lb_type_get_traits(pl->act_type)->blck_size;
             /* a swapped weight (lb_model_set_linear) may need larger

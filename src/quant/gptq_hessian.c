@@ -3,7 +3,12 @@
  * nn.Linear inputs, H = 2/N * sum_j X_j^T X_j as a running average.
  *
  * float32 mode (the reference): H *= (float)(n / (n + k)); n += k;
- * x = (float)sqrt(2 / n) * X^T; T = x x^T (cblas_sgemm); H += T.
+ * x = (float)sqrt(2 / n) * X^T; T = x x^T; H += T. T is a symmetric
+ * rank-k update (cblas_ssyrk, lower triangle: half of sgemm's FLOPs) and
+ * H is kept as its lower triangle, mirrored on read. OpenBLAS's ssyrk
+ * runs the sgemm kernel with the same summation over rows, so T's lower
+ * triangle is bit-identical to the full sgemm x x^T torch computes (checked
+ * by test_gptq_hessian against cblas_sgemm on awkward sizes).
  * float64 mode: the same formula in double with cblas_dsyrk (upper), then
  * mirrored on read.
  */
@@ -19,7 +24,9 @@ struct lb_gptq_hessian {
     int64_t nsamples;
     bool f64;
     float *H32;  /* [in, in] (f32 mode)                   */
-    float *T32;  /* [in, in] scratch x x^T (f32 mode)      */
+    float *T32;  /* [in, in] scratch x x^T, lower (f32)   */
+    float *xs;   /* [xs_rows, in] scaled copy of X (f32)   */
+    int64_t xs_rows;
     double *H64; /* [in, in] upper triangle valid (f64)   */
     double *xd;  /* scaled copy of a chunk of X (f64 mode) */
     int64_t chunk_rows;
@@ -71,6 +78,7 @@ void lb_gptq_hessian_free(lb_gptq_hessian *h) {
     if (!h) return;
     lb_free(h->H32);
     lb_free(h->T32);
+    lb_free(h->xs);
     lb_free(h->H64);
     lb_free(h->xd);
     lb_free(h);
@@ -102,24 +110,34 @@ lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
     const double n0 = (double)h->nsamples, n1 = n0 + (double)n_samples;
     const size_t nn = (size_t)in * (size_t)in;
     if (!h->f64) {
-        /* torch: X^T X of the whole batch in one sgemm, so the f32 mode
-         * scales a full copy of X (sgemm's summation over rows must not be
-         * split, or the rounding would differ from the reference). */
-        float *xs = lb_alloc((size_t)n_rows * (size_t)in * sizeof(float));
-        if (!xs)
-            return lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate X copy",
-                                who);
+        /* torch: X^T X of the whole batch in one product, so the f32 mode
+         * scales a full copy of X (the summation over rows must not be
+         * split, or the rounding would differ from the reference). The copy
+         * is kept between calls (calibration batches have one size). */
+        if (n_rows > h->xs_rows) {
+            lb_free(h->xs);
+            h->xs_rows = 0;
+            h->xs = lb_alloc((size_t)n_rows * (size_t)in * sizeof(float));
+            if (!h->xs)
+                return lb_set_error(LB_ERR_NOMEM,
+                                    "%s: cannot allocate X copy", who);
+            h->xs_rows = n_rows;
+        }
+        float *xs = h->xs;
         const float ratio = (float)(n0 / n1);
-        for (size_t i = 0; i < nn; i++) h->H32[i] *= ratio;
         const float f = (float)sqrt(2.0 / n1);
         for (size_t i = 0; i < (size_t)n_rows * (size_t)in; i++)
             xs[i] = f * X[i];
-        /* T[in, in] = xs^T xs : xs is [n_rows, in] row-major. */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)in,
-                    (int)n_rows, 1.0f, xs, (int)in, xs, (int)in, 0.0f, h->T32,
-                    (int)in);
-        for (size_t i = 0; i < nn; i++) h->H32[i] += h->T32[i];
-        lb_free(xs);
+        /* T[in, in] (lower) = xs^T xs : xs is [n_rows, in] row-major. */
+        cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, (int)in,
+                    (int)n_rows, 1.0f, xs, (int)in, 0.0f, h->T32, (int)in);
+        /* H = ratio H + T, lower triangle (the same two roundings per
+         * element as torch's H *= ratio; H += T) */
+        for (int64_t i = 0; i < in; i++) {
+            float *hr = h->H32 + (size_t)i * (size_t)in;
+            const float *tr = h->T32 + (size_t)i * (size_t)in;
+            for (int64_t j = 0; j <= i; j++) hr[j] = hr[j] * ratio + tr[j];
+        }
     } else {
         const double ratio = n0 / n1, f = sqrt(2.0 / n1);
         for (size_t i = 0; i < nn; i++) h->H64[i] *= ratio;
@@ -140,7 +158,10 @@ lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
 void lb_gptq_hessian_get(const lb_gptq_hessian *h, float *H_out) {
     const int64_t in = h->in;
     if (!h->f64) {
-        memcpy(H_out, h->H32, (size_t)(in * in) * sizeof(float));
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t j = 0; j < in; j++)
+                H_out[i * in + j] =
+                    j <= i ? h->H32[i * in + j] : h->H32[j * in + i];
         return;
     }
     for (int64_t i = 0; i < in; i++)
@@ -154,7 +175,8 @@ void lb_gptq_hessian_get_f64(const lb_gptq_hessian *h, double *H_out) {
     for (int64_t i = 0; i < in; i++)
         for (int64_t j = 0; j < in; j++) {
             if (!h->f64)
-                H_out[i * in + j] = (double)h->H32[i * in + j];
+                H_out[i * in + j] = (double)(j <= i ? h->H32[i * in + j]
+                                                    : h->H32[j * in + i]);
             else
                 H_out[i * in + j] =
                     j >= i ? h->H64[i * in + j] : h->H64[j * in + i];

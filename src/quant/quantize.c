@@ -1305,7 +1305,12 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         cp.n_ctx = (int32_t)e.T;
         cp.n_batch = (int32_t)e.T;
         cp.n_threads = p->n_threads;
+        cp.bf16_activations = p->calib_bf16;
         if ((s = lb_context_create(m, &cp, &e.ctx)) != LB_OK) goto done;
+        rep->calib_bf16 = lb_context_bf16_active(e.ctx);
+        if (p->calib_bf16 && !rep->calib_bf16)
+            lb_log(LB_LOG_WARN, "quantize: calib_bf16: this CPU has no "
+                   "AVX512_BF16, the calibration forwards run in f32");
     }
     int n_short = 0;
     for (int i = 0; i < n_mods; i++)
@@ -1452,6 +1457,7 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON_AddNumberToObject(j, "seqlen", (double)r->seqlen);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
     add_num(j, "seconds", r->seconds);
+    cJSON_AddStringToObject(j, "calib_dtype", r->calib_bf16 ? "bf16" : "f32");
     cJSON *tm = cJSON_AddObjectToObject(j, "timing");
     add_num(tm, "hessian_s", r->hessian_seconds);
     add_num(tm, "forward_s", r->forward_seconds);

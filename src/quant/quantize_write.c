@@ -605,6 +605,8 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     cJSON_AddBoolToObject(j, "lm_head", p->lm_head);
     cJSON_AddBoolToObject(j, "hessian_f64", p->hessian_f64);
     cJSON_AddBoolToObject(j, "act_f16", p->act_f16);
+    if (p->calib_bf16) /* only when set: older runs' fingerprints stay */
+        cJSON_AddBoolToObject(j, "calib_bf16", true);
     cJSON_AddNumberToObject(j, "profile", p->profile);
     if (p->method == LB_QUANT_GPTAQ)
         cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
