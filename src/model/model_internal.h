@@ -138,6 +138,17 @@ void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
 void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
                      float *q, float *k, const float *cs, const float *sn);
 
+/* MoE routing of one token (forward_ext.c, transformers' order):
+ * prob = softmax(logits[E]) in f32, idx[k] = top-k (ties to the lower
+ * index, as torch.topk on CPU), w[k] = their probabilities, renormalised to
+ * sum 1 when norm. prob [E] is scratch (left holding the softmax). */
+void lb_moe_route(const float *logits, int E, int k, bool norm, int *idx,
+                  float *w, float *prob);
+
+/* g[i] = act(g[i]) * u[i], i < n: the gated MLPs' activation (SiLU through
+ * the kernel table, or gelu_pytorch_tanh), as forward_ext.c runs it. */
+void lb_glu_act_mul(lb_hidden_act a, float *g, const float *u, int64_t n);
+
 /* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
  * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
  * ranges, per-layer arrays (must be uniform), key_length == value_length,
