@@ -153,7 +153,10 @@ void ex_ctx_free(ex_ctx *c) {
         pcre2_code_free((pcre2_code *)c->rules[i].code);
     }
     free(c->rules);
-    for (size_t i = 0; i < c->n; i++) free(c->t[i].parts);
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->t[i].parts);
+        free(c->t[i].gparts);
+    }
     free(c->t);
     lb_export_plan_free(c->plan);
     free(c->dir);
@@ -472,12 +475,13 @@ static lb_status list_tensors(ex_ctx *c) {
             break;
         }
         if (expert >= 0) { /* MoE: stacked into ffn_*_exps (ex_arch.c) */
-            if (gptq_part) {
-                s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: %s: exporting GPTQ-quantized "
-                                 "experts is not supported yet", c->dir, name);
+            if (gptq_part && !c->gptq) {
+                s = lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s' is GPTQ-packed but the "
+                                 "config has no GPTQ quantization_config", c->dir, name);
                 break;
             }
-            s = ex_arch_add_expert(c, base, expert, st, push_tensor);
+            s = gptq_part ? ex_arch_add_expert_gptq(c, base, expert, mod, push_tensor)
+                          : ex_arch_add_expert(c, base, expert, st, push_tensor);
             continue;
         }
         bool tied = cfg->tie_word_embeddings && !lm_quant;
