@@ -152,10 +152,10 @@ static lb_status load_phi3_layer(lb_model *m, const lin_src *ls,
     const lb_tensor *qkv = &qkv_t;
     if (qkv->n_dims != 2 || qkv->shape[0] != qd + 2 * kvd)
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: tensor '%s': expected [%lld, %d] (q %lld + "
+                            "%s: tensor '%s.%s': expected [%lld, %d] (q %lld + "
                             "k, v %lld rows each from num_attention_heads, "
                             "num_key_value_heads, head_dim), got %lld rows",
-                            dir, name, (long long)(qd + 2 * kvd),
+                            dir, name, ls->fn ? "qweight" : "weight", (long long)(qd + 2 * kvd),
                             c->hidden_size, (long long)qd, (long long)kvd,
                             (long long)qkv->shape[0]);
     lb_tensor v;
@@ -171,9 +171,9 @@ static lb_status load_phi3_layer(lb_model *m, const lin_src *ls,
     const lb_tensor *gu = &gu_t;
     if (gu->n_dims != 2 || gu->shape[0] != 2 * ff)
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: tensor '%s': expected %lld rows (2 x "
+                            "%s: tensor '%s.%s': expected %lld rows (2 x "
                             "intermediate_size), got %lld",
-                            dir, name, (long long)(2 * ff),
+                            dir, name, ls->fn ? "qweight" : "weight", (long long)(2 * ff),
                             (long long)gu->shape[0]);
     for (int i = 0; i < 2; i++) {
         LB_TRY(row_view(dir, gu, -1, i * ff, ff, &v));
