@@ -18,6 +18,7 @@
  */
 #include "th.h"
 
+#include "lowbit/export.h"
 #include "lowbit/file.h"
 #include "lowbit/model.h"
 #include "lowbit/quants.h"
@@ -401,11 +402,119 @@ static void test_bad_ckpt(void) {
     free(js);
 }
 
+/* GPTQ checkpoint -> GGUF direct: the experts' Q4_0 / Q8_0 blocks stacked
+ * into ffn_*_exps unchanged (every linear of the GGUF dequantizes to the
+ * checkpoint's values exactly; Mixtral's q/k rows are permuted, so only
+ * its other linears are compared), the plan names the route; experts of
+ * different types in one stack are not direct. */
+static void test_export_lossless(void) {
+    static const struct {
+        const char *name;
+        int bits;
+        lb_type type;
+    } cs[] = {{"qwen3moe-random", 4, LB_TYPE_Q4_0},
+              {"qwen2moe-random", 8, LB_TYPE_Q8_0},
+              {"phi3-random", 4, LB_TYPE_Q4_0},
+              {"gemma3-random", 4, LB_TYPE_Q4_0},
+              {"qwen2moe-step2-random", 4, LB_TYPE_Q4_0}};
+    setenv("LB_REPACK", "0", 1); /* GGUF weights in row form, as stored */
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        char dir[256], ck[600], gg[700];
+        snprintf(dir, sizeof dir, DATA "%s", cs[k].name);
+        snprintf(ck, sizeof ck, "%s/%s-x%d", th_tmpdir(), cs[k].name, cs[k].bits);
+        snprintf(gg, sizeof gg, "%s.gguf", ck);
+        lb_quantize_params p;
+        lb_quantize_default_params(&p);
+        p.method = LB_QUANT_RTN;
+        p.bits = cs[k].bits;
+        p.group_size = 32;
+        p.n_threads = 2;
+        TH_CHECK_OK(lb_quantize_model(dir, ck, &p, NULL, NULL));
+        lb_export_opts o;
+        lb_export_opts_default(&o);
+        o.mode = LB_EXPORT_MODE_DIRECT;
+        lb_export_plan *plan = NULL;
+        TH_CHECK_OK(lb_export_gguf(ck, gg, &o, &plan, NULL));
+        int n_exps = 0;
+        for (size_t i = 0; plan && i < plan->n_tensors; i++) {
+            const lb_export_tensor *t = &plan->tensors[i];
+            if (!strstr(t->name, "_exps.")) continue;
+            n_exps++;
+            TH_CHECK_MSG(t->route == LB_EXPORT_ROUTE_DIRECT && t->type == cs[k].type &&
+                         t->n_dims == 3 && strstr(t->reason, "experts stacked"),
+                         "%s: %s %s", cs[k].name, t->name, t->reason);
+        }
+        if (strstr(cs[k].name, "moe")) TH_CHECK(n_exps > 0);
+        lb_export_plan_free(plan);
+        lb_model *a = NULL, *b = NULL;
+        TH_CHECK_OK(lb_model_load(ck, NULL, &a));
+        TH_CHECK_OK(lb_model_load(gg, NULL, &b));
+        if (!a || !b) {
+            lb_model_free(a);
+            lb_model_free(b);
+            continue;
+        }
+        double worst = 0;
+        int n = 0;
+        for (int l = 0; l < a->config.n_layers; l++) {
+            const lb_layer_weights *A = &a->layers[l], *B = &b->layers[l];
+            for (int i = 0; i < LB_LINEAR_COUNT; i++, n++)
+                worst = fmax(worst, tensor_rel_diff(&A->w[i], &B->w[i]));
+            for (int i = 0; A->exp && i < 3 * a->config.n_experts; i++, n++) {
+                TH_CHECK(B->exp && A->exp[i].type == cs[k].type &&
+                         B->exp[i].type == cs[k].type);
+                worst = fmax(worst, B->exp ? tensor_rel_diff(&A->exp[i], &B->exp[i])
+                                           : INFINITY);
+            }
+            for (int i = 0; i < 3; i++)
+                if (A->shexp[i].data) {
+                    worst = fmax(worst, tensor_rel_diff(&A->shexp[i], &B->shexp[i]));
+                    n++;
+                }
+        }
+        fprintf(stderr, "  %-24s %d-bit: %d linears, GGUF vs checkpoint max "
+                "rel diff %g\n", cs[k].name, cs[k].bits, n, worst);
+        TH_CHECK_MSG(worst == 0, "%s: %g", cs[k].name, worst);
+        lb_model_free(a);
+        lb_model_free(b);
+    }
+    /* one expert in 8 bits: its stack cannot be one block type */
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/qwen3moe-mixed", th_tmpdir());
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.method = LB_QUANT_RTN;
+    p.group_size = 32;
+    p.format = LB_GPTQ_FORMAT_V2;
+    const char *rules[] = {"layers\\.0\\.mlp\\.experts\\.3\\.=8"};
+    p.rules = rules;
+    p.n_rules = 1;
+    TH_CHECK_OK(lb_quantize_model(DATA "qwen3moe-random", ck, &p, NULL, NULL));
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    lb_export_plan *plan = NULL;
+    TH_CHECK_OK(lb_export_plan_make(ck, &o, &plan));
+    for (size_t i = 0; plan && i < plan->n_tensors; i++) {
+        const lb_export_tensor *t = &plan->tensors[i];
+        if (!strstr(t->name, "_exps.")) continue;
+        const bool l0 = !strncmp(t->name, "blk.0.", 6);
+        TH_CHECK_MSG(l0 ? t->route == LB_EXPORT_ROUTE_MIXED &&
+                              strstr(t->reason, "experts map to different types")
+                        : t->route == LB_EXPORT_ROUTE_DIRECT,
+                     "%s: %s", t->name, t->reason);
+    }
+    lb_export_plan_free(plan);
+    o.mode = LB_EXPORT_MODE_DIRECT;
+    TH_CHECK_FAILS(lb_export_plan_make(ck, &o, &plan), LB_ERR_UNSUPPORTED);
+    TH_CHECK(strstr(lb_last_error(), "experts map to different types") != NULL);
+}
+
 int main(void) {
     TH_RUN(test_rtn_ckpt_equals_inplace);
     TH_RUN(test_coverage);
     TH_RUN(test_gptq_ckpt);
     TH_RUN(test_refused);
     TH_RUN(test_bad_ckpt);
+    TH_RUN(test_export_lossless);
     return th_report();
 }

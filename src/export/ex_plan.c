@@ -753,6 +753,11 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                            lb_type_name(t->direct_type),
                            t->direct_type == LB_TYPE_Q4_1 ? " (m = -scale*zero rounded to fp16)"
                                                           : " exactly");
+                if (t->gparts) { /* MoE: the experts' blocks one after the other */
+                    size_t l = strlen(e->reason);
+                    snprintf(e->reason + l, sizeof e->reason - l, ", %d experts stacked",
+                             t->n_parts);
+                }
                 continue;
             }
             if (p->mode == LB_EXPORT_MODE_DIRECT) {
