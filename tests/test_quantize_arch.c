@@ -399,7 +399,43 @@ static void test_bad_ckpt(void) {
                      lb_last_error());
         lb_model_free(m);
     }
+    /* the original config back, then the checkpoint without expert 3's
+     * up_proj of layer 1 */
+    FILE *f = fopen(cfgp, "w");
+    if (f) {
+        fwrite(js, 1, n, f);
+        fclose(f);
+    }
     free(js);
+    char stp[700], stq[700];
+    snprintf(stp, sizeof stp, "%s/model.safetensors", out);
+    snprintf(stq, sizeof stq, "%s/model.safetensors.new", out);
+    lb_safetensors *st = NULL;
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_open(stp, &st));
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    for (size_t i = 0; st && w && i < lb_st_count(st); i++) {
+        const lb_tensor *t = lb_st_tensor_at(st, i);
+        if (strstr(t->name, "layers.1.mlp.experts.3.up_proj.")) continue;
+        TH_CHECK_OK(lb_st_writer_add(w, t->name, t->type, t->n_dims, t->shape, t->data));
+    }
+    if (w) TH_CHECK_OK(lb_st_writer_write_file(w, stq));
+    lb_st_writer_free(w);
+    lb_st_close(st);
+    TH_CHECK(rename(stq, stp) == 0);
+    lb_model *m = NULL;
+    TH_CHECK(lb_model_load(out, NULL, &m) == LB_ERR_NOT_FOUND);
+    TH_CHECK_MSG(strstr(lb_last_error(), "model.layers.1.mlp.experts.3.up_proj.weight' "
+                        "not found") != NULL, "%s", lb_last_error());
+    lb_model_free(m);
+    /* ... and its export names the missing expert */
+    char gg[700];
+    snprintf(gg, sizeof gg, "%s.gguf", out);
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    TH_CHECK(lb_export_gguf(out, gg, &o, NULL, NULL) != LB_OK);
+    TH_CHECK_MSG(strstr(lb_last_error(), "blk.1.ffn_up_exps.weight: expert 3 is missing") != NULL,
+                 "%s", lb_last_error());
 }
 
 /* GPTQ checkpoint -> GGUF direct: the experts' Q4_0 / Q8_0 blocks stacked
