@@ -545,6 +545,28 @@ static void test_export_lossless(void) {
     TH_CHECK(strstr(lb_last_error(), "experts map to different types") != NULL);
 }
 
+/* A dense MoE export with a llama.cpp mix (--qtype Q4_K_M) applies
+ * llama.cpp's expert rules (llama_tensor_get_type with n_expert): with 8
+ * experts attn_v and attn_k become Q8_0 (Qwen3-MoE random: 8 experts; the
+ * plan used to pass n_expert 0; on the packable shapes every tensor type
+ * equals llama-quantize 0.7.0's, docs/quantize.md). */
+static void test_moe_qtype_mix(void) {
+    lb_export_opts o;
+    lb_export_opts_default(&o);
+    o.qtype = "Q4_K_M";
+    lb_export_plan *plan = NULL;
+    TH_CHECK_OK(lb_export_plan_make(DATA "qwen3moe-random", &o, &plan));
+    int n = 0;
+    for (size_t i = 0; plan && i < plan->n_tensors; i++) {
+        const lb_export_tensor *t = &plan->tensors[i];
+        if (!strstr(t->name, ".attn_v.") && !strstr(t->name, ".attn_k.")) continue;
+        n++;
+        TH_CHECK_MSG(t->type == LB_TYPE_Q8_0, "%s: %s", t->name, lb_type_name(t->type));
+    }
+    TH_CHECK_INT(n, 6);
+    lb_export_plan_free(plan);
+}
+
 int main(void) {
     TH_RUN(test_rtn_ckpt_equals_inplace);
     TH_RUN(test_coverage);
@@ -552,5 +574,6 @@ int main(void) {
     TH_RUN(test_refused);
     TH_RUN(test_bad_ckpt);
     TH_RUN(test_export_lossless);
+    TH_RUN(test_moe_qtype_mix);
     return th_report();
 }

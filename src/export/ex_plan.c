@@ -697,7 +697,8 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                             ? (lb_type)t->info.src_type : LB_TYPE_F32;
     }
     if (p->has_qtype) {
-        lb_ftype_model fm = {c->arch, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads, 0};
+        lb_ftype_model fm = {c->arch, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads,
+                             c->cfg.n_experts}; /* MoE: llama.cpp's expert rules */
         lb_ftype_params fp = {p->qtype.pure, false, o->output_type, o->embedding_type};
         s = lb_ftype_tensor_types(p->qtype.ftype, &fm, &fp, views, c->n, mix, NULL);
         /* the types the mix asks for before the row-length fallback: the
