@@ -610,6 +610,10 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     if (p->method == LB_QUANT_GPTAQ)
         cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
     if (p->qep) cJSON_AddNumberToObject(j, "qep_alpha", p->qep_alpha);
+    if (p->moe_coverage != LB_MOE_COVERAGE_ALL) {
+        cJSON_AddStringToObject(j, "moe_coverage", "routed");
+        cJSON_AddNumberToObject(j, "moe_min_tokens", (double)p->moe_min_tokens);
+    }
     if (p->rotate) {
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->rotate_seed);
@@ -1358,6 +1362,22 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
     cJSON_AddArrayToObject(r, "online");
 }
 
+/* quantization_config.meta of a MoE checkpoint: the expert coverage. */
+static void add_moe_meta(cJSON *qc, const qwriter *w) {
+    bool moe = false;
+    for (int i = 0; i < w->n_mods && !moe; i++) moe = w->mods[i].which >= QZ_EXP;
+    if (!qc || !moe) return;
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "meta");
+    if (!m) m = cJSON_AddObjectToObject(qc, "meta");
+    if (!m) return;
+    const bool routed = w->p->moe_coverage == LB_MOE_COVERAGE_ROUTED;
+    cJSON_AddStringToObject(m, "moe_coverage", routed ? "routed" : "all");
+    if (routed)
+        cJSON_AddNumberToObject(m, "moe_min_tokens",
+                                (double)(w->p->moe_min_tokens > 0 ? w->p->moe_min_tokens
+                                                                  : 32));
+}
+
 static lb_status write_configs(qwriter *w, const lb_calib *cal,
                                bool untie) {
     char *src = lb_path_join(w->model_dir, "config.json");
@@ -1374,6 +1394,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
                         ? awq_config_json(w, cal, false)
                         : qconfig_json(w->p, cal, false);
         add_rotation_meta(qc, w);
+        add_moe_meta(qc, w);
         cJSON_AddItemToObject(cfg, "quantization_config", qc);
         if (untie) {
             cJSON_DeleteItemFromObjectCaseSensitive(cfg,
@@ -1387,6 +1408,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         cJSON *q = awq ? awq_config_json(w, cal, true)
                        : qconfig_json(w->p, cal, true);
         add_rotation_meta(q, w);
+        add_moe_meta(q, w);
         s = write_json(w->tmp, awq ? "quant_config.json"
                                    : "quantize_config.json", q);
         cJSON_Delete(q);
