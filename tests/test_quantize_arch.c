@@ -18,6 +18,7 @@
  */
 #include "th.h"
 
+#include "lowbit/eora.h"
 #include "lowbit/export.h"
 #include "lowbit/file.h"
 #include "lowbit/model.h"
@@ -347,6 +348,13 @@ static void test_refused(void) {
     p.moe_coverage = (lb_moe_coverage)7;
     if (m) TH_CHECK_FAILS(lb_quantize_model_inplace(m, &p, &cal, NULL),
                           LB_ERR_INVALID_ARG);
+    /* EoRA has no targets in these layouts: refused, not a crash */
+    lb_eora_params ep = {.rank = 4, .n_threads = 2};
+    lb_lora *lo = NULL;
+    lb_eora_report er;
+    if (m) TH_CHECK_FAILS(lb_eora_generate(m, m, &cal, &ep, "x", &lo, &er),
+                          LB_ERR_UNSUPPORTED);
+    TH_CHECK(lo == NULL);
     lb_model_free(m);
     lb_calib_free(&cal);
 }
