@@ -18,8 +18,15 @@
  *                 heads (hd 64), ffn 8192, vocab 128256, tied embeddings,
  *                 rope theta 5e5, eps 1e-5 (its llama3 rope_scaling left
  *                 out: the same work per token)
- * --layers / --vocab override the shape's layer count and vocabulary size
- * (a few layers of a big shape are enough to measure per-layer costs).
+ *   qwen3-30b-a3b Qwen3MoeForCausalLM: 48 layers, dim 2048, 32 / 4 heads
+ *                 (hd 128, q/k norm), 128 experts of ffn 768, top 8
+ *                 (norm_topk_prob), vocab 151936, rope theta 1e6, eps 1e-6,
+ *                 untied; per-expert tensors mlp.experts.E.*, router
+ *                 mlp.gate (--hf only; with --layers 2..8 for the
+ *                 quantizer's per-layer memory and time)
+ * --layers / --vocab / --experts override the shape's layer count,
+ * vocabulary size and expert count (a few layers of a big shape are enough
+ * to measure per-layer costs).
  * --hf writes config.json + model.safetensors (every tensor BF16, as
  * transformers saves a bf16 model); --gptq writes the
  * same model with the seven linears of every layer as GPTQ 4-bit sym g128
@@ -49,16 +56,19 @@ typedef struct shape {
     int layers, dim, heads, kv_heads, ffn, vocab, ctx;
     double theta, eps;
     bool tied, qkv_bias;
+    int head_dim, experts, top_k, moe_ff; /* MoE (0: dense; hd 0: dim / heads) */
 } shape;
 
 static const shape k_shapes[] = {
     {"qwen2.5-0.5b", "Qwen2ForCausalLM", "qwen2", 24, 896, 14, 2, 4864, 151936, 32768, 1e6,
-     1e-6, true, true},
+     1e-6, true, true, 0, 0, 0, 0},
     {"tiny", "LlamaForCausalLM", "llama", 2, 256, 4, 2, 512, 512, 2048, 10000, 1e-5, false,
-     false},
+     false, 0, 0, 0, 0},
     /* Llama-3.2-1B without its llama3 rope_scaling (same cost per token) */
     {"llama3.2-1b", "LlamaForCausalLM", "llama", 16, 2048, 32, 8, 8192, 128256, 131072,
-     500000, 1e-5, true, false},
+     500000, 1e-5, true, false, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", "qwen3_moe", 48, 2048, 32, 4, 6144, 151936, 40960,
+     1e6, 1e-6, false, false, 128, 128, 8, 768},
 };
 
 typedef struct gen {
@@ -156,8 +166,18 @@ static const char *lin_name[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_
 static int write_model(const shape *sh, const char *dir, bool gptq, const char *tok_dir,
                        uint64_t seed) {
     mkdir(dir, 0755);
-    const int hd = sh->dim / sh->heads;
-    char cfg[4096], qcfg[512], path[4096];
+    const int hd = sh->head_dim ? sh->head_dim : sh->dim / sh->heads;
+    char cfg[4096], qcfg[512], path[4096], moe[512] = "";
+    if (sh->experts && gptq) {
+        fprintf(stderr, "make_random_hf: %s: --hf only\n", sh->name);
+        return 1;
+    }
+    if (sh->experts)
+        snprintf(moe, sizeof moe,
+                 ", \"head_dim\": %d, \"num_experts\": %d, \"num_experts_per_tok\": %d, "
+                 "\"moe_intermediate_size\": %d, \"norm_topk_prob\": true, "
+                 "\"decoder_sparse_step\": 1, \"mlp_only_layers\": []",
+                 hd, sh->experts, sh->top_k, sh->moe_ff);
     snprintf(qcfg, sizeof qcfg,
              "{\"bits\": 4, \"group_size\": 128, \"damp_percent\": 0.01, \"desc_act\": false, "
              "\"static_groups\": false, \"sym\": true, \"true_sequential\": true, "
@@ -168,10 +188,10 @@ static int write_model(const shape *sh, const char *dir, bool gptq, const char *
              "\"num_hidden_layers\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %d, "
              "\"rms_norm_eps\": %g, \"rope_theta\": %.1f, \"tie_word_embeddings\": %s, "
              "\"hidden_act\": \"silu\", \"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, "
-             "\"eos_token_id\": 2, \"use_sliding_window\": false%s%s}\n",
+             "\"eos_token_id\": 2, \"use_sliding_window\": false%s%s%s}\n",
              sh->arch, sh->model_type, sh->dim, sh->ffn, sh->heads, sh->kv_heads, sh->layers,
              sh->vocab, sh->ctx, sh->eps, sh->theta, sh->tied ? "true" : "false",
-             gptq ? ", \"quantization_config\": " : "", gptq ? qcfg : "");
+             gptq ? ", \"quantization_config\": " : "", gptq ? qcfg : "", moe);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (write_text(path, cfg)) return 1;
     if (gptq) {
@@ -188,7 +208,7 @@ static int write_model(const shape *sh, const char *dir, bool gptq, const char *
         }
     }
     /* tensors: every name with its producer */
-    int max_t = 8 + sh->layers * 40;
+    int max_t = 8 + sh->layers * (40 + 3 * sh->experts);
     prod *ps = calloc((size_t)max_t, sizeof *ps);
     char (*names)[96] = calloc((size_t)max_t, sizeof *names);
     lb_st_writer *w = NULL;
@@ -220,6 +240,28 @@ static int write_model(const shape *sh, const char *dir, bool gptq, const char *
         ADD(nm, K_NORM, 1, sh->dim, 0, LB_TYPE_BF16);
         snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
         ADD(nm, K_NORM, 1, sh->dim, 0, LB_TYPE_BF16);
+        if (sh->experts) {
+            /* q/k norm, attention, router, experts */
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(nm, K_NORM, 1, hd, 0, LB_TYPE_BF16);
+            snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+            ADD(nm, K_NORM, 1, hd, 0, LB_TYPE_BF16);
+            for (int k = 0; k < 4; k++) {
+                snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, lin_name[k]);
+                ADD(nm, K_WEIGHT, outs[k], ins[k], ins[k], LB_TYPE_BF16);
+            }
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate.weight", l);
+            ADD(nm, K_WEIGHT, sh->experts, sh->dim, 1, LB_TYPE_BF16);
+            for (int e = 0; e < sh->experts; e++)
+                for (int k = 4; k < 7; k++) {
+                    const int64_t o = k == 6 ? sh->dim : sh->moe_ff,
+                                  i = k == 6 ? sh->moe_ff : sh->dim;
+                    snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight", l, e,
+                             lin_name[k] + 4);
+                    ADD(nm, K_WEIGHT, o, i, i, LB_TYPE_BF16);
+                }
+            continue;
+        }
         for (int k = 0; k < 7; k++) {
             if (sh->qkv_bias && k < 3) {
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, lin_name[k]);
@@ -259,7 +301,7 @@ static int write_model(const shape *sh, const char *dir, bool gptq, const char *
 int main(int argc, char **argv) {
     const char *shape_name = NULL, *hf = NULL, *gq = NULL, *tok = NULL;
     unsigned long long seed = 1;
-    long layers = 0, vocab = 0;
+    long layers = 0, vocab = 0, experts = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_name = argv[++i];
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf = argv[++i];
@@ -268,10 +310,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
+            experts = strtol(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|llama3.2-1b|tiny [--hf DIR] "
+            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|llama3.2-1b|tiny|qwen3-30b-a3b [--hf DIR] "
                             "[--gptq DIR] [--tokenizer DIR] [--seed N] [--layers N] "
-                            "[--vocab N]\n");
+                            "[--vocab N] [--experts N]\n");
             return 2;
         }
     }
@@ -290,6 +334,13 @@ int main(int argc, char **argv) {
     custom = *sh;
     if (layers) custom.layers = (int)layers;
     if (vocab) custom.vocab = (int)vocab;
+    if (experts) {
+        if (!custom.experts || experts < custom.top_k || experts > 4096) {
+            fprintf(stderr, "make_random_hf: --experts: a MoE shape, top-k..4096\n");
+            return 2;
+        }
+        custom.experts = (int)experts;
+    }
     sh = &custom;
     if (hf && write_model(sh, hf, false, tok, seed)) return 1;
     if (gq && write_model(sh, gq, true, tok, seed)) return 1;

@@ -33,10 +33,17 @@ static void fuzz_ckpt_check(lb_status s, lb_model *m) {
         if (m || lb_last_error()[0] == '\0') abort();
         return;
     }
-    float row[64];
+    float row[256];
     volatile float sink = 0;
-    for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-        const lb_tensor *t = &m->layers[0].w[i];
+    const lb_layer_weights *L = &m->layers[0];
+    const int ne = L->exp ? 3 * m->config.n_experts : 0;
+    for (int i = 0; i < LB_LINEAR_COUNT + ne + 3; i++) {
+        /* the linears, then a MoE layer's experts and shared expert */
+        const lb_tensor *t = i < LB_LINEAR_COUNT ? &L->w[i]
+                             : i < LB_LINEAR_COUNT + ne ? &L->exp[i - LB_LINEAR_COUNT]
+                                                        : &L->shexp[i - LB_LINEAR_COUNT - ne];
+        if (!t->data) continue; /* a MoE layer has no dense MLP */
+        if (t->shape[1] > 256) abort();
         size_t rb;
         if (!lb_row_size(t->type, t->shape[1], &rb)) abort();
         for (int64_t r = 0; r < t->shape[0]; r++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Seeds for fuzz_gptq_ckpt: u16 LE length + quantization_config JSON +
 safetensors image of a tiny Llama (hidden 64, 1 layer, MLP 64, vocab 32)
+(and, with meta.fuzz_arch, a Qwen3-MoE and a Phi-3 of the same sizes)
 whose seven linears are GPTQ tensors (4-bit g32 sym v1, 8-bit per-channel,
 3-bit asym v2 with desc_act g_idx, one dense), and an AutoAWQ GEMM
 checkpoint (quant_method awq, 4-bit g32, one module in
@@ -121,6 +122,41 @@ def model(rng, spec):
     return st_image(t)
 
 
+def moe_model(rng):
+    """Qwen3-MoE of the harness's "fuzz_arch": "qwen3moe" config: q/k norm,
+    per-expert GPTQ 4-bit g32 modules, a dense router."""
+    L = "model.layers.0."
+    t = dense(rng, "model.embed_tokens.weight", [32, 64]) + \
+        dense(rng, "model.norm.weight", [64]) + \
+        dense(rng, L + "input_layernorm.weight", [64]) + \
+        dense(rng, L + "post_attention_layernorm.weight", [64]) + \
+        dense(rng, L + "self_attn.q_norm.weight", [32]) + \
+        dense(rng, L + "self_attn.k_norm.weight", [32]) + \
+        dense(rng, L + "mlp.gate.weight", [2, 64])
+    for l in LIN[:4]:
+        t += linear(rng, L + l, 4, 32, False, False)
+    for e in range(2):
+        for p, (o, i) in (("gate_proj", (32, 64)), ("up_proj", (32, 64)),
+                          ("down_proj", (64, 32))):
+            t += linear(rng, L + "mlp.experts.%d.%s" % (e, p), 4, 32, False,
+                        False, out=o, inp=i)
+    return st_image(t)
+
+
+def phi3_model(rng):
+    """Phi-3 of the harness's "fuzz_arch": "phi3" config: fused qkv_proj
+    [192, 64] and gate_up_proj [128, 64] as GPTQ modules."""
+    L = "model.layers.0."
+    t = dense(rng, "model.embed_tokens.weight", [32, 64]) + \
+        dense(rng, "model.norm.weight", [64]) + \
+        dense(rng, L + "input_layernorm.weight", [64]) + \
+        dense(rng, L + "post_attention_layernorm.weight", [64])
+    for name, o in (("self_attn.qkv_proj", 192), ("self_attn.o_proj", 64),
+                    ("mlp.gate_up_proj", 128), ("mlp.down_proj", 64)):
+        t += linear(rng, L + name, 4, 32, False, False, out=o)
+    return st_image(t)
+
+
 def seed(path, qcfg, img):
     q = json.dumps(qcfg).encode()
     with open(path, "wb") as f:
@@ -130,6 +166,15 @@ def seed(path, qcfg, img):
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = random.Random(1)
+    # issue-13 layouts (the harness picks the config by meta.fuzz_arch)
+    seed(os.path.join(OUT, "qwen3moe_4bit_g32"),
+         {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True,
+          "meta": {"fuzz_arch": "qwen3moe"}},
+         moe_model(random.Random(5)))
+    seed(os.path.join(OUT, "phi3_4bit_g32"),
+         {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True,
+          "meta": {"fuzz_arch": "phi3"}},
+         phi3_model(random.Random(6)))
     seed(os.path.join(OUT, "v1_4bit_g32"),
          {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True},
          model(rng, [(4, 32, False, False)] * 7))

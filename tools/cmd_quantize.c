@@ -29,6 +29,12 @@ static void usage(FILE *fp) {
         "                          search, asym unless --sym; awq-gptq: AWQ "
         "scales, then GPTQ)\n"
         "  --no-clip               AWQ without the clip search\n"
+        "  --moe-coverage all|routed  MoE experts' calibration tokens: all "
+        "(every\n"
+        "                          expert sees every token; default) or the "
+        "routed ones\n"
+        "  --moe-min-tokens N      routed: RTN for experts with fewer tokens "
+        "(32)\n"
         "  --method gptaq          GPTAQ: GPTQ plus the asymmetric term from "
         "the native\n"
         "                          minus replayed inputs (plain GPTQ "
@@ -232,6 +238,20 @@ int cmd_quantize(int argc, char **argv) {
             sym_given = true;
         } else if (!strcmp(a, "--no-clip")) {
             p.awq_no_clip = true;
+        } else if (!strcmp(a, "--moe-coverage")) {
+            VALUE();
+            if (!strcmp(v, "all"))
+                p.moe_coverage = LB_MOE_COVERAGE_ALL;
+            else if (!strcmp(v, "routed"))
+                p.moe_coverage = LB_MOE_COVERAGE_ROUTED;
+            else {
+                cli_usage_error(cmd, "--moe-coverage: all or routed");
+                goto out;
+            }
+        } else if (!strcmp(a, "--moe-min-tokens")) {
+            VALUE();
+            if (!cli_parse_int(cmd, a, v, 1, 1 << 30, &iv)) goto out;
+            p.moe_min_tokens = iv;
         } else if (!strcmp(a, "--gptaq-alpha")) {
             VALUE();
             if (!cli_parse_float(cmd, a, v, -16.0, 16.0, &dv)) goto out;

@@ -141,6 +141,11 @@ typedef enum lb_quant_profile {
     LB_QUANT_PROFILE_VLLM_W4A8 = 1
 } lb_quant_profile;
 
+typedef enum lb_moe_coverage {
+    LB_MOE_COVERAGE_ALL = 0,
+    LB_MOE_COVERAGE_ROUTED = 1
+} lb_moe_coverage;
+
 /* Module rules ("--modules"): each rule is "REGEX" or "REGEX=SPEC".
  * REGEX (PCRE2 syntax) is searched (unanchored) in the full module name,
  * e.g. "model.layers.3.mlp.down_proj" or "lm_head"; the FIRST rule that
@@ -150,7 +155,10 @@ typedef enum lb_quant_profile {
  *   sym / asym   grid          act / noact  desc_act on / off
  * e.g. "mlp\.down_proj=8", "self_attn=4:g32:asym", "layers\.0\.=skip",
  * and a final catch-all ".*=skip" restricts quantization to the modules
- * matched before it. Candidates are the seven linears of every layer, plus
+ * matched before it. Candidates are the seven linears of every layer (Phi-3:
+ * self_attn.qkv_proj, o_proj, mlp.gate_up_proj, down_proj; MoE layers:
+ * q/k/v/o_proj, mlp.experts.E.{gate,up,down}_proj — Mixtral's
+ * block_sparse_moe.experts.E.{w1,w3,w2} — and mlp.shared_expert.*), plus
  * lm_head with lm_head = true; rules never add candidates. In the
  * checkpoint the rules become quantization_config.dynamic entries
  * "-:.*(?:REGEX)" / "+:.*(?:REGEX)" (GPTQModel/vLLM match with re.match). */
@@ -199,6 +207,17 @@ typedef struct lb_quantize_params {
                                  (0: 64) -> sparse coverage: no scale or
                                  clip search, the module is quantized
                                  plainly and its report says so           */
+    /* MoE expert coverage (issue 13; Qwen3-MoE, Qwen2-MoE, Mixtral):
+     * ALL (default, GPTQModel's routing override): every expert's
+     * Hessians see every calibration token (gate/up: the MoE block's
+     * input; down: act(gate x) * up x of that expert on all tokens) while
+     * the replay that feeds the next layer uses the real routing; ROUTED:
+     * only the tokens the router sends to the expert, and an expert with
+     * fewer than moe_min_tokens of them is quantized by RTN (its report
+     * note says so). The routers (mlp.gate / block_sparse_moe.gate) and
+     * Qwen2-MoE's shared_expert_gate stay dense. */
+    lb_moe_coverage moe_coverage;
+    int64_t moe_min_tokens;   /* ROUTED: RTN below this (0: 32 tokens)     */
     lb_progress progress;     /* stage text + done/total work units        */
 } lb_quantize_params;
 

@@ -188,10 +188,85 @@ lb_status ex_arch_add_expert(ex_ctx *c, const char *base, int e,
     return LB_OK;
 }
 
+lb_status ex_arch_add_expert_gptq(ex_ctx *c, const char *base, int e, const char *module,
+                                  lb_status (*push)(ex_ctx *, ex_tensor **)) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.weight", base);
+    ex_tensor *t = NULL;
+    for (size_t i = 0; i < c->n && !t; i++)
+        if (c->t[i].gparts && !strcmp(c->t[i].info.name, name)) t = &c->t[i];
+    for (size_t i = 0; i < c->n; i++)
+        if (c->t[i].kind == EX_SRC_STACK && !strcmp(c->t[i].info.name, name))
+            return lb_set_error(LB_ERR_UNSUPPORTED, "%s: %s: some experts are GPTQ-packed "
+                                "and others dense (%s); lowbit stacks experts of one kind",
+                                c->dir, name, module);
+    if (!t) {
+        LB_TRY(push(c, &t));
+        t->gparts = calloc((size_t)c->cfg.n_experts, sizeof *t->gparts);
+        if (!t->gparts) return lb_set_error(LB_ERR_NOMEM, "export: out of memory");
+        t->kind = EX_SRC_GPTQ;
+        t->n_parts = c->cfg.n_experts;
+        snprintf(t->info.name, sizeof t->info.name, "%s", name);
+        snprintf(t->info.source, sizeof t->info.source, "%.*s (experts)",
+                 (int)(strstr(module, ".experts.") - module + 8), module);
+        t->info.src_type = LB_TYPE_I32;
+        t->is_weight2d = true;
+    }
+    ex_tensor *p = &t->gparts[e];
+    if (p->info.name[0])
+        return lb_set_error(LB_ERR_FORMAT, "%s: expert %d of %s given twice", c->dir, e, name);
+    memset(p, 0, sizeof *p);
+    p->kind = EX_SRC_GPTQ;
+    p->direct_type = -1;
+    p->forced_type = -1;
+    snprintf(p->info.name, sizeof p->info.name, "%s", name);
+    snprintf(p->info.source, sizeof p->info.source, "%s", module);
+    LB_TRY(ex_gptq_prepare(c, p, module));
+    /* the stack: the first expert's shape and settings; every other must
+     * agree, and the direct type is common or none */
+    ex_tensor *f = NULL;
+    for (int k = 0; k < t->n_parts && !f; k++)
+        if (k != e && t->gparts[k].info.name[0]) f = &t->gparts[k];
+    if (!f) {
+        t->info.n_dims = 3;
+        t->info.shape[0] = c->cfg.n_experts;
+        t->info.shape[1] = p->info.shape[0];
+        t->info.shape[2] = p->info.shape[1];
+        t->info.bits = p->info.bits;
+        t->info.group_size = p->info.group_size;
+        t->info.sym = p->info.sym;
+        t->info.desc_act = p->info.desc_act;
+        t->lin = p->lin;
+        t->direct_type = p->direct_type;
+        snprintf(t->direct_why, sizeof t->direct_why, "%s", p->direct_why);
+        return LB_OK;
+    }
+    if (p->info.shape[0] != t->info.shape[1] || p->info.shape[1] != t->info.shape[2])
+        return lb_set_error(LB_ERR_FORMAT, "%s: %s: [%lld, %lld] differs from the other "
+                            "experts' [%lld, %lld]", c->dir, module,
+                            (long long)p->info.shape[0], (long long)p->info.shape[1],
+                            (long long)t->info.shape[1], (long long)t->info.shape[2]);
+    if (p->info.bits != t->info.bits) t->info.bits = 0; /* mixed: dequantized */
+    if (p->direct_type != t->direct_type && t->direct_type >= 0) {
+        snprintf(t->direct_why, sizeof t->direct_why, "experts map to different types (%s: %s)",
+                 module, p->direct_type >= 0 ? lb_type_name(p->direct_type) : p->direct_why);
+        t->direct_type = -1;
+    }
+    return LB_OK;
+}
+
 /* Every stack complete; MoE layers have routers. */
 lb_status ex_arch_check(const ex_ctx *c) {
     for (size_t i = 0; i < c->n; i++) {
         const ex_tensor *t = &c->t[i];
+        if (t->gparts) {
+            for (int e = 0; e < t->n_parts; e++)
+                if (!t->gparts[e].info.name[0])
+                    return lb_set_error(LB_ERR_NOT_FOUND, "%s: %s: expert %d is missing "
+                                        "(num_experts = %d)", c->dir, t->info.name, e,
+                                        c->cfg.n_experts);
+            continue;
+        }
         if (t->kind != EX_SRC_STACK) continue;
         for (int e = 0; e < t->n_parts; e++)
             if (!t->parts[e])

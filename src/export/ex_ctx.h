@@ -89,6 +89,10 @@ lb_status ex_arch_add_expert(ex_ctx *c, const char *base, int e,
                              const lb_tensor *st,
                              lb_status (*push)(ex_ctx *, ex_tensor **));
 lb_status ex_arch_check(const ex_ctx *c);
+/* GPTQ expert e (module `module`, prepared with ex_gptq_prepare) of the
+ * stack `base` ("blk.N.ffn_gate_exps"): start or extend it. */
+lb_status ex_arch_add_expert_gptq(ex_ctx *c, const char *base, int e, const char *module,
+                                  lb_status (*push)(ex_ctx *, ex_tensor **));
 lb_status ex_arch_generated(ex_ctx *c, lb_status (*push)(ex_ctx *, ex_tensor **));
 void ex_arch_rope_factors(const ex_ctx *c, int kind, float *out, int64_t n);
 lb_status ex_arch_write_kv(const ex_ctx *c, lb_gguf_writer *w);

@@ -125,7 +125,10 @@ static bool expected_out_in(const lb_model_config *cfg, const char *gguf_name,
                             int64_t *out, int64_t *in) {
     const int64_t dim = cfg->hidden_size, hd = cfg->head_dim,
                   q = (int64_t)cfg->n_heads * hd, kv = (int64_t)cfg->n_kv_heads * hd,
-                  ff = cfg->intermediate_size, V = cfg->vocab_size;
+                  ff = cfg->intermediate_size, V = cfg->vocab_size, mff = cfg->moe_ff,
+                  sff = cfg->shared_ff;
+    /* Phi-3's fused gate_up_proj is GGUF ffn_up [2 ff, dim] */
+    const int64_t up = cfg->arch == LB_ARCH_PHI3 ? 2 * ff : ff;
     const char *k = strncmp(gguf_name, "blk.", 4) ? gguf_name : strchr(gguf_name + 4, '.') + 1;
     size_t kl = strcspn(k, ".");
     struct {
@@ -133,7 +136,13 @@ static bool expected_out_in(const lb_model_config *cfg, const char *gguf_name,
         int64_t o, i;
     } tab[] = {{"output", V, dim},        {"attn_q", q, dim},       {"attn_k", kv, dim},
                {"attn_v", kv, dim},       {"attn_output", dim, q},  {"ffn_gate", ff, dim},
-               {"ffn_up", ff, dim},       {"ffn_down", dim, ff}};
+               {"ffn_up", up, dim},       {"ffn_down", dim, ff},
+               /* issue-13 architectures: Phi-3 attn_qkv, one expert of the
+                * stacked ffn_*_exps, the shared expert */
+               {"attn_qkv", q + 2 * kv, dim}, {"ffn_gate_exps", mff, dim},
+               {"ffn_up_exps", mff, dim},  {"ffn_down_exps", dim, mff},
+               {"ffn_gate_shexp", sff, dim}, {"ffn_up_shexp", sff, dim},
+               {"ffn_down_shexp", dim, sff}};
     for (size_t i = 0; i < LB_ARRAY_LEN(tab); i++)
         if (strlen(tab[i].n) == kl && !strncmp(k, tab[i].n, kl)) {
             *out = tab[i].o;

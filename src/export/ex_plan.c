@@ -153,7 +153,10 @@ void ex_ctx_free(ex_ctx *c) {
         pcre2_code_free((pcre2_code *)c->rules[i].code);
     }
     free(c->rules);
-    for (size_t i = 0; i < c->n; i++) free(c->t[i].parts);
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->t[i].parts);
+        free(c->t[i].gparts);
+    }
     free(c->t);
     lb_export_plan_free(c->plan);
     free(c->dir);
@@ -472,12 +475,13 @@ static lb_status list_tensors(ex_ctx *c) {
             break;
         }
         if (expert >= 0) { /* MoE: stacked into ffn_*_exps (ex_arch.c) */
-            if (gptq_part) {
-                s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: %s: exporting GPTQ-quantized "
-                                 "experts is not supported yet", c->dir, name);
+            if (gptq_part && !c->gptq) {
+                s = lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s' is GPTQ-packed but the "
+                                 "config has no GPTQ quantization_config", c->dir, name);
                 break;
             }
-            s = ex_arch_add_expert(c, base, expert, st, push_tensor);
+            s = gptq_part ? ex_arch_add_expert_gptq(c, base, expert, mod, push_tensor)
+                          : ex_arch_add_expert(c, base, expert, st, push_tensor);
             continue;
         }
         bool tied = cfg->tie_word_embeddings && !lm_quant;
@@ -693,7 +697,8 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                             ? (lb_type)t->info.src_type : LB_TYPE_F32;
     }
     if (p->has_qtype) {
-        lb_ftype_model fm = {c->arch, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads, 0};
+        lb_ftype_model fm = {c->arch, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads,
+                             c->cfg.n_experts}; /* MoE: llama.cpp's expert rules */
         lb_ftype_params fp = {p->qtype.pure, false, o->output_type, o->embedding_type};
         s = lb_ftype_tensor_types(p->qtype.ftype, &fm, &fp, views, c->n, mix, NULL);
         /* the types the mix asks for before the row-length fallback: the
@@ -749,6 +754,11 @@ static lb_status assign_types(ex_ctx *c, const lb_export_opts *o) {
                            lb_type_name(t->direct_type),
                            t->direct_type == LB_TYPE_Q4_1 ? " (m = -scale*zero rounded to fp16)"
                                                           : " exactly");
+                if (t->gparts) { /* MoE: the experts' blocks one after the other */
+                    size_t l = strlen(e->reason);
+                    snprintf(e->reason + l, sizeof e->reason - l, ", %d experts stacked",
+                             t->n_parts);
+                }
                 continue;
             }
             if (p->mode == LB_EXPORT_MODE_DIRECT) {

@@ -342,7 +342,21 @@ static lb_status write_tensor(ex_run *r, const ex_tensor *t) {
         run_free(r, f, n);
         break;
     }
-    case EX_SRC_GPTQ: s = write_gptq(r, t); break;
+    case EX_SRC_GPTQ:
+        if (!t->gparts) {
+            s = write_gptq(r, t);
+            break;
+        }
+        /* stacked GPTQ experts: each with the stack's type and route */
+        s = LB_OK;
+        for (int p = 0; p < t->n_parts && s == LB_OK; p++) {
+            ex_tensor one = t->gparts[p];
+            one.info.type = e->type;
+            one.info.route = e->route;
+            one.info.nbytes = e->nbytes / (size_t)t->n_parts;
+            s = write_gptq(r, &one);
+        }
+        break;
     case EX_SRC_ROPE_FREQS: {
         size_t n = (size_t)e->shape[0] * 4;
         float *f = run_alloc(r, n);

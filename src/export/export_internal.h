@@ -116,6 +116,12 @@ typedef struct ex_tensor {
     const lb_tensor **parts;     /* EX_SRC_STACK: [n_parts] experts (owned
                                     array, freed with the context)        */
     int n_parts;
+    /* EX_SRC_GPTQ experts of a MoE layer stacked into one 3-D weight:
+     * [n_parts] prepared 2-D GPTQ modules (owned), written one after the
+     * other (row-wise block types: the stacked bytes are the 3-D
+     * tensor's); info / direct_type are the stack's, direct only when
+     * every expert maps to the same type */
+    struct ex_tensor *gparts;
     bool add_one;                /* Gemma norms: written as 1 + w         */
     int rope_kind;               /* EX_SRC_ROPE_FACTORS                   */
     bool bnb_deq;                /* dequantized bitsandbytes weight (ex_bnb.c) */

@@ -26,7 +26,8 @@
  * token reads only its top-k experts' weights.
  * Linears go through lb_matmul (any weight type with a kernel); the forward
  * hook sees the inputs of the dense linears (q, k, v, o, and gate, up, down
- * of dense MLP layers) in forward.c's order.
+ * of dense MLP layers) in forward.c's order, and in a MoE layer the block's
+ * input (post-attention norm output) as LB_LINEAR_GATE.
  */
 #include "model/model_internal.h"
 #include "lowbit/kernels.h"
@@ -46,7 +47,7 @@ static float gelu_tanh(float x) {
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-static void act_mul(lb_hidden_act a, float *g, const float *u, int64_t n) {
+void lb_glu_act_mul(lb_hidden_act a, float *g, const float *u, int64_t n) {
     if (a == LB_ACT_SILU) { /* the kernel table's SwiGLU (forward.c's) */
         lb_kernels_current()->vec.silu_mul(g, u, n);
         return;
@@ -291,14 +292,14 @@ static lb_status mlp(const lb_ext_ctx *x, int l, const lb_tensor *g,
     }
     LB_TRY(mm(x, g, xn, gb, n));
     LB_TRY(mm(x, u, xn, ub, n));
-    act_mul(c->hidden_act, gb, ub, (int64_t)n * ff);
+    lb_glu_act_mul(c->hidden_act, gb, ub, (int64_t)n * ff);
     if (hooks) LB_TRY(hook(x, l, LB_LINEAR_DOWN, gb, n, ff));
     return mm(x, d, gb, y, n);
 }
 
 /* Top-k of softmax(logits[E]) (ties to the lower index, as torch.topk on
  * CPU), weights renormalised when norm. */
-static void route(const float *logits, int E, int k, bool norm, int *idx,
+void lb_moe_route(const float *logits, int E, int k, bool norm, int *idx,
                   float *w, float *prob) {
     float mx = logits[0];
     for (int e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
@@ -338,10 +339,13 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
     const lb_layer_weights *L = &m->layers[l];
     const int E = c->n_experts, K = c->n_experts_used;
     const int64_t dim = c->hidden_size, ff = c->moe_ff;
+    /* the MoE block's input, reported as the MLP's (the quantizer's
+     * expert calibration starts from it) */
+    LB_TRY(hook(x, l, LB_LINEAR_GATE, xn, n, dim));
     /* router [n, E] */
     LB_TRY(mm(x, &L->ffn_gate_inp, xn, b->router, n));
     for (int32_t t = 0; t < n; t++)
-        route(b->router + (size_t)t * E, E, K, c->norm_topk_prob,
+        lb_moe_route(b->router + (size_t)t * E, E, K, c->norm_topk_prob,
               b->sel + (size_t)t * K, b->wsel + (size_t)t * K, b->prob);
     memset(y, 0, (size_t)n * (size_t)dim * sizeof(float));
     /* expert by expert (ascending, HF's summation order): gather its
@@ -361,7 +365,7 @@ static lb_status moe(const lb_ext_ctx *x, int l, const float *xn, int32_t n,
         const lb_tensor *W = L->exp + 3 * e;
         LB_TRY(mm(x, &W[0], b->xe, b->g, ne));
         LB_TRY(mm(x, &W[1], b->xe, b->u, ne));
-        act_mul(c->hidden_act, b->g, b->u, (int64_t)ne * ff);
+        lb_glu_act_mul(c->hidden_act, b->g, b->u, (int64_t)ne * ff);
         LB_TRY(mm(x, &W[2], b->g, b->ye, ne));
         for (int32_t r = 0; r < ne; r++) {
             const int32_t t = b->tok_of[r];

@@ -117,7 +117,7 @@ static lb_status bad_shape(load_ctx *c, const lb_tensor *t, const char *want) {
 static lb_status load_view(load_ctx *c, const char *prefix,
                            const lb_tensor *qw, const lb_gptq_linear *l,
                            const lb_gptq_module_cfg *mc,
-                           lb_tensor_role role, int layer);
+                           lb_tensor_role role, int layer, lb_tensor *res);
 
 /* One AutoAWQ GEMM linear (lowbit/gptq.h LB_GPTQ_FORMAT_AWQ): qweight I32
  * [in, out/8], qzeros I32 [in/group, out/8], scales F16 [in/group, out];
@@ -125,7 +125,7 @@ static lb_status load_view(load_ctx *c, const char *prefix,
  * a mismatch names the tensor. */
 static lb_status load_awq(load_ctx *c, const char *prefix,
                           const lb_tensor *qw, lb_tensor_role role, int layer,
-                          int64_t out, int64_t in) {
+                          int64_t out, int64_t in, lb_tensor *res) {
     char want[128];
     lb_gptq_module_cfg mc = lb_gptq_qconfig_module(c->qc, prefix);
     if (out % 32 || in % 32)
@@ -171,8 +171,13 @@ static lb_status load_awq(load_ctx *c, const char *prefix,
         .format = LB_GPTQ_FORMAT_AWQ, .qweight = qw->data,
         .qzeros = qz->data, .scales = sc->data, .scales_type = sc->type,
         .g_idx = NULL, .group_size = (int)gs};
-    return load_view(c, prefix, qw, &l, NULL, role, layer);
+    return load_view(c, prefix, qw, &l, NULL, role, layer, res);
 }
+
+static lb_status quantized_tensor(load_ctx *c, const char *prefix,
+                                  const lb_tensor *qw, lb_tensor_role role,
+                                  int layer, int64_t out, int64_t in,
+                                  lb_tensor *res);
 
 /* One GPTQ linear `prefix` ([out, in]) -> lb_tensor set for `role`. */
 static lb_status load_quantized(load_ctx *c, const char *prefix,
@@ -181,10 +186,18 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
     int nd;
     int64_t sh[2];
     lb_role_shape(&c->m->config, role, &nd, sh);
-    const int64_t out = sh[0], in = sh[1];
+    return quantized_tensor(c, prefix, qw, role, layer, sh[0], sh[1], NULL);
+}
+
+/* The converted tensor of GPTQ linear `prefix` [out, in]: set for `role`
+ * (res NULL), or returned in *res (model-owned buffer). */
+static lb_status quantized_tensor(load_ctx *c, const char *prefix,
+                                  const lb_tensor *qw, lb_tensor_role role,
+                                  int layer, int64_t out, int64_t in,
+                                  lb_tensor *res) {
     char want[128];
     if (c->qc->format == LB_GPTQ_FORMAT_AWQ)
-        return load_awq(c, prefix, qw, role, layer, out, in);
+        return load_awq(c, prefix, qw, role, layer, out, in, res);
     /* qweight: I32 [in*bits/32, out] */
     if (qw->type != LB_TYPE_I32 || qw->n_dims != 2 || qw->shape[1] != out ||
         in % 32 || qw->shape[0] < 1 || (qw->shape[0] * 32) % in) {
@@ -239,7 +252,7 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
         .qzeros = qz->data, .scales = sc->data, .scales_type = sc->type,
         .g_idx = gi ? gi->data : NULL, .group_size = mc.group_size,
         .qzeros_cols = qz->shape[1]};
-    return load_view(c, prefix, qw, &l, &mc, role, layer);
+    return load_view(c, prefix, qw, &l, &mc, role, layer, res);
 }
 
 /* A checked-shape view -> the model's tensor for `role`. mc: the GPTQ
@@ -248,7 +261,7 @@ static lb_status load_quantized(load_ctx *c, const char *prefix,
 static lb_status load_view(load_ctx *c, const char *prefix,
                            const lb_tensor *qw, const lb_gptq_linear *lp,
                            const lb_gptq_module_cfg *mc,
-                           lb_tensor_role role, int layer) {
+                           lb_tensor_role role, int layer, lb_tensor *res) {
     lb_gptq_linear l = *lp;
     const int64_t out = l.out_features, in = l.in_features;
     const int bits = l.bits;
@@ -300,6 +313,11 @@ static lb_status load_view(load_ctx *c, const char *prefix,
     LB_TRY(lb_model_builder_own(c->m, buf));
     lb_tensor t = {.name = tname(qw), .type = type, .n_dims = 2,
                    .shape = {out, in}, .data = buf, .nbytes = nbytes};
+    if (res) {
+        *res = t;
+        c->n_by_type[type]++;
+        return LB_OK;
+    }
     s = lb_model_builder_set(c->m, role, layer, &t);
     if (s != LB_OK) return lb_error_context(s, "%s", c->dir);
     c->n_by_type[type]++;
@@ -338,6 +356,28 @@ static lb_status load_linear(load_ctx *c, const char *prefix,
     bool present = lb_st_find(c->st, name) != NULL;
     LB_TRY(set_dense(c, name, role, layer, optional));
     if (present) c->n_dense++;
+    return LB_OK;
+}
+
+/* The issue-13 architectures' linears (lb_model_load_layers_ext): the
+ * converted prefix.qweight, else the dense prefix.weight. */
+static lb_status ext_linear(void *user, const char *prefix, int64_t out,
+                            int64_t in, lb_tensor *t) {
+    load_ctx *c = user;
+    lb_status s = LB_OK;
+    const lb_tensor *qw = need(c, prefix, "qweight", true, &s);
+    if (qw)
+        return quantized_tensor(c, prefix, qw, LB_ROLE_Q, 0, out, in, t);
+    const lb_tensor *d = need(c, prefix, "weight", false, &s);
+    if (!d) return s;
+    if (d->type != LB_TYPE_F32 && d->type != LB_TYPE_F16 &&
+        d->type != LB_TYPE_BF16)
+        return lb_set_error(LB_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' has dtype %s (F32/F16/BF16 "
+                            "expected)", c->dir, tname(d),
+                            lb_type_name(d->type));
+    c->n_dense++;
+    *t = *d;
     return LB_OK;
 }
 
@@ -424,6 +464,14 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
      * the HF loader); a quantized lm_head is kept (GPTQModel unties). */
     if (tied && !q_head && m->tok_embd.data)
         memset(&m->output, 0, sizeof m->output);
+    if (mc->arch >= LB_ARCH_GEMMA2) {
+        /* Gemma 2/3, Phi-3 (fused qkv_proj / gate_up_proj), MoE experts */
+        s = lb_model_load_layers_ext(m, st, dir, opts, ext_linear, &c);
+        if (s == LB_OK) s = lb_model_builder_finish(m);
+        if (s == LB_OK && mc->post_norms) s = lb_model_gemma_norms_plus_one(m);
+        if (s != LB_OK) goto fail;
+        goto loaded;
+    }
 
     static const struct {
         lb_tensor_role role;
@@ -477,6 +525,7 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
     }
     if (s == LB_OK) s = lb_model_builder_finish(m);
     if (s != LB_OK) goto fail;
+loaded:
     lb_log(LB_LOG_INFO,
            "%s: %s %d-bit checkpoint (%s): %d Q4_0, %d Q8_0, %d Q4_1, "
            "%d F32, %d F16 linears from qweight, %d dense linears",

@@ -25,6 +25,15 @@ lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
                                       const lb_model_load_opts *opts);
 lb_status lb_model_gemma_norms_plus_one(lb_model *m);
 
+/* The source of the linears' weights: `prefix.weight` of st, or the
+ * caller's function (the GPTQ loader). */
+typedef struct lin_src {
+    const lb_safetensors *st;
+    const char *dir;
+    lb_ext_linear_fn fn;
+    void *user;
+} lin_src;
+
 static lb_status check_dtype(const char *dir, const lb_tensor *t) {
     if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 &&
         t->type != LB_TYPE_BF16)
@@ -103,7 +112,33 @@ static lb_status row_view(const char *dir, const lb_tensor *t, int slab,
     return s == LB_OK ? LB_OK : lb_error_context(s, "%s", dir);
 }
 
-static lb_status load_phi3_layer(lb_model *m, const lb_safetensors *st,
+/* Linear `prefix` [out, in] from the source. */
+static lb_status get_linear(const lin_src *ls, const char *prefix,
+                            int64_t out, int64_t in, lb_tensor *t) {
+    if (ls->fn) return ls->fn(ls->user, prefix, out, in, t);
+    char name[224];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    lb_status s;
+    const lb_tensor *f = need(ls->st, ls->dir, name, &s);
+    if (!f) return s;
+    *t = *f;
+    return LB_OK;
+}
+
+/* Linear `prefix` set for role (shape from the role). */
+static lb_status set_linear(lb_model *m, const lin_src *ls, const char *prefix,
+                            lb_tensor_role role, int l, int e) {
+    int nd;
+    int64_t sh[3];
+    lb_role_shape(&m->config, role, &nd, sh);
+    lb_tensor t;
+    LB_TRY(get_linear(ls, prefix, sh[0], sh[1], &t));
+    lb_status s = e >= 0 ? lb_model_builder_set_expert(m, role, l, e, &t)
+                         : lb_model_builder_set(m, role, l, &t);
+    return s == LB_OK ? LB_OK : lb_error_context(s, "%s", ls->dir);
+}
+
+static lb_status load_phi3_layer(lb_model *m, const lin_src *ls,
                                  const char *dir, int l) {
     const lb_model_config *c = &m->config;
     const int64_t qd = (int64_t)c->n_heads * c->head_dim,
@@ -111,15 +146,16 @@ static lb_status load_phi3_layer(lb_model *m, const lb_safetensors *st,
                   ff = c->intermediate_size;
     char name[192];
     lb_status s;
-    snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", l);
-    const lb_tensor *qkv = need(st, dir, name, &s);
-    if (!qkv) return s;
+    lb_tensor qkv_t, gu_t;
+    snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj", l);
+    LB_TRY(get_linear(ls, name, qd + 2 * kvd, c->hidden_size, &qkv_t));
+    const lb_tensor *qkv = &qkv_t;
     if (qkv->n_dims != 2 || qkv->shape[0] != qd + 2 * kvd)
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: tensor '%s': expected [%lld, %d] (q %lld + "
+                            "%s: tensor '%s.%s': expected [%lld, %d] (q %lld + "
                             "k, v %lld rows each from num_attention_heads, "
                             "num_key_value_heads, head_dim), got %lld rows",
-                            dir, name, (long long)(qd + 2 * kvd),
+                            dir, name, ls->fn ? "qweight" : "weight", (long long)(qd + 2 * kvd),
                             c->hidden_size, (long long)qd, (long long)kvd,
                             (long long)qkv->shape[0]);
     lb_tensor v;
@@ -130,14 +166,14 @@ static lb_status load_phi3_layer(lb_model *m, const lb_safetensors *st,
         s = lb_model_builder_set(m, rr[i], l, &v);
         if (s != LB_OK) return lb_error_context(s, "%s", dir);
     }
-    snprintf(name, sizeof name, "model.layers.%d.mlp.gate_up_proj.weight", l);
-    const lb_tensor *gu = need(st, dir, name, &s);
-    if (!gu) return s;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.gate_up_proj", l);
+    LB_TRY(get_linear(ls, name, 2 * ff, c->hidden_size, &gu_t));
+    const lb_tensor *gu = &gu_t;
     if (gu->n_dims != 2 || gu->shape[0] != 2 * ff)
         return lb_set_error(LB_ERR_FORMAT,
-                            "%s: tensor '%s': expected %lld rows (2 x "
+                            "%s: tensor '%s.%s': expected %lld rows (2 x "
                             "intermediate_size), got %lld",
-                            dir, name, (long long)(2 * ff),
+                            dir, name, ls->fn ? "qweight" : "weight", (long long)(2 * ff),
                             (long long)gu->shape[0]);
     for (int i = 0; i < 2; i++) {
         LB_TRY(row_view(dir, gu, -1, i * ff, ff, &v));
@@ -147,8 +183,9 @@ static lb_status load_phi3_layer(lb_model *m, const lb_safetensors *st,
     return LB_OK;
 }
 
-static lb_status load_experts(lb_model *m, const lb_safetensors *st,
-                              const char *dir, int l) {
+static lb_status load_experts(lb_model *m, const lin_src *ls,
+                              const lb_safetensors *st, const char *dir,
+                              int l) {
     const lb_model_config *c = &m->config;
     const bool mix = c->arch == LB_ARCH_MIXTRAL;
     const char *blk = mix ? "block_sparse_moe" : "mlp";
@@ -164,7 +201,10 @@ static lb_status load_experts(lb_model *m, const lb_safetensors *st,
     /* more experts in the file than the config declares */
     snprintf(name, sizeof name, "%s.experts.%d.%s.weight", pre, c->n_experts,
              mix ? mn[0] : qn[0]);
-    if (lb_st_find(st, name))
+    char qname[200];
+    snprintf(qname, sizeof qname, "%s.experts.%d.%s.qweight", pre,
+             c->n_experts, mix ? mn[0] : qn[0]);
+    if (lb_st_find(st, name) || lb_st_find(st, qname))
         return lb_set_error(LB_ERR_FORMAT,
                             "%s: tensor '%s' exists but num_experts is %d",
                             dir, name, c->n_experts);
@@ -173,7 +213,9 @@ static lb_status load_experts(lb_model *m, const lb_safetensors *st,
     const lb_tensor *gu = lb_st_find(st, fused);
     snprintf(name, sizeof name, "%s.experts.0.%s.weight", pre,
              mix ? mn[0] : qn[0]);
-    if (gu && !lb_st_find(st, name)) {
+    snprintf(qname, sizeof qname, "%s.experts.0.%s.qweight", pre,
+             mix ? mn[0] : qn[0]);
+    if (gu && !lb_st_find(st, name) && !lb_st_find(st, qname)) {
         /* transformers-5 fused experts */
         lb_status s;
         snprintf(name, sizeof name, "%s.experts.down_proj", pre);
@@ -200,19 +242,15 @@ static lb_status load_experts(lb_model *m, const lb_safetensors *st,
     } else {
         for (int e = 0; e < c->n_experts; e++)
             for (int k = 0; k < 3; k++) {
-                snprintf(name, sizeof name, "%s.experts.%d.%s.weight", pre, e,
+                snprintf(name, sizeof name, "%s.experts.%d.%s", pre, e,
                          mix ? mn[k] : qn[k]);
-                lb_status s;
-                const lb_tensor *t = need(st, dir, name, &s);
-                if (!t) return s;
-                s = lb_model_builder_set_expert(m, LB_ROLE_EXP_GATE + k, l, e, t);
-                if (s != LB_OK) return lb_error_context(s, "%s", dir);
+                LB_TRY(set_linear(m, ls, name, LB_ROLE_EXP_GATE + k, l, e));
             }
     }
     if (c->shared_ff > 0) {
         for (int k = 0; k < 3; k++) {
-            snprintf(name, sizeof name, "%s.shared_expert.%s.weight", pre, qn[k]);
-            LB_TRY(set_named(m, st, dir, name, LB_ROLE_SHEXP_GATE + k, l));
+            snprintf(name, sizeof name, "%s.shared_expert.%s", pre, qn[k]);
+            LB_TRY(set_linear(m, ls, name, LB_ROLE_SHEXP_GATE + k, l, -1));
         }
         snprintf(name, sizeof name, "%s.shared_expert_gate.weight", pre);
         LB_TRY(set_named(m, st, dir, name, LB_ROLE_SHEXP_GATE_INP, l));
@@ -223,6 +261,14 @@ static lb_status load_experts(lb_model *m, const lb_safetensors *st,
 lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
                                       const char *dir,
                                       const lb_model_load_opts *opts) {
+    return lb_model_load_layers_ext(m, st, dir, opts, NULL, NULL);
+}
+
+lb_status lb_model_load_layers_ext(lb_model *m, const lb_safetensors *st,
+                                   const char *dir,
+                                   const lb_model_load_opts *opts,
+                                   lb_ext_linear_fn linear, void *user) {
+    const lin_src ls = {st, dir, linear, user};
     const lb_model_config *c = &m->config;
     const bool gemma = c->post_norms;
     for (int l = 0; l < c->n_layers; l++) {
@@ -257,11 +303,18 @@ lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
                          r == LB_ROLE_GATE || r == LB_ROLE_UP))
                 continue;
             snprintf(name, sizeof name, "model.layers.%d.%s", l, t[i].suffix);
-            LB_TRY(set_named(m, st, dir, name, r, l));
+            if (r == LB_ROLE_Q || r == LB_ROLE_K || r == LB_ROLE_V ||
+                r == LB_ROLE_O || r == LB_ROLE_GATE || r == LB_ROLE_UP ||
+                r == LB_ROLE_DOWN) {
+                *strrchr(name, '.') = '\0'; /* the module: drop ".weight" */
+                LB_TRY(set_linear(m, &ls, name, r, l, -1));
+            } else {
+                LB_TRY(set_named(m, st, dir, name, r, l));
+            }
         }
-        if (phi3) LB_TRY(load_phi3_layer(m, st, dir, l));
+        if (phi3) LB_TRY(load_phi3_layer(m, &ls, dir, l));
         if (lb_model_config_layer_moe(c, l)) {
-            LB_TRY(load_experts(m, st, dir, l));
+            LB_TRY(load_experts(m, &ls, st, dir, l));
         } else if (c->n_experts > 0) {
             /* a dense layer must not carry a router */
             snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", l,

@@ -138,6 +138,32 @@ void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
 void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
                      float *q, float *k, const float *cs, const float *sn);
 
+/* The issue-13 architectures' decoder layers from a safetensors set
+ * (load_hf_ext.c): norms, biases, routers from st; every linear weight
+ * [out, in] from linear(user, prefix, out, in, &t) with its module name
+ * ("model.layers.0.self_attn.qkv_proj", "...mlp.experts.3.down_proj"), or
+ * from st's prefix.weight when linear is NULL (the HF loader; the GPTQ
+ * loader converts prefix.qweight). */
+struct lb_safetensors;
+typedef lb_status (*lb_ext_linear_fn)(void *user, const char *prefix,
+                                      int64_t out, int64_t in, lb_tensor *t);
+lb_status lb_model_load_layers_ext(lb_model *m, const struct lb_safetensors *st,
+                                   const char *dir,
+                                   const lb_model_load_opts *opts,
+                                   lb_ext_linear_fn linear, void *user);
+lb_status lb_model_gemma_norms_plus_one(lb_model *m);
+
+/* MoE routing of one token (forward_ext.c, transformers' order):
+ * prob = softmax(logits[E]) in f32, idx[k] = top-k (ties to the lower
+ * index, as torch.topk on CPU), w[k] = their probabilities, renormalised to
+ * sum 1 when norm. prob [E] is scratch (left holding the softmax). */
+void lb_moe_route(const float *logits, int E, int k, bool norm, int *idx,
+                  float *w, float *prob);
+
+/* g[i] = act(g[i]) * u[i], i < n: the gated MLPs' activation (SiLU through
+ * the kernel table, or gelu_pytorch_tanh), as forward_ext.c runs it. */
+void lb_glu_act_mul(lb_hidden_act a, float *g, const float *u, int64_t n);
+
 /* Fill *cfg from a GGUF file's `<arch>.*` and `tokenizer.ggml.*` keys
  * (load_gguf.c; architectures llama, qwen2, qwen3). Checks key types and
  * ranges, per-layer arrays (must be uniform), key_length == value_length,

@@ -250,6 +250,13 @@ lb_status lb_eora_generate(const lb_model *dense, const lb_model *quant,
         return lb_set_error(LB_ERR_INVALID_ARG, "eora: the dense and quantized "
                             "models hold q/k rows in different orders (give both "
                             "as HF/GPTQ directories)");
+    /* the issue-13 layouts (fused Phi-3 modules, MoE experts, Gemma's
+     * norms) have no adapter targets here yet, and LoRA is not applied by
+     * their forward (docs/model.md) */
+    if (c->arch >= LB_ARCH_GEMMA2 || lb_model_config_is_ext(c))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "eora: %s is not supported "
+                            "(Llama, Mistral, Qwen2, Qwen3 layouts only)",
+                            c->arch_name);
     if (!p || p->rank < 1)
         return lb_set_error(LB_ERR_INVALID_ARG, "eora: rank must be >= 1");
     if (!calib || !calib->ids || calib->nsamples < 1 || calib->seqlen < 1 ||

@@ -158,6 +158,34 @@ double qz_snr_db(const float *w, const float *q, int64_t n) {
     return 10.0 * log10(s / e);
 }
 
+lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
+    const lb_model_config *c = &m->config;
+    const bool ext = c->arch >= LB_ARCH_GEMMA2 || lb_model_config_is_ext(c);
+    const bool moe = c->n_experts > 0;
+    if (!ext) return LB_OK;
+    if (p->method == LB_QUANT_AWQ || p->method == LB_QUANT_AWQ_GPTQ)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: AWQ on %s is not "
+                            "supported (its scaling groups and folded norms "
+                            "are defined for the Llama layout); use GPTQ or "
+                            "RTN", c->arch_name);
+    if (p->rotate != LB_ROTATE_NONE)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate on %s is "
+                            "not supported", c->arch_name);
+    if (moe && (p->method == LB_QUANT_GPTAQ || p->qep))
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: %s on a MoE model "
+                            "(%s) is not supported (no native cross "
+                            "statistics per expert); use GPTQ or RTN",
+                            p->qep ? "QEP" : "GPTAQ", c->arch_name);
+    if (p->moe_coverage != LB_MOE_COVERAGE_ALL &&
+        p->moe_coverage != LB_MOE_COVERAGE_ROUTED)
+        return lb_set_error(LB_ERR_INVALID_ARG, "quantize: moe_coverage %d "
+                            "(all or routed)", (int)p->moe_coverage);
+    if (p->moe_min_tokens < 0)
+        return lb_set_error(LB_ERR_INVALID_ARG, "quantize: moe_min_tokens "
+                            "%lld < 0", (long long)p->moe_min_tokens);
+    return LB_OK;
+}
+
 void lb_quantize_report_free(lb_quantize_report *r) {
     if (!r) return;
     free(r->modules);
@@ -178,7 +206,16 @@ void qz_arch_get(const lb_model_config *cfg, bool true_sequential,
                                   {LB_LINEAR_O, -1, -1},
                                   {LB_LINEAR_GATE, LB_LINEAR_UP, -1},
                                   {LB_LINEAR_DOWN, -1, -1}};
-    if (true_sequential) {
+    if (cfg->arch == LB_ARCH_PHI3) {
+        /* fused qkv_proj and gate_up_proj: one module each */
+        static const int ph[4] = {QZ_QKV, LB_LINEAR_O, QZ_GATE_UP,
+                                  LB_LINEAR_DOWN};
+        a->n_subsets = true_sequential ? 4 : 1;
+        for (int k = 0; k < 4; k++) {
+            const int ss = true_sequential ? k : 0;
+            a->subsets[ss][a->subset_n[ss]++] = ph[k];
+        }
+    } else if (true_sequential) {
         a->n_subsets = 4;
         for (int k = 0; k < 4; k++)
             for (int j = 0; j < 3 && seq[k][j] >= 0; j++)
@@ -209,17 +246,52 @@ void qz_arch_get(const lb_model_config *cfg, bool true_sequential,
         QZ_IN_DOWN};
 }
 
-/* Input group of a linear; K/V and UP read the same X as Q and GATE. */
+/* Input group of a module; K/V and UP read the same X as Q and GATE
+ * (experts: the MoE block's input, or their own down input). */
 static int input_group(int which) {
+    if (which >= QZ_EXP) return (which - QZ_EXP) % 3 == 2 ? G_DOWN : G_MLP;
+    if (which >= QZ_SHEXP) return which - QZ_SHEXP == 2 ? G_DOWN : G_MLP;
     switch (which) {
     case LB_LINEAR_Q:
     case LB_LINEAR_K:
-    case LB_LINEAR_V: return G_ATTN;
+    case LB_LINEAR_V:
+    case QZ_QKV: return G_ATTN;
     case LB_LINEAR_O: return G_O;
     case LB_LINEAR_GATE:
-    case LB_LINEAR_UP: return G_MLP;
+    case LB_LINEAR_UP:
+    case QZ_GATE_UP: return G_MLP;
     default: return G_DOWN;
     }
+}
+
+int qz_module_parts(lb_model *m, const qz_module *q, lb_tensor *parts[3]) {
+    if (q->which == QZ_LM_HEAD) {
+        parts[0] = &m->output;
+        return 1;
+    }
+    lb_layer_weights *L = &m->layers[q->layer];
+    const int w = q->which;
+    if (w >= 0 && w < LB_LINEAR_COUNT) {
+        parts[0] = &L->w[w];
+        return 1;
+    }
+    if (w == QZ_QKV) {
+        parts[0] = &L->w[LB_LINEAR_Q];
+        parts[1] = &L->w[LB_LINEAR_K];
+        parts[2] = &L->w[LB_LINEAR_V];
+        return 3;
+    }
+    if (w == QZ_GATE_UP) {
+        parts[0] = &L->w[LB_LINEAR_GATE];
+        parts[1] = &L->w[LB_LINEAR_UP];
+        return 2;
+    }
+    if (w >= QZ_EXP) {
+        parts[0] = &L->exp[w - QZ_EXP];
+        return 1;
+    }
+    parts[0] = &L->shexp[w - QZ_SHEXP];
+    return 1;
 }
 
 /* The linears that read each input group (for messages). */
@@ -385,9 +457,51 @@ static lb_status rtn(const float *W, int64_t out, int64_t in,
                                 res);
 }
 
-static lb_tensor *module_tensor(lb_model *m, const qz_module *q) {
-    return q->which == QZ_LM_HEAD ? &m->output
-                                  : &m->layers[q->layer].w[q->which];
+/* The module's weight as f32 [out, in] (its parts' rows in order). */
+static lb_status module_weight_f32(lb_model *m, const qz_module *q,
+                                   float **out) {
+    lb_tensor *parts[3];
+    const int np = qz_module_parts(m, q, parts);
+    if (np == 1) return weight_f32(parts[0], q->name, out);
+    *out = NULL;
+    float *W = lb_alloc((size_t)q->out * (size_t)q->in * sizeof(float));
+    if (!W) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
+    int64_t r0 = 0;
+    for (int i = 0; i < np; i++) {
+        float *P = NULL;
+        lb_status s = parts[i]->shape[1] == q->in
+                          ? weight_f32(parts[i], q->name, &P)
+                          : lb_set_error(LB_ERR_INTERNAL, "%s: part shapes",
+                                         q->name);
+        if (s != LB_OK) {
+            lb_free(W);
+            return s;
+        }
+        memcpy(W + r0 * q->in, P,
+               (size_t)(parts[i]->shape[0] * q->in) * sizeof(float));
+        r0 += parts[i]->shape[0];
+        lb_free(P);
+    }
+    *out = W;
+    return LB_OK;
+}
+
+/* The swap record of a tensor slot (added with its current view). */
+static struct qz_swap *swap_slot(engine *e, lb_tensor *slot) {
+    for (int i = 0; i < e->n_sw; i++)
+        if (e->sw[i].slot == slot) return &e->sw[i];
+    if (e->n_sw == e->cap_sw) {
+        int cap = e->cap_sw ? 2 * e->cap_sw : 16;
+        struct qz_swap *n = realloc(e->sw, (size_t)cap * sizeof *n);
+        if (!n) return NULL;
+        e->sw = n;
+        e->cap_sw = cap;
+    }
+    struct qz_swap *r = &e->sw[e->n_sw++];
+    r->slot = slot;
+    r->orig = *slot;
+    r->buf = NULL;
+    return r;
 }
 
 /* Put a module's dequantized f32 weights into the model. In-place mode the
@@ -408,16 +522,34 @@ static lb_status swap_in(engine *e, const qz_module *q, float *Wd) {
         e->m->config.tie_word_embeddings = false; /* untied now */
         return LB_OK;
     }
-    if (e->sink->keep_in_model)
-        return lb_model_set_linear(e->m, q->layer, (lb_linear_id)q->which, &t,
-                                   Wd);
-    if (!e->deq[q->which])
-        e->orig[q->which] = e->m->layers[q->layer].w[q->which];
-    lb_free(e->deq[q->which]);
-    e->deq[q->which] = Wd;
-    lb_status s = lb_model_set_linear(e->m, q->layer, (lb_linear_id)q->which,
-                                      &t, NULL);
-    return s;
+    lb_tensor *parts[3];
+    const int np = qz_module_parts(e->m, q, parts);
+    if (e->sink->keep_in_model) {
+        LB_TRY(lb_model_builder_own(e->m, Wd));
+    } else {
+        struct qz_swap *r = swap_slot(e, parts[0]);
+        for (int i = 1; i < np && r; i++)
+            if (!swap_slot(e, parts[i])) r = NULL;
+        if (!r) {
+            lb_free(Wd);
+            return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
+        }
+        r = swap_slot(e, parts[0]);
+        lb_free(r->buf);
+        r->buf = Wd;
+    }
+    /* each part: a row view of Wd, keeping its name */
+    int64_t r0 = 0;
+    for (int i = 0; i < np; i++) {
+        lb_tensor v = t;
+        v.name = parts[i]->name;
+        v.shape[0] = parts[i]->shape[0];
+        v.data = Wd + r0 * q->in;
+        v.nbytes = (size_t)v.shape[0] * (size_t)q->in * sizeof(float);
+        r0 += v.shape[0];
+        *parts[i] = v;
+    }
+    return LB_OK;
 }
 
 lb_status qz_engine_swap_in(qz_engine *e, const qz_module *q, float *W) {
@@ -425,7 +557,7 @@ lb_status qz_engine_swap_in(qz_engine *e, const qz_module *q, float *W) {
 }
 
 lb_status qz_engine_weight_f32(qz_engine *e, const qz_module *q, float **W) {
-    return weight_f32(module_tensor(e->m, q), q->name, W);
+    return module_weight_f32(e->m, q, W);
 }
 
 static lb_tensor *dense_slot(lb_model *m, int layer, int which) {
@@ -476,14 +608,11 @@ lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
 
 /* Restore the layer's original weights and free the dequantized ones. */
 static void restore_layer(engine *e, int layer) {
-    for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-        if (!e->deq[i]) continue;
-        if (layer < e->m->config.n_layers)
-            lb_model_set_linear(e->m, layer, (lb_linear_id)i, &e->orig[i],
-                                NULL);
-        lb_free(e->deq[i]);
-        e->deq[i] = NULL;
+    for (int i = 0; i < e->n_sw; i++) {
+        if (layer < e->m->config.n_layers) *e->sw[i].slot = e->sw[i].orig;
+        lb_free(e->sw[i].buf);
     }
+    e->n_sw = 0;
     for (int i = 0; i < 3; i++) {
         if (!e->dense_buf[i]) continue;
         if (layer < e->m->config.n_layers)
@@ -515,16 +644,20 @@ static void fill_report_static(lb_quantize_module_report *r,
  * factor *fac, made from H first when *fac is NULL and then kept there for
  * the next module with the same input; RTN when fac is NULL), hand it to
  * the sink, swap it in. */
-static lb_status quantize_module(engine *e, const qz_module *q,
-                                 const float *H, lb_gptq_factor **fac,
-                                 int64_t nsamples) {
+typedef lb_status (*solve_fn)(qz_engine *e, const qz_module *q,
+                              const float *W, const float *H,
+                              lb_gptq_factor **fac, lb_gptq_result *res);
+
+static lb_status quantize_module_with(engine *e, const qz_module *q,
+                                      const float *H, lb_gptq_factor **fac,
+                                      int64_t nsamples, solve_fn solve) {
     lb_quantize_module_report *r = &e->rep->modules[q - e->mods];
     float *W = NULL;
-    LB_TRY(weight_f32(module_tensor(e->m, q), q->name, &W));
+    LB_TRY(module_weight_f32(e->m, q, &W));
     lb_gptq_result res;
     memset(&res, 0, sizeof res);
     double t0 = lb_time_s();
-    lb_status s = e->proc->solve(e, q, W, H, fac, &res);
+    lb_status s = solve(e, q, W, H, fac, &res);
     if (s != LB_OK) {
         lb_free(W);
         return lb_error_context(s, "%s", q->name);
@@ -553,6 +686,29 @@ static lb_status quantize_module(engine *e, const qz_module *q,
     }
     lb_gptq_result_free(&res);
     return s;
+}
+
+static lb_status quantize_module(engine *e, const qz_module *q,
+                                 const float *H, lb_gptq_factor **fac,
+                                 int64_t nsamples) {
+    return quantize_module_with(e, q, H, fac, nsamples, e->proc->solve);
+}
+
+lb_status qz_engine_quantize_module(qz_engine *e, const qz_module *q,
+                                    const float *H, lb_gptq_factor **fac,
+                                    int64_t nsamples) {
+    return quantize_module(e, q, H, fac, nsamples);
+}
+
+static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
+                           const float *H, lb_gptq_factor **fac,
+                           lb_gptq_result *res);
+
+lb_status qz_engine_quantize_rtn(qz_engine *e, const qz_module *q,
+                                 const char *note) {
+    lb_quantize_module_report *r = &e->rep->modules[q - e->mods];
+    snprintf(r->note, sizeof r->note, "%s", note);
+    return quantize_module_with(e, q, NULL, NULL, 0, solve_rtn);
 }
 
 /* Processors. GPTQ: AutoGPTQ's fasterquant with the subset's Hessian
@@ -594,10 +750,6 @@ static lb_status solve_gptaq(qz_engine *e, const qz_module *q, const float *W,
     lb_free(P);
     return s;
 }
-
-static lb_status solve_rtn(qz_engine *e, const qz_module *q, const float *W,
-                           const float *H, lb_gptq_factor **fac,
-                           lb_gptq_result *res);
 
 /* QEP: correct W with the cross statistics, then GPTQ or RTN on W*. */
 static lb_status solve_qep(qz_engine *e, const qz_module *q, const float *W,
@@ -695,13 +847,21 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
                             bool *found) {
     *found = false;
     if (!e->sink->layer_cached) return LB_OK;
-    float *deq[LB_LINEAR_COUNT + 1] = {0};
-    lb_quantize_module_report reps[LB_LINEAR_COUNT + 1];
+    float **deq = calloc((size_t)n, sizeof *deq);
+    lb_quantize_module_report *reps = calloc((size_t)n, sizeof *reps);
+    if (!deq || !reps) {
+        free(deq);
+        free(reps);
+        return lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+    }
     for (int i = 0; i < n; i++) reps[i] = e->rep->modules[lm - e->mods + i];
-    LB_TRY(e->sink->layer_cached(e->sink->user, layer, lm, n, deq, reps,
-                                 found));
-    if (!*found) return LB_OK;
-    lb_status s = LB_OK;
+    lb_status s = e->sink->layer_cached(e->sink->user, layer, lm, n, deq,
+                                        reps, found);
+    if (s != LB_OK || !*found) {
+        free(deq);
+        free(reps);
+        return s;
+    }
     for (int i = 0; i < n; i++) {
         if (!lm[i].quantize) continue;
         e->rep->modules[lm - e->mods + i] = reps[i];
@@ -712,6 +872,8 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
             lb_free(deq[i]);
         deq[i] = NULL;
     }
+    free(deq);
+    free(reps);
     /* dense tensors the method changed (AWQ's scaled norms, v bias) */
     for (int k = 0; k < 3 && s == LB_OK && e->sink->cached_tensor &&
                     layer < e->m->config.n_layers;
@@ -735,20 +897,31 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
 
 static const char *short_name(int which) {
     static const char *n[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    if (which >= QZ_EXP) return "expert";
+    if (which >= QZ_SHEXP) return "shared_expert";
+    if (which == QZ_QKV) return "qkv";
+    if (which == QZ_GATE_UP) return "gate_up";
     return which >= 0 && which < LB_LINEAR_COUNT ? n[which] : "lm_head";
 }
 
 /* One GPTQ subset of layer l: modules `members` (linear ids). */
+/* The module of layer l with code `which`, or NULL. */
+static const qz_module *find_mod(const engine *e, int l, int which) {
+    const qz_module *lm = e->mods + e->lfirst[l];
+    for (int i = 0; i < e->lcount[l]; i++)
+        if (lm[i].which == which) return &lm[i];
+    return NULL;
+}
+
 static lb_status run_subset(engine *e, int l, const int *members, int nm) {
-    const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
     capture c;
     memset(&c, 0, sizeof c);
     c.last = -1;
     bool any = false;
     char names[64] = "";
     for (int k = 0; k < nm; k++) {
-        const qz_module *q = &lm[members[k]];
-        if (!q->quantize) continue;
+        const qz_module *q = find_mod(e, l, members[k]);
+        if (!q || !q->quantize) continue;
         int g = input_group(q->which);
         if (!c.H[g]) {
             lb_status s = lb_gptq_hessian_create(q->in, e->p->hessian_f64,
@@ -824,8 +997,8 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     lb_gptq_factor *fac[G_COUNT][2] = {{NULL}};
     double loss_sum = 0.0;
     for (int k = 0; k < nm && s == LB_OK; k++) {
-        const qz_module *q = &lm[members[k]];
-        if (!q->quantize) continue;
+        const qz_module *q = find_mod(e, l, members[k]);
+        if (!q || !q->quantize) continue;
         const int g = input_group(q->which);
         lb_gptq_hessian *h = c.H[g];
         lb_gptq_factor **f = &fac[g][q->desc_act ? 1 : 0];
@@ -871,19 +1044,28 @@ static int count_quantized(const qz_module *m, int n) {
 /* Work units of layer l before its replay: the processor's layer_begin,
  * one per calibration forward of each subset with work (Hessian
  * processors), one per solve. */
+static bool layer_moe(const engine *e, int l) {
+    const lb_model_config *c = &e->m->config;
+    return c->n_experts > 0 && lb_model_config_layer_moe(c, l) &&
+           e->m->layers[l].exp;
+}
+
 static uint64_t layer_units(const engine *e, int l) {
-    const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
-    const int nq = count_quantized(lm, LB_LINEAR_COUNT);
+    const qz_module *lm = e->mods + e->lfirst[l];
+    const int nq = count_quantized(lm, e->lcount[l]);
     uint64_t u = (uint64_t)nq;
     if (nq && e->proc->layer_begin_units) u += e->proc->layer_begin_units(e, l);
     if (e->proc->needs & QZ_NEED_NATIVE) u += (uint64_t)e->ns;
     if (!(e->proc->needs & QZ_NEED_HESSIAN)) return u;
     for (int k = 0; k < e->arch.n_subsets; k++) {
         bool any = false;
-        for (int j = 0; j < e->arch.subset_n[k]; j++)
-            if (lm[e->arch.subsets[k][j]].quantize) any = true;
+        for (int j = 0; j < e->arch.subset_n[k]; j++) {
+            const qz_module *q = find_mod(e, l, e->arch.subsets[k][j]);
+            if (q && q->quantize) any = true;
+        }
         if (any) u += (uint64_t)e->ns;
     }
+    if (layer_moe(e, l)) u += qz_moe_units(e, l, lm, e->lcount[l]);
     return u;
 }
 
@@ -891,7 +1073,8 @@ static uint64_t layer_units(const engine *e, int l) {
 static uint64_t count_units(const engine *e) {
     const int L = e->m->config.n_layers;
     const bool gptq = (e->proc->needs & QZ_NEED_CALIB) != 0;
-    const bool head = e->n_mods > L * LB_LINEAR_COUNT &&
+    const bool head = e->n_mods > 0 &&
+                      e->mods[e->n_mods - 1].which == QZ_LM_HEAD &&
                       e->mods[e->n_mods - 1].quantize;
     uint64_t u = 0;
     for (int l = 0; l < L; l++) {
@@ -1061,18 +1244,20 @@ static lb_status run_layers(engine *e) {
     const bool calib = (e->proc->needs & QZ_NEED_CALIB) != 0;
     const bool hess = (e->proc->needs & QZ_NEED_HESSIAN) != 0;
     lb_status s = LB_OK;
-    const bool head = e->n_mods == L * LB_LINEAR_COUNT + 1 &&
+    const bool head = e->n_mods > 0 &&
+                      e->mods[e->n_mods - 1].which == QZ_LM_HEAD &&
                       e->mods[e->n_mods - 1].quantize;
     int cur = 0;
     for (int l = 0; l < L && s == LB_OK; l++) {
-        const qz_module *lm = e->mods + (size_t)l * LB_LINEAR_COUNT;
-        int nq = count_quantized(lm, LB_LINEAR_COUNT);
+        const qz_module *lm = e->mods + e->lfirst[l];
+        const int nl = e->lcount[l];
+        int nq = count_quantized(lm, nl);
         bool cached = false;
         cur = l;
         /* the native stream advances through every layer, cached or not */
         if (e->nat) s = native_layer(e, l);
         if (s == LB_OK && nq)
-            s = try_cached(e, l, lm, LB_LINEAR_COUNT, &cached);
+            s = try_cached(e, l, lm, nl, &cached);
         if (s != LB_OK) break;
         if (cached) {
             e->rep->layers_resumed++;
@@ -1084,11 +1269,14 @@ static lb_status run_layers(engine *e) {
                 for (int k = 0; k < e->arch.n_subsets && s == LB_OK; k++)
                     s = run_subset(e, l, e->arch.subsets[k],
                                    e->arch.subset_n[k]);
+                if (s == LB_OK && layer_moe(e, l))
+                    s = qz_run_moe(e, l, lm, nl);
             } else {
-                for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
+                for (int i = 0; i < nl && s == LB_OK; i++) {
                     if (!lm[i].quantize) continue;
                     snprintf(e->stage, sizeof e->stage, "layer %d/%d: %s %s",
-                             l + 1, L, e->proc->name, short_name(i));
+                             l + 1, L, e->proc->name,
+                             short_name(lm[i].which));
                     s = quantize_module(e, &lm[i], NULL, NULL, 0);
                     if (s == LB_OK) s = progress(e, 1);
                 }
@@ -1242,7 +1430,22 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
     if (!e.proc)
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: unknown method %d",
                             (int)p->method);
+    LB_TRY(qz_check_arch(m, p));
     qz_arch_get(&m->config, p->true_sequential, &e.arch);
+    const int L = m->config.n_layers;
+    e.lfirst = calloc((size_t)L + 1, sizeof *e.lfirst);
+    e.lcount = calloc((size_t)L + 1, sizeof *e.lcount);
+    if (!e.lfirst || !e.lcount) {
+        free(e.lfirst);
+        free(e.lcount);
+        return lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+    }
+    for (int i = n_mods - 1; i >= 0; i--) {
+        const int l = mods[i].which == QZ_LM_HEAD ? L : mods[i].layer;
+        if (l < 0 || l > L) continue;
+        e.lfirst[l] = i;
+        e.lcount[l]++;
+    }
     const bool need_calib = (e.proc->needs & QZ_NEED_CALIB) &&
                             count_quantized(mods, n_mods) > 0;
     lb_status s = LB_OK;
@@ -1342,6 +1545,9 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
     }
     s = run_layers(&e);
 done:
+    free(e.lfirst);
+    free(e.lcount);
+    free(e.sw);
     lb_context_free(e.ctx);
     lb_free(e.nat);
     for (int g = 0; g < G_COUNT; g++) lb_free(e.Xn[g]);
@@ -1389,11 +1595,9 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
     if (!rep) rep = &local;
     memset(rep, 0, sizeof *rep);
     if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "quantize: NULL model");
-    if (lb_model_config_is_ext(&m->config) || m->config.arch >= LB_ARCH_GEMMA2)
-        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: %s is not supported "
-                            "yet", m->config.arch_name);
     lb_quantize_params e;
     LB_TRY(qz_effective_params(p, &e));
+    LB_TRY(qz_check_arch(m, &e));
     if (e.rotate != LB_ROTATE_NONE)
         LB_TRY(lb_model_rotate_hadamard(m, e.rotate_seed));
     if (e.rotate == LB_ROTATE_HADAMARD_R4)

@@ -29,6 +29,12 @@ void qz_rules_free(qz_rule *r, int n);
 int qz_rules_match(const qz_rule *r, int n, const char *name);
 
 #define QZ_LM_HEAD (-1)
+/* qz_module.which beyond lb_linear_id (issue 13): Phi-3's fused
+ * self_attn.qkv_proj ([q; k; v] rows) and mlp.gate_up_proj ([gate; up]),
+ * quantized as one module each (GPTQModel / vLLM); Qwen2-MoE's shared
+ * expert gate/up/down (QZ_SHEXP + k); MoE expert e's gate/up/down
+ * (QZ_EXP + 3 e + k, k = 0 gate, 1 up, 2 down, as lb_layer_weights.exp). */
+enum { QZ_QKV = 16, QZ_GATE_UP = 17, QZ_SHEXP = 32, QZ_EXP = 64 };
 
 /* One candidate module. */
 typedef struct qz_module {
@@ -42,9 +48,12 @@ typedef struct qz_module {
     int64_t out, in;
 } qz_module;
 
-/* Build the plan: 7 linears per layer (+ lm_head when p->lm_head), with
- * rules applied and shapes checked (in/out multiples of 32). *mods is
- * malloc'd; modules are in layer order, lm_head last. */
+/* Build the plan: the linears of every layer (7 for the Llama layout;
+ * Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj; MoE layers: q, k, v,
+ * o, then every expert's gate/up/down and Qwen2-MoE's shared expert; the
+ * routers stay dense) (+ lm_head when p->lm_head), with rules applied and
+ * shapes checked (in/out multiples of 32). *mods is malloc'd; modules are
+ * in layer order, lm_head last. */
 lb_status qz_plan(const lb_model *m, const lb_quantize_params *p,
                   const qz_rule *rules, int n_rules, qz_module **mods,
                   int *n_mods);
@@ -52,6 +61,10 @@ lb_status qz_plan(const lb_model *m, const lb_quantize_params *p,
 /* ------------------------------------------------------------------------ */
 /* Model definition (per architecture)                                       */
 /* ------------------------------------------------------------------------ */
+
+/* The model tensors module q covers, in row order (1; Phi-3's fused
+ * modules 3 / 2 row views); returns the count. */
+int qz_module_parts(lb_model *m, const qz_module *q, lb_tensor *parts[3]);
 
 /* The distinct inputs of a decoder layer's linears. */
 enum { QZ_IN_ATTN = 0, /* input_layernorm(x): q, k, v                    */
@@ -79,6 +92,9 @@ typedef struct qz_scale_group {
  * true-sequential [q,k,v] -> [o] -> [gate,up] -> [down]), which share an
  * input, and the AWQ scaling groups. */
 typedef struct qz_arch {
+    /* subsets hold qz_module.which codes (lb_linear_id, QZ_QKV, ...); a
+     * MoE layer runs the subsets up to o_proj, then the MoE block
+     * (quantize_moe.c) */
     int n_subsets;
     int subsets[LB_LINEAR_COUNT][LB_LINEAR_COUNT];
     int subset_n[LB_LINEAR_COUNT];
@@ -193,9 +209,13 @@ struct qz_engine {
     float *act32;       /* [ns, T, dim] or NULL                       */
     uint16_t *act16;    /* [ns, T, dim] f16 or NULL                   */
     float *x;           /* [T, dim] working copy                      */
-    /* dequantized weights swapped into the current layer */
-    float *deq[LB_LINEAR_COUNT];
-    lb_tensor orig[LB_LINEAR_COUNT];
+    /* tensors swapped in the current layer: slot, its original view, the
+     * dequantized buffer (owned; NULL for the later parts of a fused
+     * module) */
+    struct qz_swap { lb_tensor *slot; lb_tensor orig; float *buf; } *sw;
+    int n_sw, cap_sw;
+    /* the plan's modules of layer l: mods[lfirst[l] .. + lcount[l]) */
+    int *lfirst, *lcount;
     /* dense tensors replaced in the current layer (checkpoint mode):
      * attn_norm, ffn_norm, v bias */
     float *dense_buf[3];
@@ -211,6 +231,26 @@ struct qz_engine {
     float *Xn[QZ_IN_COUNT];
     const float *dxxt;
 };
+
+/* Solve one module and hand it to the sink, swap it in (GPTQ with the
+ * inverse-Hessian factor *fac, made from H first when *fac is NULL; the
+ * processor's solve without a Hessian when fac is NULL). */
+lb_status qz_engine_quantize_module(qz_engine *e, const qz_module *q,
+                                    const float *H, lb_gptq_factor **fac,
+                                    int64_t nsamples);
+/* A GPTQ/RTN result for q by the processor's Hessian-free fallback (RTN
+ * on the AutoGPTQ grid), reported with note. */
+lb_status qz_engine_quantize_rtn(qz_engine *e, const qz_module *q,
+                                 const char *note);
+
+/* The MoE block of layer l (quantize_moe.c): router on the captured MLP
+ * input, expert coverage per p->moe_coverage, Hessians per expert, one
+ * expert's buffers at a time; the shared expert (Qwen2-MoE) on all tokens.
+ * Modules mods[0..n) of the layer. */
+lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n);
+
+/* Work units of qz_run_moe for layer l. */
+uint64_t qz_moe_units(const qz_engine *e, int l, const qz_module *lm, int n);
 
 enum { QZ_DENSE_ATTN_NORM = 0, QZ_DENSE_FFN_NORM = 1, QZ_DENSE_V_BIAS = 2 };
 
@@ -252,6 +292,11 @@ extern const qz_processor qz_proc_awq, qz_proc_awq_gptq;
  * copy): *eff receives the parameters actually used. */
 lb_status qz_effective_params(const lb_quantize_params *p,
                               lb_quantize_params *eff);
+
+/* The architecture allows the method: AWQ and --rotate on the Llama
+ * layout only, GPTAQ/QEP not on MoE models (LB_ERR_UNSUPPORTED naming the
+ * architecture). */
+lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
 
 /* "rtn", "gptq", "awq", "awq+gptq". */
 const char *qz_method_name(lb_quant_method m);

@@ -165,24 +165,74 @@ static void plan_one(qz_module *q, const lb_quantize_params *p,
     }
 }
 
+/* One module of layer l: name model.layers.L.SUFFIX, shape from the
+ * first of its tensors' rows summed over its parts. */
+static void plan_add(qz_module *q, const lb_model *m, int l, int which,
+                     const char *suffix, const lb_quantize_params *p,
+                     const qz_rule *rules, int n_rules) {
+    snprintf(q->name, sizeof q->name, "model.layers.%d.%s", l, suffix);
+    q->layer = l;
+    q->which = which;
+    lb_tensor *parts[3];
+    const int np = qz_module_parts((lb_model *)m, q, parts);
+    q->out = 0;
+    for (int i = 0; i < np; i++) q->out += parts[i]->shape[0];
+    q->in = parts[0]->shape[1];
+    plan_one(q, p, rules, n_rules);
+}
+
+/* Modules of layer l (written to q when non-NULL); returns the count. */
+static int plan_layer(const lb_model *m, int l, qz_module *q,
+                      const lb_quantize_params *p, const qz_rule *rules,
+                      int n_rules) {
+    const lb_model_config *c = &m->config;
+    int k = 0;
+#define ADD(which, ...)                                                     \
+    do {                                                                    \
+        if (q) {                                                            \
+            char sfx[128];                                                  \
+            snprintf(sfx, sizeof sfx, __VA_ARGS__);                         \
+            plan_add(&q[k], m, l, (which), sfx, p, rules, n_rules);         \
+        }                                                                   \
+        k++;                                                                \
+    } while (0)
+    if (c->arch == LB_ARCH_PHI3) {
+        ADD(QZ_QKV, "self_attn.qkv_proj");
+        ADD(LB_LINEAR_O, "self_attn.o_proj");
+        ADD(QZ_GATE_UP, "mlp.gate_up_proj");
+        ADD(LB_LINEAR_DOWN, "mlp.down_proj");
+        return k;
+    }
+    const bool moe = c->n_experts > 0 && lb_model_config_layer_moe(c, l) &&
+                     m->layers[l].exp;
+    const int nd = moe ? LB_LINEAR_O + 1 : LB_LINEAR_COUNT;
+    for (int i = 0; i < nd; i++)
+        ADD(i, "%s", lb_linear_name((lb_linear_id)i));
+    if (!moe) return k;
+    const bool mix = c->arch == LB_ARCH_MIXTRAL;
+    static const char *qn[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *mn[3] = {"w1", "w3", "w2"};
+    for (int e = 0; e < c->n_experts; e++)
+        for (int j = 0; j < 3; j++)
+            ADD(QZ_EXP + 3 * e + j, "%s.experts.%d.%s",
+                mix ? "block_sparse_moe" : "mlp", e, mix ? mn[j] : qn[j]);
+    if (c->shared_ff > 0 && m->layers[l].shexp[0].data)
+        for (int j = 0; j < 3; j++)
+            ADD(QZ_SHEXP + j, "mlp.shared_expert.%s", qn[j]);
+#undef ADD
+    return k;
+}
+
 lb_status qz_plan(const lb_model *m, const lb_quantize_params *p,
                   const qz_rule *rules, int n_rules, qz_module **mods,
                   int *n_mods) {
     const int L = m->config.n_layers;
-    int n = L * LB_LINEAR_COUNT + (p->lm_head ? 1 : 0);
+    int n = p->lm_head ? 1 : 0;
+    for (int l = 0; l < L; l++) n += plan_layer(m, l, NULL, p, rules, n_rules);
     qz_module *q = calloc((size_t)n, sizeof *q);
     if (!q) return lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
-    for (int l = 0; l < L; l++)
-        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
-            qz_module *e = &q[l * LB_LINEAR_COUNT + i];
-            snprintf(e->name, sizeof e->name, "model.layers.%d.%s", l,
-                     lb_linear_name((lb_linear_id)i));
-            e->layer = l;
-            e->which = i;
-            e->out = m->layers[l].w[i].shape[0];
-            e->in = m->layers[l].w[i].shape[1];
-            plan_one(e, p, rules, n_rules);
-        }
+    int k = 0;
+    for (int l = 0; l < L; l++) k += plan_layer(m, l, q + k, p, rules, n_rules);
     if (p->lm_head) {
         qz_module *e = &q[n - 1];
         snprintf(e->name, sizeof e->name, "lm_head");

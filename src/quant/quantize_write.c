@@ -165,7 +165,7 @@ typedef struct qwriter {
     char layers[PATH_MAX];
     const qz_module *mods;
     int n_mods, n_layers;
-    pend_mod pend[LB_LINEAR_COUNT];
+    pend_mod *pend; /* [n_mods]: the current layer's results */
     int n_pend;
     /* rotated checkpoints (p->rotate): the rotated embeddings and lm_head
      * (F32 [V, hidden]), a row of ones for the folded norms, the order */
@@ -259,6 +259,9 @@ static lb_status w_module_done(void *user, const qz_module *q, const float *W,
         }
     rep->snr_db = se == 0.0 ? INFINITY : 10.0 * log10(sw / se);
 
+    if (w->n_pend >= w->n_mods)
+        return lb_set_error(LB_ERR_INTERNAL, "quantize: too many modules in "
+                            "one layer (%s)", q->name);
     pend_mod *m = &w->pend[w->n_pend];
     memset(m, 0, sizeof *m);
     m->mod = q;
@@ -611,6 +614,10 @@ static char *settings_json(const lb_quantize_params *p, const char *model_dir,
     if (p->method == LB_QUANT_GPTAQ)
         cJSON_AddNumberToObject(j, "gptaq_alpha", p->gptaq_alpha);
     if (p->qep) cJSON_AddNumberToObject(j, "qep_alpha", p->qep_alpha);
+    if (p->moe_coverage != LB_MOE_COVERAGE_ALL) {
+        cJSON_AddStringToObject(j, "moe_coverage", "routed");
+        cJSON_AddNumberToObject(j, "moe_min_tokens", (double)p->moe_min_tokens);
+    }
     if (p->rotate) {
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->rotate_seed);
@@ -1059,6 +1066,7 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     assembly a;
     memset(&a, 0, sizeof a);
     a.w = w;
+    bool *added = NULL;
     lb_status s = lb_st_open(w->model_dir, &a.src);
     if (s != LB_OK) return s;
     const size_t nt = lb_st_count(a.src);
@@ -1084,8 +1092,37 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     const qz_module *head = find_quantized(w, "lm_head");
     const bool has_embed = lb_st_find(a.src, "model.embed_tokens.weight");
     bool head_done = false;
+    added = calloc((size_t)w->n_mods + 1, sizeof *added);
+    if (!added) {
+        s = lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+        goto done;
+    }
     for (size_t i = 0; i < nt && s == LB_OK; i++) {
         const lb_tensor *t = lb_st_tensor_at(a.src, i);
+        /* transformers-5 fused experts (mlp.experts.gate_up_proj [E, 2ff,
+         * dim], down_proj [E, dim, ff]): replaced by the per-expert
+         * modules, which must then all be quantized */
+        if (ends_with(t->name, ".experts.gate_up_proj") ||
+            ends_with(t->name, ".experts.down_proj")) {
+            int fl = -1;
+            if (sscanf(t->name, "model.layers.%d.", &fl) == 1) {
+                int nq = 0, nx = 0;
+                for (int k = 0; k < w->n_mods; k++)
+                    if (w->mods[k].layer == fl && w->mods[k].which >= QZ_EXP) {
+                        nx++;
+                        nq += w->mods[k].quantize;
+                    }
+                if (nq && nq != nx) {
+                    s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: the source "
+                                     "stores fused experts and a rule keeps "
+                                     "some of layer %d's experts dense: "
+                                     "quantize all of them or none", t->name,
+                                     fl);
+                    break;
+                }
+                if (nq) continue;
+            }
+        }
         /* a dense tensor the method changed (AWQ's scaled norms and v
          * bias): its layer state holds the float32 values to write */
         int ly = -1;
@@ -1113,7 +1150,8 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
         if (q && ends_with(t->name, ".weight")) {
             if (q == head && !has_embed && cfg->tie_word_embeddings)
                 s = add_embedding_from(&a, t, profile);
-            if (s == LB_OK) s = add_quantized(&a, q);
+            if (s == LB_OK && !added[q - w->mods]) s = add_quantized(&a, q);
+            added[q - w->mods] = true;
             if (q == head) head_done = true;
         } else if (q) {
             /* bias of a quantized module: f16, as AutoGPTQ's QuantLinear */
@@ -1147,7 +1185,14 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     }
     /* tied checkpoints that store only the embedding: the quantized
      * lm_head was made from it */
-    if (s == LB_OK && head && !head_done) s = add_quantized(&a, head);
+    if (s == LB_OK && head && !head_done) {
+        s = add_quantized(&a, head);
+        added[head - w->mods] = true;
+    }
+    /* quantized modules without a source tensor of their name (experts of
+     * a fused source) */
+    for (int k = 0; k < w->n_mods && s == LB_OK; k++)
+        if (w->mods[k].quantize && !added[k]) s = add_quantized(&a, &w->mods[k]);
     /* rotated, tied source: the untied lm_head / embeddings it lacks */
     if (s == LB_OK && w->rot_embed && !head_done)
         s = lb_st_writer_add(a.sw, "lm_head.weight", LB_TYPE_F32, 2,
@@ -1159,6 +1204,7 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
         s = lb_st_writer_write_dir(a.sw, w->tmp, w->p->max_shard_bytes,
                                    n_shards);
 done:
+    free(added);
     lb_st_writer_free(a.sw);
     if (a.lst)
         for (int l = 0; l <= w->n_layers; l++) lb_st_close(a.lst[l]);
@@ -1343,6 +1389,22 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
     }
 }
 
+/* quantization_config.meta of a MoE checkpoint: the expert coverage. */
+static void add_moe_meta(cJSON *qc, const qwriter *w) {
+    bool moe = false;
+    for (int i = 0; i < w->n_mods && !moe; i++) moe = w->mods[i].which >= QZ_EXP;
+    if (!qc || !moe) return;
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "meta");
+    if (!m) m = cJSON_AddObjectToObject(qc, "meta");
+    if (!m) return;
+    const bool routed = w->p->moe_coverage == LB_MOE_COVERAGE_ROUTED;
+    cJSON_AddStringToObject(m, "moe_coverage", routed ? "routed" : "all");
+    if (routed)
+        cJSON_AddNumberToObject(m, "moe_min_tokens",
+                                (double)(w->p->moe_min_tokens > 0 ? w->p->moe_min_tokens
+                                                                  : 32));
+}
+
 static lb_status write_configs(qwriter *w, const lb_calib *cal,
                                bool untie) {
     char *src = lb_path_join(w->model_dir, "config.json");
@@ -1359,6 +1421,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
                         ? awq_config_json(w, cal, false)
                         : qconfig_json(w->p, cal, false);
         add_rotation_meta(qc, w);
+        add_moe_meta(qc, w);
         cJSON_AddItemToObject(cfg, "quantization_config", qc);
         if (untie) {
             cJSON_DeleteItemFromObjectCaseSensitive(cfg,
@@ -1372,6 +1435,7 @@ static lb_status write_configs(qwriter *w, const lb_calib *cal,
         cJSON *q = awq ? awq_config_json(w, cal, true)
                        : qconfig_json(w->p, cal, true);
         add_rotation_meta(q, w);
+        add_moe_meta(q, w);
         s = write_json(w->tmp, awq ? "quant_config.json"
                                    : "quantize_config.json", q);
         cJSON_Delete(q);
@@ -1602,13 +1666,7 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     if (s == LB_OK && m->config.has_quantization_config)
         s = lb_set_error(LB_ERR_INVALID_ARG, "%s is already quantized",
                          model_dir);
-    if (s == LB_OK && (lb_model_config_is_ext(&m->config) ||
-                        m->config.arch >= LB_ARCH_GEMMA2))
-        s = lb_set_error(LB_ERR_UNSUPPORTED,
-                         "%s: quantizing %s is not supported yet (lowbit "
-                         "loads, runs and exports it; MoE expert coverage "
-                         "and fused Phi-3 modules are future work)",
-                         model_dir, m->config.arch_name);
+    if (s == LB_OK) s = qz_check_arch(m, &p);
     if (s == LB_OK) s = check_finite_weights(model_dir);
     const bool src_tied = s == LB_OK && m->config.tie_word_embeddings;
     if (s == LB_OK && p.rotate != LB_ROTATE_NONE) {
@@ -1716,6 +1774,10 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         w.n_mods = n_mods;
         w.n_layers = m->config.n_layers;
         w.rep = rep;
+        w.pend = calloc((size_t)n_mods + 1, sizeof *w.pend);
+        if (!w.pend) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+    }
+    if (s == LB_OK) {
         qz_sink sink = {.user = &w,
                         .module_done = w_module_done,
                         .layer_cached = w_layer_cached,
@@ -1727,6 +1789,8 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
         for (int i = 0; i < w.n_pend; i++) pend_free(&w.pend[i]);
         dense_free(&w);
     }
+    free(w.pend);
+    w.pend = NULL;
     const double t_quant = rep->seconds;
     double t0 = lb_time_s();
     bool untie = false;
