@@ -37,6 +37,14 @@ static void test_x16_same_bits(void) {
                     lb_kernels_table(v)->name, kc_x16_same_bits(lb_kernels_table(v)));
 }
 
+/* X16 Q4_K / Q6_K weights: every usable table gives the reference's bits */
+static void test_kx16_ref_bits(void) {
+    for (int v = 0; v < LB_KV_COUNT; v++)
+        if (lb_kernels_usable(v))
+            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q4_K, Q6_K)\n",
+                    lb_kernels_table(v)->name, kc_kx16_ref_bits(lb_kernels_table(v)));
+}
+
 /* lb_tensor_repack: in place, only where the family in use asks for it,
  * row form back through lb_tensor_row_canonical, products unchanged. */
 static void test_tensor_repack(void) {
@@ -133,6 +141,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_variants_vs_ref);
     TH_RUN(test_simd_same_bits);
     TH_RUN(test_x16_same_bits);
+    TH_RUN(test_kx16_ref_bits);
     TH_RUN(test_tensor_repack);
     TH_RUN(test_qact_edges);
     TH_RUN(test_matmul_oracle_and_threads);
