@@ -403,8 +403,9 @@ static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
  * LB_LAYOUT_X16, written here from the layout's description
  * (kernels_internal.h), not with the library's packer: per super-block,
  * Q4_K d, dmin (16 halves each), scales (3 x 64 bytes), qs (32 x 64);
- * Q6_K d, scales (4 x 64), ql (32 x 64), qh (16 x 64); in each 64-byte
- * vector j, bytes 4n..4n+3 are bytes 4j..4j+3 of the field of row n. */
+ * Q6_K d, scales (4 x 64), then for k = 8h + m (h < 2, m < 8) the
+ * vectors of dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m]; in each 64-byte
+ * vector j of a field, bytes 4n..4n+3 are bytes 4j..4j+3 of row n's. */
 static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, int64_t in) {
     size_t rb;
     lb_row_size(wt, in, &rb);
@@ -414,11 +415,17 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     const size_t bb = q6 ? 210 : 144;
     /* (offset in the row-form block, bytes) in X16 order */
     const int f4[4][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}};
-    const int f6[4][2] = {{208, 2}, {192, 16}, {0, 128}, {128, 64}};
+    int f6[50][2] = {{208, 2}, {192, 16}};
+    for (int k = 0; k < 16; k++) { /* ql at 0, qh at 128 in the row-form block */
+        const int h = k / 8, m = k % 8;
+        f6[2 + 3 * k][0] = 64 * h + 4 * m, f6[2 + 3 * k][1] = 4;
+        f6[3 + 3 * k][0] = 64 * h + 32 + 4 * m, f6[3 + 3 * k][1] = 4;
+        f6[4 + 3 * k][0] = 128 + 32 * h + 4 * m, f6[4 + 3 * k][1] = 4;
+    }
     for (int64_t g = 0; g < out / 16; g++)
         for (int64_t b = 0; b < in / 256; b++) {
             uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
-            for (int f = 0; f < 4; f++) {
+            for (int f = 0; f < (q6 ? 50 : 4); f++) {
                 const int off = q6 ? f6[f][0] : f4[f][0], sz = q6 ? f6[f][1] : f4[f][1];
                 for (int n = 0; n < 16; n++) {
                     const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + off;

@@ -510,6 +510,7 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
         __m512i isum[4];
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             const uint8_t *q = p + 256 + (size_t)g * 512;
             for (int l = 0; l < 8; l++) _mm_prefetch((const char *)(q + BB + 64 * l), _MM_HINT_T0);
@@ -579,10 +580,13 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
         __m512i isum[4];
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
             for (int r = 0; r < 2; r++) {
                 /* sub-blocks j = 8h + 2q + r (q = 0..3): m = 4r..4r+3 */
                 __m512i sc[4]; /* scale j: vector j / 4, byte j % 4 */
+#pragma GCC unroll 4
                 for (int qd = 0; qd < 4; qd++)
                     sc[qd] = kx_sbyte(_mm512_loadu_si512(p + 32 + 64 * ((8 * h + 2 * qd + r) / 4)),
                                       (8 * h + 2 * qd + r) % 4);
@@ -590,14 +594,20 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) {
                     const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+#pragma GCC unroll 4
                     for (int qd = 0; qd < 4; qd++)
                         s[u][qd] = _mm512_set1_epi32(-32 * bs[8 * h + 2 * qd + r]);
                 }
-                const uint8_t *ql = p + 288, *qh = p + 2336;
+#pragma GCC unroll 4
                 for (int m = 4 * r; m < 4 * r + 4; m++) {
-                    const __m512i A = _mm512_loadu_si512(ql + 64 * (16 * h + m));
-                    const __m512i B = _mm512_loadu_si512(ql + 64 * (16 * h + 8 + m));
-                    const __m512i H = _mm512_loadu_si512(qh + 64 * (8 * h + m));
+                    const uint8_t *q = p + 288 + 192 * (8 * h + m); /* ql, ql, qh */
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m)), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 64), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 128), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 192), _MM_HINT_T0);
+                    const __m512i A = _mm512_loadu_si512(q);
+                    const __m512i B = _mm512_loadu_si512(q + 64);
+                    const __m512i H = _mm512_loadu_si512(q + 128);
                     __m512i uq[4];
                     uq[0] = _mm512_or_si512(_mm512_and_si512(A, m4),
                                             _mm512_and_si512(_mm512_slli_epi32(H, 4), m30));
@@ -623,8 +633,6 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                                                           _mm512_mullo_epi32(s[u][1], sc[1])),
                                          _mm512_add_epi32(_mm512_mullo_epi32(s[u][2], sc[2]),
                                                           _mm512_mullo_epi32(s[u][3], sc[3]))));
-                for (int l = 0; l < 14; l++)
-                    _mm_prefetch((const char *)(p + BB + 840 * (2 * h + r) + 64 * l), _MM_HINT_T0);
             }
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {

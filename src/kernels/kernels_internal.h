@@ -83,7 +83,11 @@ typedef struct lb_wkernel {
  *         packed -- 16 x 6 bits fill the 12 bytes, there is no room to
  *         store them decoded in place -- and are decoded for 16 rows at
  *         once with 8 vector ops), qs[128] (32 vectors)
- *   Q6_K: d, scales[16] (4 vectors), ql[128] (32 vectors), qh[64] (16)
+ *   Q6_K: d, scales[16] (4 vectors), then 48 code vectors in the order
+ *         the kernels use them: for k = 8h + m (h < 2, m < 8) three
+ *         vectors, the dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m] (one
+ *         monotonic stream: three separate ql/ql/qh streams halved the
+ *         speed from DRAM)
  * One 512-bit load puts 4 bytes of row n in int32 lane n (a 256-bit load:
  * rows 0-7 or 8-15), and a group is one sequential stream. */
 bool lb_x16_type(lb_type t);

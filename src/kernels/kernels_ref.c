@@ -282,34 +282,52 @@ LB_REF_MM(mm_f16_ref, lb_vec_dot_f16_f32_ref)
 LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
 
 /* X16 fields (kernels_internal.h): offset and size in the row-form block,
- * in X16 order; xor: the byte mask applied to the field (Q8_0's codes). */
+ * in X16 order; xor: the byte mask applied to the field (Q8_0's codes).
+ * Fills f (64 entries at most), returns the count (0: not an X16 type). */
 typedef struct {
     uint16_t off, size;
     uint8_t xor;
 } x16_field;
-static int x16_fields(lb_type t, const x16_field **f) {
-    static const x16_field q4_0[] = {{0, 2, 0}, {2, 16, 0}};
-    static const x16_field q8_0[] = {{0, 2, 0}, {2, 32, 0x80}};
-    static const x16_field q4_K[] = {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}};
-    static const x16_field q6_K[] = {{208, 2, 0}, {192, 16, 0}, {0, 128, 0}, {128, 64, 0}};
+static int x16_fields(lb_type t, x16_field *f) {
     switch (t) {
-    case LB_TYPE_Q4_0: *f = q4_0; return 2;
-    case LB_TYPE_Q8_0: *f = q8_0; return 2;
-    case LB_TYPE_Q4_K: *f = q4_K; return 4;
-    case LB_TYPE_Q6_K: *f = q6_K; return 4;
-    default: *f = NULL; return 0;
+    case LB_TYPE_Q4_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 16, 0};
+        return 2;
+    case LB_TYPE_Q8_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 32, 0x80};
+        return 2;
+    case LB_TYPE_Q4_K:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
+        f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
+        return 4;
+    case LB_TYPE_Q6_K: {
+        /* d, scales, then for k = 8h + m (h < 2, m < 8) the code dwords in
+         * the order the kernels use them: ql[64h+4m], ql[64h+32+4m],
+         * qh[32h+4m] (ql at 0, qh at 128 in the row-form block) */
+        int c = 0;
+        f[c++] = (x16_field){208, 2, 0};
+        f[c++] = (x16_field){192, 16, 0};
+        for (int h = 0; h < 2; h++)
+            for (int m = 0; m < 8; m++) {
+                f[c++] = (x16_field){(uint16_t)(64 * h + 4 * m), 4, 0};
+                f[c++] = (x16_field){(uint16_t)(64 * h + 32 + 4 * m), 4, 0};
+                f[c++] = (x16_field){(uint16_t)(128 + 32 * h + 4 * m), 4, 0};
+            }
+        return c;
+    }
+    default: return 0;
     }
 }
 
 bool lb_x16_type(lb_type t) {
-    const x16_field *f;
-    return x16_fields(t, &f) > 0;
+    x16_field f[64];
+    return x16_fields(t, f) > 0;
 }
 
 /* dir 0: row n's block blk -> its place in the X16 block p; 1: back */
 static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
-    const x16_field *f;
-    const int nf = x16_fields(t, &f);
+    x16_field f[64];
+    const int nf = x16_fields(t, f);
     for (int i = 0; i < nf; i++) {
         if (f[i].size == 2) {
             if (dir) memcpy(blk + f[i].off, p + 2 * n, 2);
