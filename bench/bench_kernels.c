@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     char feats[256];
     printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
            lb_kernels_variant());
-    const lb_type types[] = {LB_TYPE_Q4_0, LB_TYPE_Q8_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_F16};
+    const lb_type types[] = {LB_TYPE_Q4_0, LB_TYPE_Q8_0, LB_TYPE_Q5_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_F16};
     const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
     const int n_shapes = quick ? 2 : 3;
     const int64_t NT = 512, NT_REF = 16;

@@ -37,11 +37,11 @@ static void test_x16_same_bits(void) {
                     lb_kernels_table(v)->name, kc_x16_same_bits(lb_kernels_table(v)));
 }
 
-/* X16 Q4_K / Q6_K weights: every usable table gives the reference's bits */
+/* X16 Q4_K / Q6_K / Q5_0 weights: every usable table gives the reference's bits */
 static void test_kx16_ref_bits(void) {
     for (int v = 0; v < LB_KV_COUNT; v++)
         if (lb_kernels_usable(v))
-            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q4_K, Q6_K)\n",
+            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q4_K, Q6_K, Q5_0)\n",
                     lb_kernels_table(v)->name, kc_kx16_ref_bits(lb_kernels_table(v)));
 }
 

@@ -286,7 +286,7 @@ LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
  * Fills f (64 entries at most), returns the count (0: not an X16 type). */
 typedef struct {
     uint16_t off, size;
-    uint8_t xor;
+    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed (below) */
 } x16_field;
 static int x16_fields(lb_type t, x16_field *f) {
     switch (t) {
@@ -296,6 +296,9 @@ static int x16_fields(lb_type t, x16_field *f) {
     case LB_TYPE_Q8_0:
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 32, 0x80};
         return 2;
+    case LB_TYPE_Q5_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 4, 0xFF}, f[2] = (x16_field){6, 16, 0};
+        return 3;
     case LB_TYPE_Q4_K:
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
         f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
@@ -333,6 +336,19 @@ static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
             if (dir) memcpy(blk + f[i].off, p + 2 * n, 2);
             else memcpy(p + 2 * n, blk + f[i].off, 2);
             p += 32;
+            continue;
+        }
+        if (f[i].xor == 0xFF) { /* qh bit 4k + b <-> bit 8b + k (b < 4, k < 8) */
+            uint8_t *x = p + 4 * n, *r = blk + f[i].off;
+            const uint32_t v = dir ? lb_rd_u32(x) : lb_rd_u32(r);
+            uint32_t o = 0;
+            for (int b = 0; b < 4; b++)
+                for (int k = 0; k < 8; k++)
+                    if (dir ? (v >> (8 * b + k)) & 1 : (v >> (4 * k + b)) & 1)
+                        o |= 1u << (dir ? 4 * k + b : 8 * b + k);
+            uint8_t *d = dir ? r : x;
+            for (int k = 0; k < 4; k++) d[k] = (uint8_t)(o >> (8 * k));
+            p += 64;
             continue;
         }
         for (int j = 0; j < f[i].size / 4; j++)
@@ -393,6 +409,10 @@ void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q8_0, lb_vec_dot_q8_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
 }
+void lb_mm_q5_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q5_0, lb_vec_dot_q5_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
 void lb_mm_q4_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q4_K, lb_vec_dot_q4_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
@@ -429,6 +449,8 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_ref";
     kt->w[LB_TYPE_Q8_0].mm_x16 = lb_mm_q8_0_x16_ref;
     kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_ref";
+    kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
+    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
     kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
     kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
