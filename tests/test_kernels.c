@@ -76,6 +76,10 @@ static void test_tensor_repack(void) {
         lb_clear_error();
         free(w), free(orig);
     }
+    for (int t = 0; t < LB_TYPE_COUNT_; t++) /* the repackable types */
+        TH_CHECK(lb_x16_type((lb_type)t) ==
+                 (t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 ||
+                  t == LB_TYPE_Q4_K || t == LB_TYPE_Q6_K));
     /* Q5_0 / Q4_K / Q6_K: repacked where the family asks for it, row form
      * back, and then the reference's bits */
     const lb_type kts[] = {LB_TYPE_Q5_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K};
