@@ -1,13 +1,13 @@
 /*
  * bench_kernels — GEMV (decode, n_tokens = 1) and GEMM (prefill, n_tokens =
- * 512) throughput of lb_matmul per kernel variant, for Q4_0, Q8_0, Q4_K and
- * F16 weights at realistic shapes, with 1 and 2 threads. Prints GB/s of
+ * 512) throughput of lb_matmul per kernel variant, for Q4_0, Q8_0, Q4_K, Q6_K
+ * and F16 weights at realistic shapes, with 1 and 2 threads. Prints GB/s of
  * weights streamed (GEMV), GFLOP/s (both), and each variant's speed relative
  * to the scalar reference measured in the same run.
  *
  *   bench_kernels [--quick] [--min-time SECONDS] [--dram]
  *
- * Q4_0/Q8_0 are also timed in LB_LAYOUT_X16 (the layout the loader repacks
+ * Q4_0/Q8_0/Q4_K/Q6_K are also timed in LB_LAYOUT_X16 (the layout the loader repacks
  * them into where the family asks for it), as "<variant>+x16". --dram: the
  * GEMVs cycle over copies of the weights totalling >= 512 MiB, so they
  * stream from memory as decode does (without it a matrix stays in L2/L3).
@@ -62,11 +62,15 @@ static uint8_t *make_weights(lb_type t, int64_t out, int64_t in, size_t *bytes) 
             lb_quantize_row(t, row, w + (size_t)o * rb, in);
         } else { /* K-quants: random codes and scales, sane fp16 d/dmin */
             for (size_t k = 0; k < rb; k++) w[(size_t)o * rb + k] = (uint8_t)rnd();
-            for (size_t b = 0; b < rb / sizeof(lb_block_q4_K); b++) {
-                lb_block_q4_K *blk = (lb_block_q4_K *)(w + (size_t)o * rb) + b;
-                blk->d = lb_f32_to_f16(0.001f);
-                blk->dmin = lb_f32_to_f16(0.0005f);
-            }
+            if (t == LB_TYPE_Q6_K)
+                for (size_t b = 0; b < rb / sizeof(lb_block_q6_K); b++)
+                    ((lb_block_q6_K *)(w + (size_t)o * rb))[b].d = lb_f32_to_f16(0.001f);
+            else
+                for (size_t b = 0; b < rb / sizeof(lb_block_q4_K); b++) {
+                    lb_block_q4_K *blk = (lb_block_q4_K *)(w + (size_t)o * rb) + b;
+                    blk->d = lb_f32_to_f16(0.001f);
+                    blk->dmin = lb_f32_to_f16(0.0005f);
+                }
         }
     }
     free(row);
@@ -97,14 +101,15 @@ static double time_it(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor 
     return el / iters;
 }
 
-/* Copy of row-form Q4_0/Q8_0 weights in LB_LAYOUT_X16. */
+/* Copy of row-form weights in LB_LAYOUT_X16 (Q4_0/Q8_0/Q4_K/Q6_K). */
 static uint8_t *pack_x16(lb_type t, const uint8_t *w, int64_t out, int64_t in, size_t bytes) {
     size_t rb;
     lb_row_size(t, in, &rb);
     uint8_t *p = malloc(bytes);
     memcpy(p, w, bytes);
     for (int64_t g = 0; g < out / 16; g++)
-        lb_x16_pack_group(t, w + (size_t)g * 16 * rb, rb, in / 32, p + (size_t)g * 16 * rb);
+        lb_x16_pack_group(t, w + (size_t)g * 16 * rb, rb, in / lb_type_get_traits((int)t)->blck_size,
+                          p + (size_t)g * 16 * rb);
     return p;
 }
 
@@ -121,10 +126,11 @@ int main(int argc, char **argv) {
     char feats[256];
     printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
            lb_kernels_variant());
-    const lb_type types[] = {LB_TYPE_Q4_0,        LB_TYPE_Q8_0,    LB_TYPE_Q4_K,
-                             LB_TYPE_F16,         LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64,
-                             LB_TYPE_FP4_B64,     LB_TYPE_I8_B32};
-    const size_t n_default = 4; /* the rest only with --only */
+    const lb_type types[] = {LB_TYPE_Q4_0,        LB_TYPE_Q8_0,    LB_TYPE_Q5_0,
+                             LB_TYPE_Q4_K,        LB_TYPE_Q6_K,    LB_TYPE_F16,
+                             LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64, LB_TYPE_FP4_B64,
+                             LB_TYPE_I8_B32};
+    const size_t n_default = 6; /* the rest only with --only */
     const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
     const int n_shapes = quick ? 2 : 3;
     const int64_t NT = 512, NT_REF = 16;
@@ -144,7 +150,7 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 uint8_t *w = make_weights(types[ti], out, in, &wbytes);
-                const bool xq = types[ti] == LB_TYPE_Q4_0 || types[ti] == LB_TYPE_Q8_0;
+                const bool xq = lb_x16_type(types[ti]);
                 const int ncopy = dram ? (int)((512u << 20) / wbytes + 1) : 1;
                 lb_tensor *Ws = calloc((size_t)ncopy, sizeof *Ws), *Wx = calloc((size_t)ncopy, sizeof *Wx);
                 for (int k = 0; k < ncopy; k++) {

@@ -399,6 +399,139 @@ static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
     return runs;
 }
 
+/* A copy of row-form K-quant weights w [out, in] (Q4_K/Q6_K) in
+ * LB_LAYOUT_X16, written here from the layout's description
+ * (kernels_internal.h), not with the library's packer: per super-block,
+ * Q4_K d, dmin (16 halves each), scales (3 x 64 bytes), qs (32 x 64);
+ * Q6_K d, scales (4 x 64), then for k = 8h + m (h < 2, m < 8) the
+ * vectors of dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m]; in each 64-byte
+ * vector j of a field, bytes 4n..4n+3 are bytes 4j..4j+3 of row n's. */
+static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, int64_t in) {
+    size_t rb;
+    lb_row_size(wt, in, &rb);
+    uint8_t *p = malloc(rb * (size_t)out);
+    memcpy(p, w, rb * (size_t)out);
+    if (wt == LB_TYPE_Q5_0) { /* d (16 halves), qh transposed (64 bytes), qs (4 x 64) */
+        for (int64_t g = 0; g < out / 16; g++)
+            for (int64_t b = 0; b < in / 32; b++) {
+                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * 22;
+                for (int n = 0; n < 16; n++) {
+                    const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * 22;
+                    memcpy(dst + 2 * n, src, 2);
+                    const uint32_t qh = (uint32_t)src[2] | (uint32_t)src[3] << 8 |
+                                        (uint32_t)src[4] << 16 | (uint32_t)src[5] << 24;
+                    uint32_t t = 0; /* element e = 4k + b's bit at 8b + k */
+                    for (int e = 0; e < 32; e++)
+                        if ((qh >> e) & 1) t |= 1u << (8 * (e % 4) + e / 4);
+                    for (int k = 0; k < 4; k++) dst[32 + 4 * n + k] = (uint8_t)(t >> (8 * k));
+                    for (int k = 0; k < 16; k++) dst[96 + 64 * (k / 4) + 4 * n + k % 4] = src[6 + k];
+                }
+            }
+        return p;
+    }
+    const int q6 = wt == LB_TYPE_Q6_K;
+    const size_t bb = q6 ? 210 : 144;
+    /* (offset in the row-form block, bytes) in X16 order */
+    const int f4[4][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}};
+    int f6[50][2] = {{208, 2}, {192, 16}};
+    for (int k = 0; k < 16; k++) { /* ql at 0, qh at 128 in the row-form block */
+        const int h = k / 8, m = k % 8;
+        f6[2 + 3 * k][0] = 64 * h + 4 * m, f6[2 + 3 * k][1] = 4;
+        f6[3 + 3 * k][0] = 64 * h + 32 + 4 * m, f6[3 + 3 * k][1] = 4;
+        f6[4 + 3 * k][0] = 128 + 32 * h + 4 * m, f6[4 + 3 * k][1] = 4;
+    }
+    for (int64_t g = 0; g < out / 16; g++)
+        for (int64_t b = 0; b < in / 256; b++) {
+            uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
+            for (int f = 0; f < (q6 ? 50 : 4); f++) {
+                const int off = q6 ? f6[f][0] : f4[f][0], sz = q6 ? f6[f][1] : f4[f][1];
+                for (int n = 0; n < 16; n++) {
+                    const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + off;
+                    if (sz == 2) memcpy(dst + 2 * n, src, 2);
+                    else
+                        for (int k = 0; k < sz; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
+                }
+                dst += 16 * (size_t)sz;
+            }
+        }
+    return p;
+}
+
+/* Table kt on X16 Q4_K / Q6_K / Q5_0 weights gives the reference table's bits on
+ * the row-form weights (the X16 K-quant kernels claim it), on awkward
+ * shapes (rows below, at and past multiples of 16; 1..38 super-blocks),
+ * 1..70 tokens, 1 and 3 threads; every other shape with extreme data
+ * (all codes and scales at their maximum, activations of one sign: the
+ * largest integer sums); lb_tensor_row_canonical gives the row-form bytes
+ * back. Returns the number of products compared. */
+static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
+    const lb_kernel_table *ref = lb_kernels_table(LB_KV_REF);
+    const int64_t ins[] = {256, 768, 256 * 38}, outs[] = {5, 16, 33, 64}; /* 38 * 256: Q5_0 > 256 blocks (K-chunks) */
+    const int64_t toks[] = {1, 2, 4, 5, 15, 17, 70};
+    lb_pool *pool = lb_pool_create(3);
+    int runs = 0, bad = 0;
+    for (int k = 0; k < 3; k++) {
+        const lb_type wt = k == 2 ? LB_TYPE_Q5_0 : k ? LB_TYPE_Q6_K : LB_TYPE_Q4_K;
+        TH_CHECK_MSG(kt->w[wt].mm_x16 != NULL, "%s: no X16 kernel for %s", kt->name,
+                     lb_type_name(wt));
+        if (!kt->w[wt].mm_x16) continue;
+        for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++)
+            for (size_t io = 0; io < sizeof outs / sizeof outs[0]; io++)
+                for (size_t it = 0; it < sizeof toks / sizeof toks[0]; it++) {
+                    const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                    if (in > 1000 && nt > 17) continue;
+                    size_t rb;
+                    lb_row_size(wt, in, &rb);
+                    uint8_t *w = malloc(rb * (size_t)out);
+                    make_weights(wt, w, out, in, 0);
+                    const int big = (ii + io + it) % 2;
+                    float *x = malloc(sizeof(float) * (size_t)(in * nt));
+                    for (int64_t i = 0; i < in * nt; i++) x[i] = big ? rng_f(1.5f, 2) : rng_f(-2, 2);
+                    for (int64_t o = 0; big && o < out; o++)
+                        for (int64_t b = 0; b < in / 256; b++) {
+                            uint8_t *blk = w + (size_t)o * rb + (size_t)b * (k == 1 ? 210 : 144);
+                            if (k == 2) { /* Q5_0: every block's codes 31 */
+                                for (int64_t c = 0; c < 8; c++) memset(blk + 22 * c + 2, 0xFF, 20);
+                            } else if (k) {
+                                memset(blk, 0xFF, 192); /* ql, qh: u = 63 */
+                                for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(j % 2 ? 0x7F : 0x80);
+                            } else {
+                                memset(blk + 4, 0xFF, 12 + 128); /* scales, mins 63; codes 15 */
+                            }
+                        }
+                    uint8_t *wx = kc_pack_kx16(wt, w, out, in);
+                    float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                    lb_tensor W = {"w_rows", wt, 2, {out, in}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
+                    lb_tensor WX = {"w_kx16", wt, 2, {out, in}, wx, rb * (size_t)out, LB_LAYOUT_X16};
+                    TH_CHECK_OK(lb_matmul_table(ref, NULL, &W, x, y0, nt));
+                    for (int p = 0; p < 2; p++) {
+                        memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
+                        TH_CHECK_OK(lb_matmul_table(kt, p ? pool : NULL, &WX, x, y1, nt));
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
+                            if (bad < 5)
+                                fprintf(stderr, "  %s %s X16 in=%lld out=%lld nt=%lld: not the ref bits\n",
+                                        kt->name, lb_type_name(wt), (long long)in,
+                                        (long long)out, (long long)nt);
+                            bad++;
+                        }
+                        runs++;
+                    }
+                    if (it == 0) {
+                        uint8_t *buf = malloc(rb);
+                        for (int64_t r = 0; r < out; r++)
+                            TH_CHECK(memcmp(lb_tensor_row_canonical(&WX, r, buf),
+                                            w + (size_t)r * rb, rb) == 0);
+                        free(buf);
+                    }
+                    free(w), free(wx), free(x), free(y0), free(y1);
+                }
+    }
+    lb_pool_free(pool);
+    TH_CHECK_MSG(bad == 0, "%s: %d of %d X16 K-quant products differ from ref", kt->name, bad, runs);
+    return runs;
+}
+
 /* lb_matmul with table kt gives the AVX2 table's bytes for Q4_0 and Q8_0
  * weights (the SIMD variants share one per-output arithmetic,
  * kernels_internal.h), on 1..130 tokens (decode, VNNI/AMX tiles and their

@@ -75,6 +75,14 @@ static void test_x16_same_bits(void) {
                     lb_kernels_table(v)->name, kc_x16_same_bits(lb_kernels_table(v)));
 }
 
+/* X16 Q4_K / Q6_K / Q5_0 weights: every usable table gives the reference's bits */
+static void test_kx16_ref_bits(void) {
+    for (int v = 0; v < LB_KV_COUNT; v++)
+        if (lb_kernels_usable(v))
+            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q4_K, Q6_K, Q5_0)\n",
+                    lb_kernels_table(v)->name, kc_kx16_ref_bits(lb_kernels_table(v)));
+}
+
 /* lb_tensor_repack: in place, only where the family in use asks for it,
  * row form back through lb_tensor_row_canonical, products unchanged. */
 static void test_tensor_repack(void) {
@@ -104,6 +112,40 @@ static void test_tensor_repack(void) {
         TH_CHECK_OK(lb_tensor_repack(&W, w)); /* already repacked: nothing */
         TH_CHECK(lb_tensor_repack(&W, orig) == LB_ERR_INVALID_ARG);
         lb_clear_error();
+        free(w), free(orig);
+    }
+    for (int t = 0; t < LB_TYPE_COUNT_; t++) /* the repackable types */
+        TH_CHECK(lb_x16_type((lb_type)t) ==
+                 (t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 ||
+                  t == LB_TYPE_Q4_K || t == LB_TYPE_Q6_K));
+    /* Q5_0 / Q4_K / Q6_K: repacked where the family asks for it, row form
+     * back, and then the reference's bits */
+    const lb_type kts[] = {LB_TYPE_Q5_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K};
+    for (int k = 0; k < 3; k++) {
+        const lb_type wt = kts[k];
+        const int64_t kin = 512;
+        size_t rb;
+        lb_row_size(wt, kin, &rb);
+        uint8_t *w = malloc(rb * (size_t)out), *orig = malloc(rb * (size_t)out);
+        make_weights(wt, w, out, kin, 0);
+        memcpy(orig, w, rb * (size_t)out);
+        float x[2 * 512], y0[2 * 40], y1[2 * 40];
+        for (int i = 0; i < 2 * kin; i++) x[i] = rng_f(-1, 1);
+        lb_tensor W = {"wk", wt, 2, {out, kin}, w, rb * (size_t)out, LB_LAYOUT_ROWS};
+        TH_CHECK_OK(lb_matmul_table(lb_kernels_table(LB_KV_REF), NULL, &W, x, y0, 2));
+        TH_CHECK_OK(lb_tensor_repack(&W, w));
+        const bool fast = lb_kernels_current()->w[wt].x16_fast;
+        TH_CHECK(W.layout == (fast ? LB_LAYOUT_X16 : LB_LAYOUT_ROWS));
+        TH_CHECK((memcmp(w, orig, rb * (size_t)out) != 0) == fast);
+        TH_CHECK(memcmp(w + 32 * rb, orig + 32 * rb, 8 * rb) == 0);
+        uint8_t *buf = malloc(rb);
+        for (int64_t r = 0; r < out; r++)
+            TH_CHECK(memcmp(lb_tensor_row_canonical(&W, r, buf), orig + (size_t)r * rb, rb) == 0);
+        free(buf);
+        if (fast) {
+            TH_CHECK_OK(lb_matmul(NULL, &W, x, y1, 2));
+            TH_CHECK(memcmp(y0, y1, sizeof y0) == 0);
+        }
         free(w), free(orig);
     }
 }
@@ -172,6 +214,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_simd_same_bits);
     TH_RUN(test_f32_same_bits);
     TH_RUN(test_x16_same_bits);
+    TH_RUN(test_kx16_ref_bits);
     TH_RUN(test_tensor_repack);
     TH_RUN(test_qact_edges);
     TH_RUN(test_matmul_oracle_and_threads);

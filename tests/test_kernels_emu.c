@@ -148,7 +148,7 @@ static void test_emu_int_vs_avx2(void) {
 /* The intrinsics of the VNNI kernel's repack and sums: add/and/xor/srli/
  * set1_epi32 against AVX2 on each half, the dword gather against memcpy. */
 static void test_emu_int32_ops(void) {
-    int bad[7] = {0};
+    int bad[10] = {0};
     uint8_t mem[4096];
     rnd_bytes(mem, sizeof mem);
     for (int it = 0; it < ITERS; it++) {
@@ -158,6 +158,8 @@ static void test_emu_int32_ops(void) {
         const __m512i add = _mm512_add_epi32(a, b), and = _mm512_and_si512(a, b);
         const __m512i xr = _mm512_xor_si512(a, b), sr = _mm512_srli_epi32(a, sh);
         const __m512i s32 = _mm512_set1_epi32(c32);
+        const __m512i orr = _mm512_or_si512(a, b), sl = _mm512_slli_epi32(a, sh);
+        const __m512i ml = _mm512_mullo_epi32(a, b);
         const __m512i ul32 = _mm512_unpacklo_epi32(a, b), uh32 = _mm512_unpackhi_epi32(a, b);
         const __m512i ul64 = _mm512_unpacklo_epi64(a, b), uh64 = _mm512_unpackhi_epi64(a, b);
         for (int h = 0; h < 2; h++) {
@@ -167,6 +169,9 @@ static void test_emu_int32_ops(void) {
             bad[2] += !eq_half_i(&xr, h, _mm256_xor_si256(ah, bh));
             bad[3] += !eq_half_i(&sr, h, _mm256_srl_epi32(ah, _mm_cvtsi32_si128((int)sh)));
             bad[4] += !eq_half_i(&s32, h, _mm256_set1_epi32(c32));
+            bad[7] += !eq_half_i(&orr, h, _mm256_or_si256(ah, bh));
+            bad[8] += !eq_half_i(&sl, h, _mm256_sll_epi32(ah, _mm_cvtsi32_si128((int)sh)));
+            bad[9] += !eq_half_i(&ml, h, _mm256_mullo_epi32(ah, bh));
             bad[6] += !eq_half_i(&ul32, h, _mm256_unpacklo_epi32(ah, bh)) ||
                       !eq_half_i(&uh32, h, _mm256_unpackhi_epi32(ah, bh)) ||
                       !eq_half_i(&ul64, h, _mm256_unpacklo_epi64(ah, bh)) ||
@@ -182,9 +187,10 @@ static void test_emu_int32_ops(void) {
             bad[5] += g.u32[j] != want;
         }
     }
-    static const char *const names[7] = {"add_epi32", "and_si512", "xor_si512", "srli_epi32",
-                                         "set1_epi32", "i32gather_epi32", "unpack{lo,hi}_epi{32,64}"};
-    for (int i = 0; i < 7; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
+    static const char *const names[10] = {"add_epi32", "and_si512", "xor_si512", "srli_epi32",
+                                          "set1_epi32", "i32gather_epi32", "unpack{lo,hi}_epi{32,64}",
+                                          "or_si512", "slli_epi32", "mullo_epi32"};
+    for (int i = 0; i < 10; i++) TH_CHECK_MSG(bad[i] == 0, "_mm512_%s: %d mismatches", names[i], bad[i]);
 }
 
 /* vpdpbusd: src + sum of 4 zero-extended(a) x sign-extended(b) products,
@@ -585,6 +591,8 @@ static void test_emu_matmul_vs_avx2(void) {
     /* X16 (repacked) weights: the emulated tables' row-form bits, which
      * are AVX2's (above) */
     for (int e = 0; e < E_COUNT; e++) kc_x16_same_bits(&g_emu[e]);
+    /* X16 Q4_K / Q6_K: the reference's bits */
+    for (int e = 0; e < E_COUNT; e++) kc_kx16_ref_bits(&g_emu[e]);
     lb_emu_tile_counts(&cfg1, &rel1);
     TH_CHECK_MSG(bad == 0, "%d of %d emulated lb_matmul runs differ from avx2", bad, runs);
     TH_CHECK_MSG(cfg1 - cfg0 > 0, "the AMX path never ran");

@@ -993,13 +993,147 @@ static void mm_x16_rows(lb_type type, lb_mm_fn mm, int64_t n, const void *vw, si
     if (nr > 16 * ng)
         mm(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
+/* X16 decode and small tiles (n_tokens < 16) on AVX2: a group of 16 rows
+ * is one sequential stream, read as two 8-row halves (bytes 0-31 of each
+ * 64-byte vector: rows 0-7, bytes 32-63: rows 8-15), lane n of a 256-bit
+ * load = 4 codes of row n. Per block and half: Q4_0, vpmaddubsw of the
+ * nibbles (0..15) with the broadcast activation dwords, the 8 int16 pair
+ * sums added (|sum| <= 8 * 2 * 15 * 128 < 2^15), one vpmaddwd, minus
+ * 8 * sum a; Q8_0, w = u XOR 0x80 and vpmaddubsw(|w|, sign(a, w)) (|a| <=
+ * 127: pairs <= 2 * 128 * 127 < 2^15) then vpmaddwd per dword. Exact
+ * integer sums, scaled as the row-form kernel does (part = fma(dw * da,
+ * isum, part) per 256-block K-chunk, y = part or y + part): the same bits.
+ * U tokens (1..4) share each block's loads. */
+LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn,
+                         const uint8_t *at, size_t as, int32_t (*corr)[Q4_KB],
+                         float (*da)[Q4_KB], float *y, size_t ldy) {
+    const size_t bb = q4 ? 16 * 18 : 16 * 34;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80),
+                  ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * bb;
+    for (int i = 0; i < kbn; i++, p += bb) {
+        for (int l = 0; l < (q4 ? 5 : 9); l++)
+            _mm_prefetch((const char *)(p + 8 * bb + 64 * l), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            if (q4) {
+                __m256i k[8];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j + 32 * h));
+                    k[j] = _mm256_and_si256(v, m4);
+                    k[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
+                    __m256i s = _mm256_maddubs_epi16(k[0], _mm256_set1_epi32((int)lb_rd_u32(ap)));
+#pragma GCC unroll 7
+                    for (int j = 1; j < 8; j++)
+                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
+                                                    k[j], _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j))));
+                    const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s, ones),
+                                                        _mm256_set1_epi32(corr[u][i]));
+                    acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
+                                                _mm256_cvtepi32_ps(is), acc[u][h]);
+                }
+            } else {
+                __m256i wa[8], ws[8];
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    ws[j] = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j + 32 * h)), x80);
+                    wa[j] = _mm256_abs_epi8(ws[j]);
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
+                    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j += 2) {
+                        const __m256i a0 = _mm256_sign_epi8(_mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)), ws[j]);
+                        const __m256i a1 = _mm256_sign_epi8(_mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j + 4)), ws[j + 1]);
+                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[j], a0), ones));
+                        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[j + 1], a1), ones));
+                    }
+                    acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
+                                                _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc[u][h]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        for (int h = 0; h < 2; h++) {
+            float *yu = y + (size_t)u * ldy + 8 * h;
+            const __m256 v = kb0 ? _mm256_add_ps(_mm256_loadu_ps(yu), acc[u][h]) : acc[u][h];
+            _mm256_storeu_ps(yu, v);
+        }
+}
+
+/* sum of the 32 int8 activations of a Q8_0 block (codes at ap + 2) */
+LB_AI int32_t q8_block_sum(const uint8_t *ap) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(ap + 2));
+    const __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
+                                        _mm256_set1_epi16(1));
+    return hsum8_epi32(w);
+}
+
+static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    int32_t corr[16][Q4_KB];
+    float da[16][Q4_KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
+        const int kbn = (int)LB_MIN(Q4_KB, nb - kb0);
+        for (int64_t t = 0; t < nt; t++)
+            for (int i = 0; i < kbn; i++) {
+                const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
+                corr[t][i] = q4 ? 8 * q8_block_sum(ap) : 0;
+                da[t][i] = h2f(ap);
+            }
+        for (int64_t g = 0; g < ng; g++) {
+            const uint8_t *gp = w + (size_t)g * 16 * ws;
+            float *yg = y + 16 * g;
+            int64_t t = 0;
+            if (q4) {
+                for (; t + 4 <= nt; t += 4)
+                    x16_pass_avx2(4, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+                for (; t < nt; t++)
+                    x16_pass_avx2(1, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+            } else {
+                for (; t + 4 <= nt; t += 4)
+                    x16_pass_avx2(4, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+                for (; t < nt; t++)
+                    x16_pass_avx2(1, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+            }
+        }
+    }
+    if (nr > 16 * ng) /* rows after the last whole group: row form */
+        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a,
+                                                  as, nt, y + 16 * ng, ldy);
+}
+
+/* n_tokens < 16: the streaming kernel above; prefill: rows rebuilt per
+ * K-chunk (the rebuild is shared by all tokens) */
 void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16_rows(LB_TYPE_Q4_0, lb_mm_q4_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+    if (nt < 16) mm_x16_fast(1, n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_x16_rows(LB_TYPE_Q4_0, lb_mm_q4_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
 }
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16_rows(LB_TYPE_Q8_0, lb_mm_q8_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+    if (nt < 16) mm_x16_fast(0, n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_x16_rows(LB_TYPE_Q8_0, lb_mm_q8_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void lb_kernels_fill_avx2(lb_kernel_table *kt) {
@@ -1010,12 +1144,14 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = lb_mm_q4_0_avx2, .mm_name = "mm_q4_0_avx2"};
     kt->w[LB_TYPE_Q4_0].mm_x16 = lb_mm_q4_0_x16_avx2;
     kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_avx2";
+    kt->w[LB_TYPE_Q4_0].x16_fast = true;
     SETW(LB_TYPE_Q4_1, LB_TYPE_Q8_1, mm_q4_1_avx2);
     SETW(LB_TYPE_Q5_0, LB_TYPE_Q8_0, mm_q5_0_avx2);
     SETW(LB_TYPE_Q5_1, LB_TYPE_Q8_1, mm_q5_1_avx2);
     kt->w[LB_TYPE_Q8_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = lb_mm_q8_0_avx2, .mm_name = "mm_q8_0_avx2"};
     kt->w[LB_TYPE_Q8_0].mm_x16 = lb_mm_q8_0_x16_avx2;
     kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_avx2";
+    kt->w[LB_TYPE_Q8_0].x16_fast = true;
     SETW(LB_TYPE_Q2_K, LB_TYPE_Q8_K, mm_q2_K_avx2);
     SETW(LB_TYPE_Q3_K, LB_TYPE_Q8_K, mm_q3_K_avx2);
     SETW(LB_TYPE_Q4_K, LB_TYPE_Q8_K, mm_q4_K_avx2);
@@ -1025,4 +1161,12 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     SETW(LB_TYPE_F16, LB_TYPE_F32, mm_f16_avx2);
     SETW(LB_TYPE_BF16, LB_TYPE_F32, mm_bf16_avx2);
 #undef SETW
+    /* X16 K-quants (repacked for another family): the reference's X16
+     * kernels, which give the bits every X16 K-quant kernel gives */
+    kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
+    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
+    kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
+    kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
+    kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
+    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_ref";
 }

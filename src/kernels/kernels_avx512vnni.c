@@ -454,6 +454,328 @@ static void mm_q8_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
     mm_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
+
+/* ---- X16 K-quants (Q4_K, Q6_K) against Q8_K activations ------------------
+ * One group of 16 rows is one sequential stream of super-blocks
+ * (kernels_internal.h). Per super-block, the 16 rows' codes are loaded 64
+ * bytes at a time (lane n = 4 codes of row n, as unsigned bytes) and
+ * multiplied with vpdpbusd by the token's matching activation dword
+ * broadcast; each sub-block's exact int32 sum is scaled by its 6-bit
+ * (Q4_K) or int8 (Q6_K) scale with vpmulld, lane by lane. The results are
+ * the scalar reference's bits (kernels_ref.c), float order included:
+ *   Q4_K: acc = acc + (d * da) * isum;  acc = acc - (dmin * da) * imin
+ *         (imin = sum_j bsums[j] * min[j/2], by vpmaddwd on int16 pairs)
+ *   Q6_K: acc = acc + (d * da) * isum,  isum = sum_j sc_j * (sum u * a -
+ *         32 * bsums[j]) with u = q + 32 (0..63); the chain of sub-block j
+ *         starts at -32 * bsums[j]
+ * (a - b computed as a + (-b), the same IEEE result; no FMA contraction:
+ * ISO C mode). U tokens (1..4) share each super-block's decoded codes. */
+#define Q8K_BYTES 292 /* lb_block_q8_K: d (f32) at 0, qs at 4, bsums at 260 */
+#define KBC(p) _mm512_set1_epi32((int)lb_rd_u32(p))
+
+static inline __m512i kx_byte(__m512i v, int b) { /* byte b of each dword, 0..255 */
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * b), _mm512_set1_epi32(0xFF));
+}
+static inline __m512i kx_sbyte(__m512i v, int b) { /* the same, as int8 */
+    const __m512i x80 = _mm512_set1_epi32(0x80);
+    return _mm512_sub_epi32(_mm512_xor_si512(kx_byte(v, b), x80), x80);
+}
+static inline int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int16 x2 */
+    const int16_t *b = (const int16_t *)(const void *)bs;
+    const int lo = b[2 * k0] + b[2 * k0 + 1], hi = b[2 * k1] + b[2 * k1 + 1];
+    return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
+}
+
+static inline __attribute__((always_inline)) void
+q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
+              size_t ldy) {
+    const size_t BB = 16 * 144;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
+                  m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        const __m512i S0 = _mm512_loadu_si512(p + 64), S1 = _mm512_loadu_si512(p + 128),
+                      S2 = _mm512_loadu_si512(p + 192);
+        const __m512i sc03 = _mm512_and_si512(S0, m6), mn03 = _mm512_and_si512(S1, m6);
+        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(S2, m4),
+                                             _mm512_and_si512(_mm512_srli_epi32(S0, 2), m30));
+        const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4),
+                                             _mm512_and_si512(_mm512_srli_epi32(S1, 2), m30));
+        __m512i isum[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const uint8_t *q = p + 256 + (size_t)g * 512;
+            for (int l = 0; l < 8; l++) _mm_prefetch((const char *)(q + BB + 64 * l), _MM_HINT_T0);
+            if (g == 0)
+                for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(p + BB + 64 * l), _MM_HINT_T0);
+            const __m512i scv = g < 2 ? sc03 : sc47;
+            const __m512i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
+            __m512i lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++) {
+                const __m512i v = _mm512_loadu_si512(q + 64 * m);
+                lo[m] = _mm512_and_si512(v, m4);
+                hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; m += 2) {
+                    s0 = _mm512_dpbusd_epi32(s0, lo[m], KBC(a8 + 4 * m));
+                    s1 = _mm512_dpbusd_epi32(s1, lo[m + 1], KBC(a8 + 4 * m + 4));
+                    t0 = _mm512_dpbusd_epi32(t0, hi[m], KBC(a8 + 32 + 4 * m));
+                    t1 = _mm512_dpbusd_epi32(t1, hi[m + 1], KBC(a8 + 32 + 4 * m + 4));
+                }
+                isum[u] = _mm512_add_epi32(
+                    isum[u], _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sl),
+                                              _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), sh)));
+            }
+        }
+        const __m512i m02 = _mm512_and_si512(mn03, mw), m13 = _mm512_and_si512(_mm512_srli_epi32(mn03, 8), mw);
+        const __m512i m46 = _mm512_and_si512(mn47, mw), m57 = _mm512_and_si512(_mm512_srli_epi32(mn47, 8), mw);
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const uint8_t *au = ab + (size_t)u * as;
+            const uint8_t *bs = au + 260;
+            const __m512i imin = _mm512_add_epi32(
+                _mm512_add_epi32(_mm512_madd_epi16(m02, _mm512_set1_epi32(kx_pair(bs, 0, 2))),
+                                 _mm512_madd_epi16(m13, _mm512_set1_epi32(kx_pair(bs, 1, 3)))),
+                _mm512_add_epi32(_mm512_madd_epi16(m46, _mm512_set1_epi32(kx_pair(bs, 4, 6))),
+                                 _mm512_madd_epi16(m57, _mm512_set1_epi32(kx_pair(bs, 5, 7)))));
+            float da;
+            memcpy(&da, au, 4);
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(da)),
+                                                         _mm512_cvtepi32_ps(isum[u])));
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(mv, _mm512_set1_ps(-da)),
+                                                         _mm512_cvtepi32_ps(imin)));
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+static inline __attribute__((always_inline)) void
+q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
+              size_t ldy) {
+    const size_t BB = 16 * 210;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        __m512i isum[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int r = 0; r < 2; r++) {
+                /* sub-blocks j = 8h + 2q + r (q = 0..3): m = 4r..4r+3 */
+                __m512i sc[4]; /* scale j: vector j / 4, byte j % 4 */
+#pragma GCC unroll 4
+                for (int qd = 0; qd < 4; qd++)
+                    sc[qd] = kx_sbyte(_mm512_loadu_si512(p + 32 + 64 * ((8 * h + 2 * qd + r) / 4)),
+                                      (8 * h + 2 * qd + r) % 4);
+                __m512i s[4][4];
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+#pragma GCC unroll 4
+                    for (int qd = 0; qd < 4; qd++)
+                        s[u][qd] = _mm512_set1_epi32(-32 * bs[8 * h + 2 * qd + r]);
+                }
+#pragma GCC unroll 4
+                for (int m = 4 * r; m < 4 * r + 4; m++) {
+                    const uint8_t *q = p + 288 + 192 * (8 * h + m); /* ql, ql, qh */
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m)), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 64), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 128), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m) + 192), _MM_HINT_T0);
+                    const __m512i A = _mm512_loadu_si512(q);
+                    const __m512i B = _mm512_loadu_si512(q + 64);
+                    const __m512i H = _mm512_loadu_si512(q + 128);
+                    __m512i uq[4];
+                    uq[0] = _mm512_or_si512(_mm512_and_si512(A, m4),
+                                            _mm512_and_si512(_mm512_slli_epi32(H, 4), m30));
+                    uq[1] = _mm512_or_si512(_mm512_and_si512(B, m4),
+                                            _mm512_and_si512(_mm512_slli_epi32(H, 2), m30));
+                    uq[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A, 4), m4),
+                                            _mm512_and_si512(H, m30));
+                    uq[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
+                                            _mm512_and_si512(_mm512_srli_epi32(H, 2), m30));
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * h + 4 * m;
+#pragma GCC unroll 4
+                        for (int qd = 0; qd < 4; qd++)
+                            s[u][qd] = _mm512_dpbusd_epi32(s[u][qd], uq[qd], KBC(a8 + 32 * qd));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++)
+                    isum[u] = _mm512_add_epi32(
+                        isum[u],
+                        _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(s[u][0], sc[0]),
+                                                          _mm512_mullo_epi32(s[u][1], sc[1])),
+                                         _mm512_add_epi32(_mm512_mullo_epi32(s[u][2], sc[2]),
+                                                          _mm512_mullo_epi32(s[u][3], sc[3]))));
+            }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            float da;
+            memcpy(&da, ab + (size_t)u * as, 4);
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(da)),
+                                                         _mm512_cvtepi32_ps(isum[u])));
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+static void mm_kx16(int q6, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                    size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 256, ng = nr / 16;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * 16 * ws;
+        float *yg = y + 16 * g;
+        int64_t t = 0;
+        if (q6) {
+            for (; t + 4 <= nt; t += 4)
+                q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else {
+            for (; t + 4 <= nt; t += 4)
+                q4_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q4_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        }
+    }
+    /* rows after the last whole group (row form): the reference */
+    for (int64_t r = 16 * ng; r < nr; r++)
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] =
+                (q6 ? lb_vec_dot_q6_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref)(n, w + (size_t)r * ws,
+                                                                         a + (size_t)t * as);
+}
+static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q6_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
+/* ---- X16 Q5_0 against Q8_0 activations ----------------------------------
+ * Per block of 16 rows (kernels_internal.h): the nibble vectors give
+ * elements 4k..4k+3 of every row in lane n (k < 4: low nibbles of qs dword
+ * k, k >= 4: high nibbles of dword k - 4), and the bit-transposed qh
+ * vector shifted by 4 - k and masked with 0x10 adds their fifth bits:
+ * u = q + 16 in 0..31, isum = sum u * a - 16 * sum a (the chain starts at
+ * -16 * sum a). Scaled in the reference's order, acc = acc + (dw * da) *
+ * isum block after block (a K-chunk continues from the stored y), so the
+ * result is lb_vec_dot_q5_0_q8_0_ref's bits. */
+static inline __attribute__((always_inline)) __m512i q5_hbits(__m512i H, int k) {
+    const __m512i h = k < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - k))
+                    : k > 4 ? _mm512_srli_epi32(H, (unsigned)(k - 4)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+}
+
+static inline __attribute__((always_inline)) void
+q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at, size_t as,
+              int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
+    const size_t BB = 16 * 22;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * BB;
+    for (int i = 0; i < kbn; i++, p += BB) {
+#pragma GCC unroll 6
+        for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
+        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512i H = _mm512_loadu_si512(p + 32);
+        __m512i k[8];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_loadu_si512(p + 96 + 64 * j);
+            k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
+            k[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
+                                       q5_hbits(H, j + 4));
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
+            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, k[0], XB(ap, 0));
+            s1 = _mm512_dpbusd_epi32(s1, k[1], XB(ap, 1));
+            s0 = _mm512_dpbusd_epi32(s0, k[2], XB(ap, 2));
+            s1 = _mm512_dpbusd_epi32(s1, k[3], XB(ap, 3));
+            s0 = _mm512_dpbusd_epi32(s0, k[4], XB(ap, 4));
+            s1 = _mm512_dpbusd_epi32(s1, k[5], XB(ap, 5));
+            s0 = _mm512_dpbusd_epi32(s0, k[6], XB(ap, 6));
+            s1 = _mm512_dpbusd_epi32(s1, k[7], XB(ap, 7));
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
+                                                         _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+static void mm_q5_0_x16_avx512_vnni(int64_t n, const void *vw, size_t ws, int64_t nr,
+                                    const void *va, size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    int32_t corr[16][KB];
+    float da[16][KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+            const int64_t tn = LB_MIN(16, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 34;
+                    corr[t][i] = 16 * q8_sum(ap);
+                    da[t][i] = h2f(ap);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
+                int64_t t = 0;
+                for (; t + 4 <= tn; t += 4)
+                    q5_0_x16_pass(4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+                for (; t < tn; t++)
+                    q5_0_x16_pass(1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+            }
+        }
+    }
+    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] =
+                lb_vec_dot_q5_0_q8_0_ref(n, w + (size_t)r * ws, a + (size_t)t * as);
+}
+
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q4_0_avx512_vnni, .mm_name = "mm_q4_0_avx512_vnni"};
     kt->w[LB_TYPE_Q8_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q8_0_avx512_vnni, .mm_name = "mm_q8_0_avx512_vnni"};
@@ -463,4 +785,13 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q8_0].mm_x16 = mm_q8_0_x16_avx512_vnni;
     kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_avx512_vnni";
     kt->w[LB_TYPE_Q8_0].x16_fast = true;
+    kt->w[LB_TYPE_Q5_0].mm_x16 = mm_q5_0_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q5_0].x16_fast = true;
+    kt->w[LB_TYPE_Q4_K].mm_x16 = mm_q4_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q4_K].x16_fast = true;
+    kt->w[LB_TYPE_Q6_K].mm_x16 = mm_q6_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q6_K].x16_fast = true;
 }

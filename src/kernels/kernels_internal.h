@@ -54,11 +54,13 @@ typedef struct lb_wkernel {
     lb_mm_fn mm_batch;  /* optional kernel for n_tokens >= batch_min       */
     int batch_min;      /* (e.g. AMX tiles); 0 when mm_batch is NULL       */
     const char *mm_name, *batch_name; /* for test/benchmark output         */
-    /* Kernels for LB_LAYOUT_X16 weights (Q4_0/Q8_0; layout below): same
-     * contract as mm with w at a row that is a multiple of 16 in the tensor;
-     * the nr / 16 whole groups from there are interleaved, the nr % 16 rows
-     * after them in row form (only a tensor's last chunk has such rows).
-     * Same bits as mm on the row-form tensor. mm_x16_batch for n_tokens >=
+    /* Kernels for LB_LAYOUT_X16 weights (Q4_0/Q8_0/Q4_K/Q6_K; layout
+     * below): same contract as mm with w at a row that is a multiple of 16
+     * in the tensor; the nr / 16 whole groups from there are interleaved,
+     * the nr % 16 rows after them in row form (only a tensor's last chunk
+     * has such rows). Q4_0/Q8_0: same bits as mm on the row-form tensor;
+     * Q5_0/Q4_K/Q6_K: the scalar reference's bits (lb_vec_dot_q*_K_q8_K_ref) in
+     * every variant (integer sums, the reference's float order). mm_x16_batch for n_tokens >=
      * batch_min when set. x16_fast: this family streams X16 faster than row
      * form, so lb_tensor_repack repacks (false in the ref table). */
     lb_mm_fn mm_x16, mm_x16_batch;
@@ -67,25 +69,47 @@ typedef struct lb_wkernel {
 } lb_wkernel;
 
 /* ---- LB_LAYOUT_X16 ---------------------------------------------------------
- * The rows 16g..16g+15 of a Q4_0 / Q8_0 matrix with nb blocks per row
- * (block bytes BB = 18 / 34) occupy the same 16 * nb * BB bytes as in row
- * form, block by block: block b of the group at offset b * 16 * BB holds
- *   the 16 rows' fp16 scales d (row n at 2n, 32 bytes), then
- *   Q4_0: 4 vectors of 64 bytes, vector j bytes 4n..4n+3 = packed nibble
- *         bytes qs[4j..4j+3] of row n (elements 4j.. in the low nibbles,
- *         16+4j.. in the high nibbles);
- *   Q8_0: 8 vectors of 64 bytes, vector j bytes 4n..4n+3 = codes
- *         qs[4j..4j+3] of row n, each XOR 0x80 (w + 128 as unsigned bytes,
- *         for vpdpbusd: sum u * a = sum w * a + 128 * sum a).
- * One 512-bit load puts 4 code bytes of row n in int32 lane n (a 256-bit
- * load: rows 0-7 or 8-15), and a group is one sequential stream. */
+ * Types: Q4_0, Q5_0, Q8_0 (blocks of 32 elements), Q4_K, Q6_K (super-blocks of
+ * 256). The rows 16g..16g+15 of a matrix with nb blocks per row (block
+ * bytes BB) occupy the same 16 * nb * BB bytes as in row form, block by
+ * block: block b of the group is at offset b * 16 * BB and holds the
+ * block's fields one after the other, each field as the 16 rows' copies
+ * interleaved: a 2-byte (fp16) field as 16 halves (row n at 2n, 32 bytes),
+ * a field of 4k bytes as k vectors of 64 bytes, vector j bytes 4n..4n+3 =
+ * the field's bytes 4j..4j+3 of row n. Fields in X16 order:
+ *   Q4_0: d, qs[16]                      (4 code vectors)
+ *   Q8_0: d, qs[32] each byte XOR 0x80   (w + 128 as unsigned bytes, for
+ *         vpdpbusd: sum u * a = sum w * a + 128 * sum a)
+ *   Q5_0: d, qh (one vector: the 32 high bits of row n bit-transposed
+ *         in its dword, bit 8b + k = element 4k + b's, so that one shift
+ *         and mask put the high bits of elements 4k..4k+3 at bit 4 of
+ *         bytes 0..3: the fifth bit merged with vector ops), qs[16]
+ *   Q4_K: d, dmin, scales[12] (3 vectors: the 6-bit scales and mins stay
+ *         packed -- 16 x 6 bits fill the 12 bytes, there is no room to
+ *         store them decoded in place -- and are decoded for 16 rows at
+ *         once with 8 vector ops), qs[128] (32 vectors)
+ *   Q6_K: d, scales[16] (4 vectors), then 48 code vectors in the order
+ *         the kernels use them: for k = 8h + m (h < 2, m < 8) three
+ *         vectors, the dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m] (one
+ *         monotonic stream: three separate ql/ql/qh streams halved the
+ *         speed from DRAM)
+ * One 512-bit load puts 4 bytes of row n in int32 lane n (a 256-bit load:
+ * rows 0-7 or 8-15), and a group is one sequential stream. */
+bool lb_x16_type(lb_type t);
 static inline size_t lb_x16_block_bytes(lb_type t) {
-    return t == LB_TYPE_Q4_0 ? 16 * 18 : 16 * 34;
+    return t == LB_TYPE_Q4_0 ? 16 * 18 : t == LB_TYPE_Q8_0 ? 16 * 34
+         : 16 * (size_t)lb_type_get_traits((int)t)->type_size;
 }
 /* Rebuild row n (< 16) of block b of group gp (X16) into the row-form
- * block blk (18 or 34 bytes). */
+ * block blk (the type's block bytes). Q4_0/Q8_0 inline (the AMX and AVX2
+ * X16 paths call it per block), the others through kernels_ref.c. */
+void lb_x16_get_block_k(lb_type t, const uint8_t *gp, int64_t b, int n, uint8_t *blk);
 static inline void lb_x16_get_block(lb_type t, const uint8_t *gp, int64_t b, int n,
                                     uint8_t *blk) {
+    if (t != LB_TYPE_Q4_0 && t != LB_TYPE_Q8_0) {
+        lb_x16_get_block_k(t, gp, b, n, blk);
+        return;
+    }
     const uint8_t *p = gp + (size_t)b * lb_x16_block_bytes(t);
     blk[0] = p[2 * n];
     blk[1] = p[2 * n + 1];
@@ -232,6 +256,14 @@ void lb_kernels_fill_ref(lb_kernel_table *kt);
 void lb_mm_q4_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q5_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+/* X16 twins of mm_q5_0_ref, mm_q4_K_ref / mm_q6_K_ref (the reference's bits: each row
+ * rebuilt and dotted with lb_vec_dot_q{4,6}_K_q8_K_ref). */
+void lb_mm_q4_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q6_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_ref(lb_kernel_table *kt);  /* vec_ref.c */
 /* Hadamard transform kernels (hadamard.c, hadamard_avx2.c,

@@ -6,6 +6,9 @@
 #include "kernels_internal.h"
 #include "core/internal.h"
 
+#include <math.h>
+#include <string.h>
+
 static inline float h2f(lb_half h) { return lb_f16_to_f32_inline(h); }
 
 float lb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *vx, const void *vy) {
@@ -278,40 +281,122 @@ LB_REF_MM(mm_f32_ref, lb_vec_dot_f32_f32_ref)
 LB_REF_MM(mm_f16_ref, lb_vec_dot_f16_f32_ref)
 LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
 
-void lb_x16_pack_group(lb_type t, const uint8_t *src, size_t ws, int64_t nb, uint8_t *dst) {
-    const size_t bb = t == LB_TYPE_Q4_0 ? 18 : 34;
-    const int nv = t == LB_TYPE_Q4_0 ? 4 : 8;
-    const uint8_t x = t == LB_TYPE_Q4_0 ? 0 : 0x80;
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *p = dst + (size_t)b * 16 * bb;
-        for (int n = 0; n < 16; n++) {
-            const uint8_t *blk = src + (size_t)n * ws + (size_t)b * bb;
-            p[2 * n] = blk[0];
-            p[2 * n + 1] = blk[1];
-            for (int j = 0; j < nv; j++)
-                for (int k = 0; k < 4; k++) p[32 + 64 * j + 4 * n + k] = blk[2 + 4 * j + k] ^ x;
-        }
+/* X16 fields (kernels_internal.h): offset and size in the row-form block,
+ * in X16 order; xor: the byte mask applied to the field (Q8_0's codes).
+ * Fills f (64 entries at most), returns the count (0: not an X16 type). */
+typedef struct {
+    uint16_t off, size;
+    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed (below) */
+} x16_field;
+static int x16_fields(lb_type t, x16_field *f) {
+    switch (t) {
+    case LB_TYPE_Q4_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 16, 0};
+        return 2;
+    case LB_TYPE_Q8_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 32, 0x80};
+        return 2;
+    case LB_TYPE_Q5_0:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 4, 0xFF}, f[2] = (x16_field){6, 16, 0};
+        return 3;
+    case LB_TYPE_Q4_K:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
+        f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
+        return 4;
+    case LB_TYPE_Q6_K: {
+        /* d, scales, then for k = 8h + m (h < 2, m < 8) the code dwords in
+         * the order the kernels use them: ql[64h+4m], ql[64h+32+4m],
+         * qh[32h+4m] (ql at 0, qh at 128 in the row-form block) */
+        int c = 0;
+        f[c++] = (x16_field){208, 2, 0};
+        f[c++] = (x16_field){192, 16, 0};
+        for (int h = 0; h < 2; h++)
+            for (int m = 0; m < 8; m++) {
+                f[c++] = (x16_field){(uint16_t)(64 * h + 4 * m), 4, 0};
+                f[c++] = (x16_field){(uint16_t)(64 * h + 32 + 4 * m), 4, 0};
+                f[c++] = (x16_field){(uint16_t)(128 + 32 * h + 4 * m), 4, 0};
+            }
+        return c;
+    }
+    default: return 0;
     }
 }
 
-/* X16 twins: each row's dot product block by block through the reference
- * dot of one block (0 + term is the term, so the sum is the reference's). */
+bool lb_x16_type(lb_type t) { /* the types x16_fields knows (matmul's hot path) */
+    return t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 || t == LB_TYPE_Q4_K ||
+           t == LB_TYPE_Q6_K;
+}
+
+/* dir 0: row n's block blk -> its place in the X16 block p; 1: back */
+static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
+    x16_field f[64];
+    const int nf = x16_fields(t, f);
+    for (int i = 0; i < nf; i++) {
+        if (f[i].size == 2) {
+            if (dir) memcpy(blk + f[i].off, p + 2 * n, 2);
+            else memcpy(p + 2 * n, blk + f[i].off, 2);
+            p += 32;
+            continue;
+        }
+        if (f[i].xor == 0xFF) { /* qh bit 4k + b <-> bit 8b + k (b < 4, k < 8) */
+            uint8_t *x = p + 4 * n, *r = blk + f[i].off;
+            const uint32_t v = dir ? lb_rd_u32(x) : lb_rd_u32(r);
+            uint32_t o = 0;
+            for (int b = 0; b < 4; b++)
+                for (int k = 0; k < 8; k++)
+                    if (dir ? (v >> (8 * b + k)) & 1 : (v >> (4 * k + b)) & 1)
+                        o |= 1u << (dir ? 4 * k + b : 8 * b + k);
+            uint8_t *d = dir ? r : x;
+            for (int k = 0; k < 4; k++) d[k] = (uint8_t)(o >> (8 * k));
+            p += 64;
+            continue;
+        }
+        for (int j = 0; j < f[i].size / 4; j++)
+            for (int k = 0; k < 4; k++) {
+                uint8_t *x = p + 64 * j + 4 * n + k, *r = blk + f[i].off + 4 * j + k;
+                if (dir) *r = *x ^ f[i].xor;
+                else *x = *r ^ f[i].xor;
+            }
+        p += 16 * (size_t)f[i].size;
+    }
+}
+
+void lb_x16_get_block_k(lb_type t, const uint8_t *gp, int64_t b, int n, uint8_t *blk) {
+    x16_move(t, (uint8_t *)(uintptr_t)(gp + (size_t)b * lb_x16_block_bytes(t)), n, blk, 1);
+}
+
+void lb_x16_pack_group(lb_type t, const uint8_t *src, size_t ws, int64_t nb, uint8_t *dst) {
+    const size_t bb = (size_t)lb_type_get_traits((int)t)->type_size;
+    for (int64_t b = 0; b < nb; b++)
+        for (int n = 0; n < 16; n++)
+            x16_move(t, dst + (size_t)b * 16 * bb, n,
+                     (uint8_t *)(uintptr_t)(src + (size_t)n * ws + (size_t)b * bb), 0);
+}
+
+/* X16 twins: each row rebuilt in row form and dotted with the reference
+ * (the reference's bits). */
 static void mm_x16_ref(lb_type type, float (*dot)(int64_t, const void *, const void *), int64_t n,
                        const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
                        int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / 32, ng = nr / 16;
-    uint8_t blk[34];
+    const int bs = lb_type_get_traits((int)type)->blck_size;
+    const size_t bb = (size_t)lb_type_get_traits((int)type)->type_size;
+    const int64_t nb = n / bs, ng = nr / 16;
+    uint8_t stack[4096];
+    uint8_t *row = ws <= sizeof stack ? stack : lb_alloc(ws);
+    if (!row) { /* no memory for the rebuild: NaN outputs, never wrong numbers */
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < nr; r++) y[(size_t)t * ldy + (size_t)r] = NAN;
+        return;
+    }
     for (int64_t g = 0; g < ng; g++)
-        for (int rn = 0; rn < 16; rn++)
-            for (int64_t t = 0; t < nt; t++) {
-                float s = 0;
-                for (int64_t b = 0; b < nb; b++) {
-                    lb_x16_get_block(type, w + (size_t)g * 16 * ws, b, rn, blk);
-                    s += dot(32, blk, a + (size_t)t * as + (size_t)b * 34);
-                }
-                y[(size_t)t * ldy + (size_t)(16 * g + rn)] = s;
-            }
+        for (int rn = 0; rn < 16; rn++) {
+            for (int64_t b = 0; b < nb; b++)
+                lb_x16_get_block(type, w + (size_t)g * 16 * ws, b, rn, row + (size_t)b * bb);
+            for (int64_t t = 0; t < nt; t++)
+                y[(size_t)t * ldy + (size_t)(16 * g + rn)] = dot(n, row, a + (size_t)t * as);
+        }
+    if (row != stack) lb_free(row);
     for (int64_t r = 16 * ng; r < nr; r++)
         for (int64_t t = 0; t < nt; t++)
             y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
@@ -323,6 +408,18 @@ void lb_mm_q4_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
 void lb_mm_q8_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q8_0, lb_vec_dot_q8_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q5_0, lb_vec_dot_q5_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q4_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q4_K, lb_vec_dot_q4_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q6_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q6_K, lb_vec_dot_q6_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 static void qact_q8_0_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_0_ref(x, y, n); }
@@ -352,4 +449,10 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0].x16_name = "mm_q4_0_x16_ref";
     kt->w[LB_TYPE_Q8_0].mm_x16 = lb_mm_q8_0_x16_ref;
     kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_ref";
+    kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
+    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
+    kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
+    kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
+    kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
+    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_ref";
 }

@@ -208,7 +208,7 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
     if (wk->mm_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_batch;
     const bool x16 = W->layout == LB_LAYOUT_X16;
     if (x16) {
-        if ((W->type != LB_TYPE_Q4_0 && W->type != LB_TYPE_Q8_0) || !wk->mm_x16)
+        if (!lb_x16_type(W->type) || !wk->mm_x16)
             return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: no kernel for repacked %s", name,
                                 lb_type_name((int)W->type));
         pl->mm = wk->mm_x16;
@@ -343,7 +343,7 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
 
 /* lb_tensor_repack repacks weights of type t */
 static bool repacks(lb_type t) {
-    if (t != LB_TYPE_Q4_0 && t != LB_TYPE_Q8_0) return false;
+    if (!lb_x16_type(t)) return false;
     const char *env = getenv("LB_REPACK");
     if (env && strcmp(env, "0") == 0) return false;
     const lb_wkernel *wk = &lb_kernels_current()->w[t];
@@ -363,8 +363,7 @@ lb_status lb_tensor_repack(lb_tensor *W, void *data) {
     if (!W || !data || data != W->data)
         return lb_set_error(LB_ERR_INVALID_ARG, "repack: NULL argument or data is not W's");
     const char *name = W->name ? W->name : "weight";
-    if ((W->type != LB_TYPE_Q4_0 && W->type != LB_TYPE_Q8_0) || W->layout != LB_LAYOUT_ROWS)
-        return LB_OK;
+    if (!lb_x16_type(W->type) || W->layout != LB_LAYOUT_ROWS) return LB_OK;
     if (W->n_dims != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
         return lb_set_error(LB_ERR_INVALID_ARG, "repack: %s is not a non-empty 2-D tensor", name);
     if (!repacks(W->type) || W->shape[0] < 16) return LB_OK;
@@ -376,7 +375,7 @@ lb_status lb_tensor_repack(lb_tensor *W, void *data) {
     uint8_t *tmp = lb_alloc(gbytes);
     if (!tmp) return lb_set_error(LB_ERR_NOMEM, "repack: %s: out of memory", name);
     uint8_t *p = data;
-    const int64_t nb = W->shape[1] / 32;
+    const int64_t nb = W->shape[1] / lb_type_get_traits((int)W->type)->blck_size;
     for (int64_t g = 0; g < W->shape[0] / 16; g++) {
         uint8_t *gp = p + (size_t)g * gbytes;
         memcpy(tmp, gp, gbytes);
@@ -393,8 +392,8 @@ const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf) 
     const uint8_t *p = W->data;
     if (W->layout != LB_LAYOUT_X16 || row >= lb_tensor_rows(W) / 16 * 16)
         return p + (size_t)row * ws;
-    const size_t bb = W->type == LB_TYPE_Q4_0 ? 18 : 34;
-    const int64_t nb = lb_tensor_cols(W) / 32;
+    const size_t bb = (size_t)lb_type_get_traits((int)W->type)->type_size;
+    const int64_t nb = lb_tensor_cols(W) / lb_type_get_traits((int)W->type)->blck_size;
     for (int64_t b = 0; b < nb; b++)
         lb_x16_get_block(W->type, p + (size_t)(row / 16) * 16 * ws, b, (int)(row % 16),
                          (uint8_t *)buf + (size_t)b * bb);

@@ -227,6 +227,24 @@ LB_EMU_FN lb_emu_m512i lb_emu_mm512_srli_epi32(lb_emu_m512i a, unsigned int n) {
     for (int i = 0; i < 16; i++) r.u32[i] = n > 31 ? 0 : a.u32[i] >> n;
     return r;
 }
+/* vpord */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_or_si512(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 8; i++) r.u64[i] = a.u64[i] | b.u64[i];
+    return r;
+}
+/* vpslld by an immediate (>= 32 gives 0) */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_slli_epi32(lb_emu_m512i a, unsigned int n) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = n > 31 ? 0 : a.u32[i] << n;
+    return r;
+}
+/* vpmulld: the low 32 bits of each 64-bit product */
+LB_EMU_FN lb_emu_m512i lb_emu_mm512_mullo_epi32(lb_emu_m512i a, lb_emu_m512i b) {
+    lb_emu_m512i r;
+    for (int i = 0; i < 16; i++) r.u32[i] = a.u32[i] * b.u32[i];
+    return r;
+}
 /* vpgatherdd: lane i = the dword at base + idx[i] * scale (sign-extended
  * 32-bit index; unaligned reads are fine). */
 LB_EMU_FN lb_emu_m512i lb_emu_mm512_i32gather_epi32(lb_emu_m512i idx, void const *base, int scale) {
@@ -376,17 +394,6 @@ LB_EMU_FN lb_emu_m512 lb_emu_mm512_permutexvar_ps(lb_emu_m512i idx, lb_emu_m512 
     for (int i = 0; i < 16; i++) r.u32[i] = a.u32[idx.u32[i] & 15];
     return r;
 }
-/* vpslld: counts above 31 give 0 */
-LB_EMU_FN lb_emu_m512i lb_emu_mm512_slli_epi32(lb_emu_m512i a, unsigned int n) {
-    lb_emu_m512i r;
-    for (int i = 0; i < 16; i++) r.u32[i] = n > 31 ? 0 : a.u32[i] << n;
-    return r;
-}
-LB_EMU_FN lb_emu_m512i lb_emu_mm512_or_si512(lb_emu_m512i a, lb_emu_m512i b) {
-    lb_emu_m512i r;
-    for (int i = 0; i < 16; i++) r.u32[i] = a.u32[i] | b.u32[i];
-    return r;
-}
 LB_EMU_FN lb_emu_m512 lb_emu_mm512_castsi512_ps(lb_emu_m512i a) {
     lb_emu_m512 r;
     memcpy(r.u32, a.u32, 64);
@@ -484,6 +491,12 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_xor_si512 lb_emu_mm512_xor_si512
 #undef _mm512_srli_epi32
 #define _mm512_srli_epi32 lb_emu_mm512_srli_epi32
+#undef _mm512_or_si512
+#define _mm512_or_si512 lb_emu_mm512_or_si512
+#undef _mm512_slli_epi32
+#define _mm512_slli_epi32 lb_emu_mm512_slli_epi32
+#undef _mm512_mullo_epi32
+#define _mm512_mullo_epi32 lb_emu_mm512_mullo_epi32
 #undef _mm512_i32gather_epi32
 #define _mm512_i32gather_epi32 lb_emu_mm512_i32gather_epi32
 #undef _mm512_unpacklo_epi32
@@ -525,10 +538,6 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_cvtepi8_epi32 lb_emu_mm512_cvtepi8_epi32
 #undef _mm512_permutexvar_ps
 #define _mm512_permutexvar_ps lb_emu_mm512_permutexvar_ps
-#undef _mm512_slli_epi32
-#define _mm512_slli_epi32 lb_emu_mm512_slli_epi32
-#undef _mm512_or_si512
-#define _mm512_or_si512 lb_emu_mm512_or_si512
 #undef _mm512_castsi512_ps
 #define _mm512_castsi512_ps lb_emu_mm512_castsi512_ps
 #undef _mm512_castps_si512
