@@ -413,15 +413,17 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
 /* Rotate m's residual stream in memory (QuaRot/SpinQuant R1; the function
  * is unchanged in exact arithmetic): every RMSNorm weight folded into the
  * linears that read it (q/k/v, gate/up, lm_head: W[:, c] *= g[c]) and set
- * to ones; Q = H diag(s) / sqrt(n) with H the Sylvester-Hadamard matrix of
- * order n = hidden_size and s_c = -1 where bit 63 of the c-th splitmix64
- * draw from `seed` is set; embedding rows and the readers' rows become
+ * to ones; Q = T diag(s) with T the orthogonal Hadamard transform of order
+ * n = hidden_size of lowbit/hadamard.h (Sylvester / sqrt(n) for a power of
+ * two, (H_m (x) H_p) / sqrt(n) with a Paley H_m otherwise, e.g. 896 =
+ * 28 * 32) and s_c = -1 where bit 63 of the c-th splitmix64 draw from
+ * `seed` is set; embedding rows and the readers' rows become
  * x Q, the writers (o_proj, down_proj) Q^T W; tied embeddings are untied.
  * Computed in double, stored F32 (the rotated tensors become F32).
  * Qwen3's q_norm/k_norm and q/k/v biases are unchanged. No online
  * transform is needed (QuaRot's R2/R4 are not applied).
- * Errors: LB_ERR_UNSUPPORTED (hidden_size not a power of two, naming
- * it), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
+ * Errors: LB_ERR_UNSUPPORTED (hidden_size not an order lowbit/hadamard.h
+ * builds, naming it), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
  * the model may be partly rotated: free it. */
 lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed);
 

@@ -289,9 +289,11 @@ static lb_status parse_rotation(const cJSON *meta, const char *label,
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "order");
     const double ov = cJSON_IsNumber(o) ? o->valuedouble : -1.0;
     if (!(ov >= 2.0 && ov <= (double)(1 << 24)) || ov != floor(ov) ||
-        ((int64_t)ov & ((int64_t)ov - 1)) != 0)
+        !lb_hadamard_supported((int64_t)ov, NULL))
         return lb_set_error(LB_ERR_FORMAT, "%s: meta.rotation.order is not a "
-                            "power of two in [2, 2^24]", label);
+                            "Hadamard order lowbit builds (a power of two, "
+                            "or m * 2^k with a Paley m; lowbit/hadamard.h) "
+                            "in [2, 2^24]", label);
     /* the seed: a decimal uint64 string (rebuilds Q's signs) */
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(r, "seed");
     const char *sv = cJSON_IsString(sd) ? sd->valuestring : NULL;

@@ -1345,6 +1345,13 @@ static cJSON *qconfig_json(const lb_quantize_params *p, const lb_calib *cal,
  * lb_gptq_qconfig_parse): what was folded and rotated and how to rebuild
  * Q; "online" lists the transforms a reader must apply at run time (none:
  * R1 is folded into the weights). */
+/* T of lowbit/hadamard.h, as the checkpoint states it */
+static const char k_hadamard_T[] =
+    "T = kron(H_m, sylvester(order / m)) / sqrt(order); H_m: paley1 = I + "
+    "[[0, 1^T], [-1, Q]] (m = q + 1), paley2 = [[0, 1^T], [1, Q]] with 0 -> "
+    "[[1, -1], [-1, -1]], c -> c [[1, 1], [1, -1]] (m = 2(q + 1)); Q[i][j] = "
+    "chi(j - i) mod q";
+
 static void add_rotation_meta(cJSON *qc, const qwriter *w) {
     if (!qc || !w->rot_order) return;
     cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "meta");
@@ -1356,9 +1363,23 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)w->p->rotate_seed);
     cJSON_AddStringToObject(r, "seed", seed);
-    cJSON_AddStringToObject(r, "matrix", "sylvester_hadamard * diag(signs) "
-                            "/ sqrt(order); signs[c] = -1 where bit 63 of "
-                            "the c-th splitmix64(seed) draw is set");
+    if ((w->rot_order & (w->rot_order - 1)) == 0) {
+        cJSON_AddStringToObject(r, "matrix", "sylvester_hadamard * diag(signs) "
+                                "/ sqrt(order); signs[c] = -1 where bit 63 of "
+                                "the c-th splitmix64(seed) draw is set");
+    } else { /* hidden sizes such as 896 = 28 * 32 (Qwen2.5-0.5B) */
+        lb_hadamard h;
+        if (lb_hadamard_init(&h, w->rot_order) != LB_OK) return; /* checked */
+        cJSON_AddNumberToObject(r, "m", h.m);
+        cJSON_AddStringToObject(r, "construction", h.paley_kind == 1 ? "paley1"
+                                                                     : "paley2");
+        cJSON_AddNumberToObject(r, "paley_q", h.paley_q);
+        cJSON_AddStringToObject(r, "matrix", "Q = T * diag(signs); signs[c] = "
+                                "-1 where bit 63 of the c-th splitmix64(seed) "
+                                "draw is set");
+        cJSON_AddStringToObject(r, "transform", k_hadamard_T);
+        lb_hadamard_free(&h);
+    }
     cJSON_AddStringToObject(r, "residual", "x -> x Q: embed_tokens rows, "
                             "q/k/v/gate/up/lm_head W Q, o/down Q^T W");
     cJSON_AddStringToObject(r, "folded", "input_layernorm, "
@@ -1376,12 +1397,7 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
         cJSON_AddStringToObject(e, "construction", h.m == 1 ? "sylvester"
                                 : h.paley_kind == 1 ? "paley1" : "paley2");
         cJSON_AddNumberToObject(e, "paley_q", h.paley_q);
-        cJSON_AddStringToObject(e, "matrix", "T = kron(H_m, sylvester(order / "
-                                "m)) / sqrt(order); H_m: paley1 = I + [[0, "
-                                "1^T], [-1, Q]] (m = q + 1), paley2 = "
-                                "[[0, 1^T], [1, Q]] with 0 -> [[1, -1], [-1, "
-                                "-1]], c -> c [[1, 1], [1, -1]] (m = 2(q + "
-                                "1)); Q[i][j] = chi(j - i) mod q");
+        cJSON_AddStringToObject(e, "matrix", k_hadamard_T);
         cJSON_AddStringToObject(e, "weight", "down_proj holds W T^T; run "
                                 "down_proj(T h), h its original input");
         cJSON_AddItemToArray(on, e);

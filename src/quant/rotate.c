@@ -8,13 +8,16 @@
  *      gate/up (post_attention_layernorm), lm_head (model.norm); the norms
  *      become all ones (RMSNorm then commutes with an orthogonal map,
  *      ||x Q|| = ||x||);
- *   2. Q = H D / sqrt(n): H the Sylvester-Hadamard matrix of order
- *      n = hidden_size (a power of two), D = diag(s) random signs from the
- *      seed (splitmix64, bit 63 of each draw: s_c = -1 when set);
+ *   2. Q = T D: T the orthogonal Hadamard transform of order
+ *      n = hidden_size of lowbit/hadamard.h (H_p / sqrt(n), Sylvester, when
+ *      n is a power of two; (H_m (x) H_p) / sqrt(n) with a Paley H_m
+ *      otherwise, e.g. 896 = 28 * 32, 1536 = 12 * 128, 3584 = 28 * 128),
+ *      D = diag(s) random signs from the seed (splitmix64, bit 63 of each
+ *      draw: s_c = -1 when set);
  *   3. the stream x becomes x Q: embedding rows e -> e Q, readers
  *      W -> W Q (q, k, v, gate, up, lm_head: rows), writers W -> Q^T W
- *      (o_proj, down_proj: columns). Q^T v = D H v / sqrt(n) = (v^T Q)^T
- *      since H is symmetric, so rows and columns take the same map.
+ *      (o_proj, down_proj: columns). Both are v -> Q^T v = D T^T v on a
+ *      row or a column, so rows and columns take the same map.
  *   Tied embeddings are untied (lm_head carries model.norm's weight).
  *   Arithmetic in double, results stored F32.
  *
@@ -37,17 +40,33 @@ static uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* v <- v Q = fwht(v) * s / sqrt(n), in double */
-static void rot(double *v, const double *s, int64_t n) {
-    for (int64_t h = 1; h < n; h *= 2)
-        for (int64_t i = 0; i < n; i += 2 * h)
-            for (int64_t j = i; j < i + h; j++) {
-                const double a = v[j], b = v[j + h];
-                v[j] = a + b;
-                v[j + h] = a - b;
-            }
-    const double k = 1.0 / sqrt((double)n);
-    for (int64_t c = 0; c < n; c++) v[c] *= s[c] * k;
+/* The residual-stream rotation Q = T D: T the order-n transform of
+ * lowbit/hadamard.h (the Sylvester matrix / sqrt(n) when n is a power of
+ * two), D = diag(s). */
+typedef struct rot_ctx {
+    const lb_hadamard *h;
+    const double *s; /* D's signs [n] */
+    double *tmp;     /* n doubles of scratch for lb_hadamard_apply_f64 */
+} rot_ctx;
+
+/* v <- Q^T v = D T^T v (= (v^T Q)^T), in double. Power-of-two n: the
+ * in-place butterfly (T symmetric), the bits rotations had before other
+ * orders were supported. */
+static void rot(double *v, const rot_ctx *q, int64_t n) {
+    if (q->h->m == 1) {
+        for (int64_t h = 1; h < n; h *= 2)
+            for (int64_t i = 0; i < n; i += 2 * h)
+                for (int64_t j = i; j < i + h; j++) {
+                    const double a = v[j], b = v[j + h];
+                    v[j] = a + b;
+                    v[j + h] = a - b;
+                }
+        const double k = 1.0 / sqrt((double)n);
+        for (int64_t c = 0; c < n; c++) v[c] *= q->s[c] * k;
+        return;
+    }
+    lb_hadamard_apply_f64(q->h, v, true, q->tmp);
+    for (int64_t c = 0; c < n; c++) v[c] *= q->s[c];
 }
 
 /* f32 copy [rows, cols] of a 2-D tensor (lb_alloc'd) */
@@ -84,7 +103,7 @@ static lb_tensor f32_view(const lb_tensor *like, float *data) {
 
 /* rows of W [rows, n] (optionally scaled by g per column first) <- row Q */
 static void rot_rows(float *W, int64_t rows, int64_t n, const float *g,
-                     const double *s, double *buf) {
+                     const rot_ctx *s, double *buf) {
     for (int64_t r = 0; r < rows; r++) {
         float *w = W + r * n;
         for (int64_t c = 0; c < n; c++)
@@ -95,7 +114,7 @@ static void rot_rows(float *W, int64_t rows, int64_t n, const float *g,
 }
 
 /* columns of W [n, cols] <- Q^T column */
-static void rot_cols(float *W, int64_t n, int64_t cols, const double *s,
+static void rot_cols(float *W, int64_t n, int64_t cols, const rot_ctx *s,
                      double *buf) {
     for (int64_t c = 0; c < cols; c++) {
         for (int64_t r = 0; r < n; r++) buf[r] = W[r * cols + c];
@@ -126,27 +145,34 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
     if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "rotate: NULL model");
     const lb_model_config *cfg = &m->config;
     const int64_t n = cfg->hidden_size;
-    if (n < 2 || (n & (n - 1)) != 0)
-        return lb_set_error(LB_ERR_UNSUPPORTED,
-                            "rotate: hidden_size %lld is not a power of two "
-                            "(only Sylvester-Hadamard orders are "
-                            "implemented)", (long long)n);
+    if (n < 2)
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: hidden_size %lld",
+                            (long long)n);
+    lb_hadamard hd;
+    lb_status hs = lb_hadamard_init(&hd, n);
+    if (hs != LB_OK)
+        return lb_error_context(hs, "rotate: hidden_size %lld", (long long)n);
+    lb_hadamard_free(&hd);
     if (!m->output_norm.data || m->output_norm.type != LB_TYPE_F32 ||
         lb_tensor_nelements(&m->output_norm) != n)
         return lb_set_error(LB_ERR_INVALID_ARG, "rotate: model.norm.weight "
                             "is not F32 [%lld]", (long long)n);
     double *s = lb_alloc((size_t)n * sizeof(double));
+    double *tmp = lb_alloc((size_t)n * sizeof(double));
+    lb_hadamard h = {0};
     int64_t wmax = LB_MAX(n, (int64_t)cfg->intermediate_size);
     wmax = LB_MAX(wmax, (int64_t)cfg->n_heads * cfg->head_dim);
     double *buf = lb_alloc((size_t)wmax * sizeof(double));
     lb_status st = LB_OK;
-    if (!s || !buf) {
+    if (!s || !buf || !tmp) {
         st = lb_set_error(LB_ERR_NOMEM, "rotate: out of memory");
         goto done;
     }
+    if ((st = lb_hadamard_init(&h, n)) != LB_OK) goto done;
     uint64_t state = seed;
     for (int64_t c = 0; c < n; c++)
         s[c] = (splitmix64(&state) >> 63) ? -1.0 : 1.0;
+    const rot_ctx q = {&h, s, tmp};
     char what[96];
     for (int l = 0; l < cfg->n_layers && st == LB_OK; l++) {
         lb_layer_weights *L = &m->layers[l];
@@ -171,12 +197,12 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
             st = to_f32(t, what, &W);
             if (st != LB_OK) break;
             if (writer) {
-                rot_cols(W, n, t->shape[1], s, buf);
+                rot_cols(W, n, t->shape[1], &q, buf);
             } else {
                 const float *g = (k == LB_LINEAR_GATE || k == LB_LINEAR_UP)
                                      ? L->ffn_norm.data
                                      : L->attn_norm.data;
-                rot_rows(W, t->shape[0], n, g, s, buf);
+                rot_rows(W, t->shape[0], n, g, &q, buf);
             }
             lb_tensor v = f32_view(t, W);
             st = lb_model_set_linear(m, l, (lb_linear_id)k, &v, W);
@@ -195,8 +221,8 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
         st = lb_set_error(LB_ERR_INVALID_ARG, "rotate: embeddings / lm_head "
                           "are not [V, %lld]", (long long)n);
     if (st == LB_OK) {
-        rot_rows(Wo, m->output.shape[0], n, m->output_norm.data, s, buf);
-        rot_rows(E, m->tok_embd.shape[0], n, NULL, s, buf);
+        rot_rows(Wo, m->output.shape[0], n, m->output_norm.data, &q, buf);
+        rot_rows(E, m->tok_embd.shape[0], n, NULL, &q, buf);
         st = lb_model_builder_own(m, Wo);
         if (st == LB_OK) {
             m->output = f32_view(&m->output, Wo);
@@ -214,7 +240,9 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
     lb_free(E);
 done:
     lb_free(s);
+    lb_free(tmp);
     lb_free(buf);
+    lb_hadamard_free(&h);
     return st;
 }
 
