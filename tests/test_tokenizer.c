@@ -683,6 +683,51 @@ static void test_components_oracle(void) {
     cJSON_Delete(root);
 }
 
+/* A Sequence of Replace normalizers whose pattern matches the empty string
+ * grows the text geometrically (a libFuzzer timeout, kept as
+ * fuzz/corpus/fuzz_tokenizer_json/regress-replace-growth.json): encoding is
+ * refused with LB_ERR_RANGE naming the Replace, instead of running for
+ * minutes; one such step on its own still works. */
+static void test_replace_growth(void) {
+    static const char pre[] =
+        "{\"version\": \"1.0\", \"added_tokens\": [], \"normalizer\": {\"type\": \"Sequence\", "
+        "\"normalizers\": [";
+    static const char step[] =
+        "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"\\\\s*\"}, \"content\": "
+        "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}";
+    static const char post[] =
+        "]}, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
+        "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": {\"<unk>\": 0, "
+        "\"x\": 1, \"a\": 2}, \"merges\": []}}";
+    for (int steps = 1; steps <= 4; steps += 3) {
+        char js[2048];
+        size_t k = (size_t)snprintf(js, sizeof js, "%s", pre);
+        for (int i = 0; i < steps; i++)
+            k += (size_t)snprintf(js + k, sizeof js - k, "%s%s", i ? ", " : "", step);
+        snprintf(js + k, sizeof js - k, "%s", post);
+        lb_tokenizer *tok = NULL;
+        TH_CHECK_OK(lb_tokenizer_load_hf_json(js, strlen(js), &tok));
+        if (!tok) continue;
+        static const char text[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        int32_t *ids = NULL;
+        char **toks = NULL;
+        size_t n = 0;
+        lb_status st = lb_tokenizer_encode_ex(tok, text, sizeof text - 1, 0, &ids, &toks, &n);
+        if (steps == 1) {
+            TH_CHECK_OK(st);
+            TH_CHECK(n > 52 * 90); /* content inserted at every position */
+        } else {
+            TH_CHECK_INT(st, LB_ERR_RANGE);
+            TH_CHECK(strstr(lb_last_error(), "Replace") != NULL);
+        }
+        if (st == LB_OK) {
+            free(ids);
+            free(toks);
+        }
+        lb_tokenizer_free(tok);
+    }
+}
+
 int main(void) {
     TH_RUN(test_bytelevel_map);
     TH_RUN(test_utf8_lossy);
@@ -694,6 +739,7 @@ int main(void) {
     TH_RUN(test_threads);
     TH_RUN(test_bad_json);
     TH_RUN(test_bad_vocab_desc);
+    TH_RUN(test_replace_growth);
     TH_RUN(test_components_oracle);
     TH_RUN(test_golden_qwen3);
     TH_RUN(test_golden_llama3);

@@ -60,11 +60,35 @@ static lb_status tok_norm_lower(const char *s, size_t n, tok_buf *out) {
     return LB_OK;
 }
 
+/* A Replace may grow its input at most this much (16 n + 1 MiB): a
+ * pattern that matches the empty string ("\\s*") inserts its content
+ * between every two characters, and a Sequence of such steps grows the
+ * text geometrically (a fuzzed tokenizer.json took 34 s of CPU on one short
+ * text). Real replacements (" " -> "\u2581", "\n" -> "<0x0A>") stay far
+ * below the bound; above it the text is refused (LB_ERR_RANGE), as
+ * tokenizers' own Replace would exhaust memory. */
+static size_t tok_norm_growth_cap(size_t n) {
+    return n > (SIZE_MAX - ((size_t)1 << 20)) / 16 ? SIZE_MAX
+                                                    : 16 * n + ((size_t)1 << 20);
+}
+
 static lb_status tok_norm_replace(const tok_norm *nm, const char *s, size_t n,
                                   tok_buf *out) {
     tok_spans sp = {0};
     lb_status st = nm->has_re ? tok_regex_find_all(&nm->re, s, n, &sp)
                               : tok_literal_find_all(nm->a, nm->alen, s, n, &sp);
+    /* the output size, before building it: n - matched + count * blen */
+    const size_t cap = tok_norm_growth_cap(n);
+    size_t total = n;
+    for (size_t i = 0; st == LB_OK && i < sp.n; i++) {
+        total -= sp.v[i].end - sp.v[i].start;
+        if (nm->blen > cap - total)
+            st = lb_set_error(LB_ERR_RANGE, "tokenizer: a Replace normalizer "
+                              "would grow %zu bytes of text beyond %zu bytes "
+                              "(its pattern matches %zu times)", n, cap, sp.n);
+        else
+            total += nm->blen;
+    }
     out->n = 0;
     size_t prev = 0;
     for (size_t i = 0; st == LB_OK && i < sp.n; i++) {
