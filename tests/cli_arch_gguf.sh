@@ -13,6 +13,7 @@ set -eu
 skip() { echo "SKIP: $*"; exit 77; }
 SHARED=${LB_SHARED:-../shared}
 REFENV="$SHARED/tools/refenv.sh"
+. "$(dirname "$0")/lib_refenv.sh"
 : "${LOWBIT:?LOWBIT must point to the lowbit binary}"
 T=$(dirname "$LOWBIT")/test_arch
 [ -x "$T" ] || skip "test_arch not built"
@@ -41,14 +42,8 @@ head -c 4000 "$TEXT" > "$W/text.txt"
 sh "$REFENV" run python3 tests/data/arch/make_ppl_models.py "$W/ppl" > "$W/ppl.log" 2>&1 || { tail -20 "$W/ppl.log"; exit 1; }
 for m in gemma2 gemma3 mixtral; do
   "$LOWBIT" export "$W/ppl/$m-random" --qtype F32 -o "$W/$m-ppl.gguf" -q
-  a=""
-  for attempt in 1 2 3 4 5 6; do # llama.cpp's logger may lose its last lines
-    sh "$REFENV" run llama-perplexity -m "$W/$m-ppl.gguf" -f "$W/text.txt" -c 128 -t 2 > "$W/lp.log" 2>&1 \
-      || { tail -3 "$W/lp.log"; echo "llama-perplexity $m failed"; exit 1; }
-    a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$W/lp.log")
-    [ -n "$a" ] && break
-    echo "note: llama-perplexity $m: output truncated (attempt $attempt)"
-  done
+  a=$(ref_ppl "$W/lp.log" -m "$W/$m-ppl.gguf" -f "$W/text.txt" -c 128 -t 2) \
+    || { tail -3 "$W/lp.log"; echo "llama-perplexity $m gave no final estimate"; exit 1; }
   b=$("$LOWBIT" ppl "$W/$m-ppl.gguf" --text-file "$W/text.txt" --ctx 128 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
   [ -n "$a" ] && [ -n "$b" ] || { echo "$m: no perplexity (llama.cpp '$a', lowbit '$b')"; exit 1; }
   awk -v a="$a" -v b="$b" -v f="$m" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d;

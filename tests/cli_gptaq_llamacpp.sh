@@ -10,6 +10,7 @@ set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 SHARED=${LB_SHARED:-../shared}
 REFENV="$SHARED/tools/refenv.sh"
+. "$(dirname "$0")/lib_refenv.sh"
 M="$SHARED/models/tinystories-656k"
 CAL="$SHARED/reference/gptq_model/calib_ids.i32"
 TEXT="$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt"
@@ -30,20 +31,8 @@ for v in gptaq qep rot; do
   "$LOWBIT" --quiet quantize "$M" -o "$T/$v" $args --asym --calib-ids "$CAL" --seqlen 128 -t 2 >/dev/null \
     || fail "quantize $args"
   "$LOWBIT" --quiet export "$T/$v" -o "$T/$v.gguf" --mode direct || fail "export $v"
-  a=""
-  for attempt in 1 2 3 4 5 6; do
-    # llama.cpp 0.7.0's logger sometimes loses its last lines at exit: take
-    # the running value after the last chunk when the final line is missing
-    sh "$REFENV" run llama-perplexity -m "$T/$v.gguf" -f "$TEXT" -c 256 -t 2 > "$T/llama.log" 2>&1 \
-      || fail "llama-perplexity: $(tail -3 "$T/llama.log")"
-    a=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/llama.log")
-    if [ -z "$a" ]; then
-      nc=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$T/llama.log")
-      [ -n "$nc" ] && a=$(tr ',' '\n' < "$T/llama.log" | sed -n "s/^\[$nc\]\([0-9.]*\)\$/\1/p" | tail -n 1)
-    fi
-    [ -n "$a" ] && break
-    echo "note: llama-perplexity output truncated (attempt $attempt)"
-  done
+  a=$(ref_ppl "$T/llama.log" -m "$T/$v.gguf" -f "$TEXT" -c 256 -t 2) \
+    || fail "llama-perplexity gave no final estimate: $(tail -3 "$T/llama.log")"
   b=$("$LOWBIT" ppl "$T/$v.gguf" --text-file "$TEXT" --ctx 256 -t 2 -q 2>/dev/null | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
   [ -n "$a" ] && [ -n "$b" ] || fail "no perplexity (llama.cpp '$a', lowbit '$b')"
   awk -v a="$a" -v b="$b" -v v="$v" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d;
