@@ -112,6 +112,26 @@ lb_status lb_atomic_commit(lb_atomic_file *af);
 /* Close and remove the temp file (safe after commit or on a zeroed struct). */
 void lb_atomic_abort(lb_atomic_file *af);
 
+/* Output directories written whole (checkpoints: `export --format hf|gptq`,
+ * `quantize --method fp8|nf4|fp4|int8`): files go into a temp directory
+ * beside the output, renamed into place at the end, removed on failure.
+ *
+ * lb_outdir_check: LB_OK if out_dir does not exist or is an empty
+ * directory; LB_ERR_INVALID_ARG when it is not a directory or not empty
+ * (naming it), LB_ERR_IO when it cannot be examined. Check before work. */
+lb_status lb_outdir_check(const char *out_dir);
+/* Create "<out_dir>.tmp-XXXXXX" (trailing slashes of out_dir dropped);
+ * *tmp_out is malloc'd (free with free()). LB_ERR_IO naming out_dir. */
+lb_status lb_tmpdir_make(const char *out_dir, char **tmp_out);
+/* Rename tmp to out_dir (an empty out_dir is replaced). LB_ERR_IO. */
+lb_status lb_tmpdir_commit(const char *tmp, const char *out_dir);
+/* Remove tmp's plain files, then tmp (best effort; NULL is a no-op). */
+void lb_tmpdir_remove(const char *tmp);
+/* dir/name <- size bytes of data, atomically (lb_atomic_*). Errors name
+ * the file. */
+lb_status lb_write_file_in(const char *dir, const char *name, const void *data,
+                           size_t size);
+
 #ifdef __cplusplus
 }
 #endif

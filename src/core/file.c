@@ -408,3 +408,83 @@ void lb_atomic_abort(lb_atomic_file *af) {
     free(af->path);
     memset(af, 0, sizeof *af);
 }
+
+/* ---- output directories (lowbit/file.h) ----------------------------------- */
+
+lb_status lb_outdir_check(const char *out_dir) {
+    struct stat sb;
+    if (stat(out_dir, &sb) != 0) {
+        if (errno == ENOENT) return LB_OK;
+        return lb_set_error(LB_ERR_IO, "%s: %s", out_dir, strerror(errno));
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: exists and is not a directory", out_dir);
+    DIR *d = opendir(out_dir);
+    if (!d) return lb_set_error(LB_ERR_IO, "%s: cannot list the directory", out_dir);
+    struct dirent *e;
+    bool empty = true;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
+    closedir(d);
+    if (!empty)
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: exists and is not empty (the checkpoint is written into a new "
+                            "or empty directory)",
+                            out_dir);
+    return LB_OK;
+}
+
+lb_status lb_tmpdir_make(const char *out_dir, char **tmp_out) {
+    size_t n = strlen(out_dir);
+    while (n > 1 && out_dir[n - 1] == '/') n--;
+    char *t = malloc(n + 16);
+    if (!t) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+    memcpy(t, out_dir, n);
+    memcpy(t + n, ".tmp-XXXXXX", 12);
+    if (!mkdtemp(t)) {
+        lb_status s = lb_set_error(LB_ERR_IO, "%.*s: cannot create a temp directory beside it: %s",
+                                   (int)n, out_dir, strerror(errno));
+        free(t);
+        return s;
+    }
+    *tmp_out = t;
+    return LB_OK;
+}
+
+void lb_tmpdir_remove(const char *tmp) {
+    if (!tmp) return;
+    DIR *d = opendir(tmp);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *p = lb_path_join(tmp, e->d_name);
+            if (p) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(tmp);
+}
+
+lb_status lb_tmpdir_commit(const char *tmp, const char *out_dir) {
+    /* an empty out_dir is replaced (rename(2) allows an empty target dir) */
+    if (rename(tmp, out_dir) != 0)
+        return lb_set_error(LB_ERR_IO, "%s: cannot rename the finished checkpoint into place: %s",
+                            out_dir, strerror(errno));
+    return LB_OK;
+}
+
+lb_status lb_write_file_in(const char *dir, const char *name, const void *data,
+                           size_t size) {
+    char *path = lb_path_join(dir, name);
+    if (!path) return lb_set_error(LB_ERR_NOMEM, "out of memory (%s)", name);
+    lb_atomic_file af;
+    memset(&af, 0, sizeof af);
+    lb_status s = lb_atomic_open(path, &af);
+    if (s == LB_OK) s = lb_atomic_write(&af, data, size);
+    if (s == LB_OK) s = lb_atomic_commit(&af);
+    else lb_atomic_abort(&af);
+    free(path);
+    return s;
+}

@@ -36,84 +36,13 @@ void lb_export_hf_opts_default(lb_export_hf_opts *o) {
 
 /* ---- output directory ---------------------------------------------------- */
 
-lb_status ex_hf_outdir_check(const char *out_dir) {
-    struct stat sb;
-    if (stat(out_dir, &sb) != 0) {
-        if (errno == ENOENT) return LB_OK;
-        return lb_set_error(LB_ERR_IO, "%s: %s", out_dir, strerror(errno));
-    }
-    if (!S_ISDIR(sb.st_mode))
-        return lb_set_error(LB_ERR_INVALID_ARG, "%s: exists and is not a directory", out_dir);
-    DIR *d = opendir(out_dir);
-    if (!d) return lb_set_error(LB_ERR_IO, "%s: cannot list the directory", out_dir);
-    struct dirent *e;
-    bool empty = true;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
-    closedir(d);
-    if (!empty)
-        return lb_set_error(LB_ERR_INVALID_ARG,
-                            "%s: exists and is not empty (the checkpoint is written into a new "
-                            "or empty directory)",
-                            out_dir);
-    return LB_OK;
-}
-
-lb_status ex_hf_tmpdir_make(const char *out_dir, char **tmp_out) {
-    size_t n = strlen(out_dir);
-    while (n > 1 && out_dir[n - 1] == '/') n--;
-    char *t = malloc(n + 16);
-    if (!t) return lb_set_error(LB_ERR_NOMEM, "out of memory");
-    memcpy(t, out_dir, n);
-    memcpy(t + n, ".tmp-XXXXXX", 12);
-    if (!mkdtemp(t)) {
-        lb_status s = lb_set_error(LB_ERR_IO, "%.*s: cannot create a temp directory beside it: %s",
-                                   (int)n, out_dir, strerror(errno));
-        free(t);
-        return s;
-    }
-    *tmp_out = t;
-    return LB_OK;
-}
-
-void ex_hf_tmpdir_remove(const char *tmp) {
-    if (!tmp) return;
-    DIR *d = opendir(tmp);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = lb_path_join(tmp, e->d_name);
-            if (p) unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmp);
-}
-
-lb_status ex_hf_tmpdir_commit(const char *tmp, const char *out_dir) {
-    /* an empty out_dir is replaced (rename(2) allows an empty target dir) */
-    if (rename(tmp, out_dir) != 0)
-        return lb_set_error(LB_ERR_IO, "%s: cannot rename the finished checkpoint into place: %s",
-                            out_dir, strerror(errno));
-    return LB_OK;
-}
-
 lb_status ex_hf_write_json(const char *dir, const char *name, const cJSON *j) {
     char *txt = cJSON_Print(j);
-    char *path = lb_path_join(dir, name);
-    lb_status s = LB_OK;
-    if (!txt || !path) s = lb_set_error(LB_ERR_NOMEM, "out of memory (%s)", name);
-    lb_atomic_file af;
-    memset(&af, 0, sizeof af);
-    if (s == LB_OK) s = lb_atomic_open(path, &af);
-    if (s == LB_OK) s = lb_atomic_write(&af, txt, strlen(txt));
-    if (s == LB_OK) s = lb_atomic_write(&af, "\n", 1);
-    if (s == LB_OK) s = lb_atomic_commit(&af);
-    else lb_atomic_abort(&af);
+    if (!txt) return lb_set_error(LB_ERR_NOMEM, "out of memory (%s)", name);
+    size_t n = strlen(txt);
+    txt[n] = '\n'; /* cJSON_Print's terminator becomes the final newline */
+    lb_status s = lb_write_file_in(dir, name, txt, n + 1);
     free(txt);
-    free(path);
     return s;
 }
 
@@ -435,7 +364,7 @@ lb_status lb_export_gguf_to_hf(const char *gguf_path, const char *out_dir,
     if (opts.dtype != -1 && opts.dtype != LB_TYPE_F32 && opts.dtype != LB_TYPE_F16 &&
         opts.dtype != LB_TYPE_BF16)
         return lb_set_error(LB_ERR_INVALID_ARG, "export hf: dtype must be f32, f16 or bf16");
-    LB_TRY(ex_hf_outdir_check(out_dir));
+    LB_TRY(lb_outdir_check(out_dir));
 
     lb_gguf *g = NULL;
     lb_model_config cfg;
@@ -556,7 +485,7 @@ lb_status lb_export_gguf_to_hf(const char *gguf_path, const char *out_dir,
         s = lb_set_error(LB_ERR_NOMEM, "out of memory");
         goto done;
     }
-    s = ex_hf_tmpdir_make(out_dir, &tmp);
+    s = lb_tmpdir_make(out_dir, &tmp);
     if (s != LB_OK) goto done;
     char *mp = lb_path_join(tmp, "model.safetensors");
     s = mp ? lb_st_writer_write_file(w, mp) : lb_set_error(LB_ERR_NOMEM, "out of memory");
@@ -565,7 +494,7 @@ lb_status lb_export_gguf_to_hf(const char *gguf_path, const char *out_dir,
     if (s == LB_OK) s = ex_hf_write_json(tmp, "generation_config.json", jg);
     if (s == LB_OK && jt) s = ex_hf_write_json(tmp, "tokenizer.json", jt);
     if (s == LB_OK && jtc) s = ex_hf_write_json(tmp, "tokenizer_config.json", jtc);
-    if (s == LB_OK) s = ex_hf_tmpdir_commit(tmp, out_dir);
+    if (s == LB_OK) s = lb_tmpdir_commit(tmp, out_dir);
     if (s == LB_OK) {
         free(tmp);
         tmp = NULL;
@@ -575,7 +504,7 @@ lb_status lb_export_gguf_to_hf(const char *gguf_path, const char *out_dir,
     if (!jt) snprintf(st.notes, sizeof st.notes, "no tokenizer in the GGUF file: none written");
 done:
     if (tmp) {
-        ex_hf_tmpdir_remove(tmp);
+        lb_tmpdir_remove(tmp);
         free(tmp);
     }
     cJSON_Delete(jc);

@@ -264,7 +264,7 @@ lb_status lb_export_gguf_to_gptq(const char *gguf_path, const char *out_dir,
     if (opts.dtype != -1 && opts.dtype != LB_TYPE_F32 && opts.dtype != LB_TYPE_F16 &&
         opts.dtype != LB_TYPE_BF16)
         return lb_set_error(LB_ERR_INVALID_ARG, "export gptq: dtype must be f32, f16 or bf16");
-    LB_TRY(ex_hf_outdir_check(out_dir));
+    LB_TRY(lb_outdir_check(out_dir));
 
     lb_gguf *g = NULL;
     lb_model_config cfg;
@@ -444,7 +444,7 @@ lb_status lb_export_gguf_to_gptq(const char *gguf_path, const char *out_dir,
     }
     if (cfg.bos_token_id >= 0) cJSON_AddNumberToObject(jg, "bos_token_id", cfg.bos_token_id);
     if (cfg.n_eos >= 1) cJSON_AddNumberToObject(jg, "eos_token_id", cfg.eos_token_ids[0]);
-    s = ex_hf_tmpdir_make(out_dir, &tmp);
+    s = lb_tmpdir_make(out_dir, &tmp);
     if (s != LB_OK) goto done;
     char *mp = lb_path_join(tmp, "model.safetensors");
     s = mp ? lb_st_writer_write_file(w, mp) : lb_set_error(LB_ERR_NOMEM, "out of memory");
@@ -454,7 +454,7 @@ lb_status lb_export_gguf_to_gptq(const char *gguf_path, const char *out_dir,
     if (s == LB_OK) s = ex_hf_write_json(tmp, "generation_config.json", jg);
     if (s == LB_OK && jt) s = ex_hf_write_json(tmp, "tokenizer.json", jt);
     if (s == LB_OK && jtc) s = ex_hf_write_json(tmp, "tokenizer_config.json", jtc);
-    if (s == LB_OK) s = ex_hf_tmpdir_commit(tmp, out_dir);
+    if (s == LB_OK) s = lb_tmpdir_commit(tmp, out_dir);
     if (s == LB_OK) {
         free(tmp);
         tmp = NULL;
@@ -464,7 +464,7 @@ lb_status lb_export_gguf_to_gptq(const char *gguf_path, const char *out_dir,
     st.tokenizer = jt != NULL;
 done:
     if (tmp) {
-        ex_hf_tmpdir_remove(tmp);
+        lb_tmpdir_remove(tmp);
         free(tmp);
     }
     cJSON_Delete(jc);

@@ -36,13 +36,7 @@ lb_status ex_hf_name(const char *gguf_name, int n_layers, char *out, size_t n, i
  * (*out)[h] (malloc'd). */
 lb_status ex_hf_unpermute_rows(int64_t rows, int n_head, int64_t **out);
 
-/* Output directory handling: OUT must not exist or be empty
- * (LB_ERR_INVALID_ARG); files go to a temp directory OUT.tmp-XXXXXX beside
- * it, renamed to OUT at the end, removed on failure. */
-lb_status ex_hf_outdir_check(const char *out_dir);
-lb_status ex_hf_tmpdir_make(const char *out_dir, char **tmp_out);
-lb_status ex_hf_tmpdir_commit(const char *tmp, const char *out_dir);
-void ex_hf_tmpdir_remove(const char *tmp);
+/* Output directory handling: lowbit/file.h (lb_outdir_check, lb_tmpdir_*). */
 /* dir/name <- pretty-printed j, atomically. */
 lb_status ex_hf_write_json(const char *dir, const char *name, const cJSON *j);
 

@@ -6,7 +6,6 @@
  * model (about 1/8 of its f32 size for 4-bit, 1/4 for INT8) are held until
  * the safetensors file is written.
  */
-#include "export/ex_hf_internal.h"
 #include "quant/nocalib_ckpt.h"
 #include "lowbit/bnb.h"
 #include "lowbit/config.h"
@@ -218,7 +217,7 @@ lb_status lb_bnb_quantize_checkpoint(const char *model_dir, const char *out_dir,
                                        opts.q.blocksize % 2))
         return lb_set_error(LB_ERR_INVALID_ARG, "bnb quantize: blocksize %d (even, 16..4096)",
                             opts.q.blocksize);
-    LB_TRY(ex_hf_outdir_check(out_dir));
+    LB_TRY(lb_outdir_check(out_dir));
     lb_model_config cfg;
     LB_TRY(lb_model_config_load_dir(model_dir, &cfg));
     bool quantized = cfg.has_quantization_config;

@@ -4,7 +4,6 @@
  * linear is quantized on its own, one at a time, inside the safetensors
  * writer's producer (peak memory: one weight in f32 plus its codes).
  */
-#include "export/ex_hf_internal.h"
 #include "quant/nocalib_ckpt.h"
 #include "lowbit/config.h"
 #include "lowbit/file.h"
@@ -136,7 +135,7 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
         memset(&opts, 0, sizeof opts);
         lb_fp8_qconfig_default(&opts.q, false);
     }
-    LB_TRY(ex_hf_outdir_check(out_dir));
+    LB_TRY(lb_outdir_check(out_dir));
     lb_model_config cfg;
     LB_TRY(lb_model_config_load_dir(model_dir, &cfg));
     bool quantized = cfg.has_quantization_config;

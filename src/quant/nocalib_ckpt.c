@@ -7,7 +7,6 @@
  */
 #include "quant/nocalib_ckpt.h"
 
-#include "export/ex_hf_internal.h"
 #include "lowbit/file.h"
 #include "core/internal.h"
 
@@ -46,13 +45,23 @@ lb_status qz_nocalib_write_dir(const char *model_dir, const char *out_dir, lb_st
         }
     }
     cJSON_Delete(qc);
-    if (s == LB_OK) s = ex_hf_tmpdir_make(out_dir, &tmp);
+    if (s == LB_OK) s = lb_tmpdir_make(out_dir, &tmp);
     if (s == LB_OK) {
         char *mp = lb_path_join(tmp, "model.safetensors");
         s = mp ? lb_st_writer_write_file(w, mp) : lb_set_error(LB_ERR_NOMEM, "out of memory");
         free(mp);
     }
-    if (s == LB_OK) s = ex_hf_write_json(tmp, "config.json", cfgj);
+    if (s == LB_OK) {
+        char *txt = cJSON_Print(cfgj);
+        if (!txt) {
+            s = lb_set_error(LB_ERR_NOMEM, "out of memory (config.json)");
+        } else {
+            const size_t n = strlen(txt);
+            txt[n] = '\n'; /* the terminator becomes the final newline */
+            s = lb_write_file_in(tmp, "config.json", txt, n + 1);
+        }
+        free(txt);
+    }
     static const char *files[] = {"tokenizer.json", "tokenizer_config.json",
                                   "special_tokens_map.json", "generation_config.json",
                                   "tokenizer.model", "chat_template.jinja"};
@@ -63,8 +72,8 @@ lb_status qz_nocalib_write_dir(const char *model_dir, const char *out_dir, lb_st
         free(a);
         free(b);
     }
-    if (s == LB_OK) s = ex_hf_tmpdir_commit(tmp, out_dir);
-    if (s != LB_OK && tmp) ex_hf_tmpdir_remove(tmp);
+    if (s == LB_OK) s = lb_tmpdir_commit(tmp, out_dir);
+    if (s != LB_OK && tmp) lb_tmpdir_remove(tmp);
     free(tmp);
     cJSON_Delete(cfgj);
     free(js);

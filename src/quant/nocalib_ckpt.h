@@ -14,7 +14,7 @@
  * (ownership taken, also on failure), and the tokenizer / generation files
  * model_dir has. Everything goes into OUT_DIR.tmp-XXXXXX and is renamed
  * into place at the end; on failure nothing is left. OUT_DIR must have
- * passed ex_hf_outdir_check. Errors name the file at fault. */
+ * passed lb_outdir_check. Errors name the file at fault. */
 lb_status qz_nocalib_write_dir(const char *model_dir, const char *out_dir, lb_st_writer *w,
                                cJSON *qc);
 
