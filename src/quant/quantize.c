@@ -1432,6 +1432,18 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
                             (int)p->method);
     LB_TRY(qz_check_arch(m, p));
     qz_arch_get(&m->config, p->true_sequential, &e.arch);
+    const bool need_calib = (e.proc->needs & QZ_NEED_CALIB) &&
+                            count_quantized(mods, n_mods) > 0;
+    if (need_calib) { /* before anything is allocated */
+        if (!calib || !calib->ids || calib->nsamples < 1 || calib->seqlen < 1)
+            return lb_set_error(LB_ERR_INVALID_ARG,
+                                "quantize: %s needs calibration data",
+                                p->method == LB_QUANT_GPTQ ? "GPTQ"
+                                                           : e.proc->name);
+        if (calib->seqlen > (1 << 24))
+            return lb_set_error(LB_ERR_INVALID_ARG, "quantize: seqlen %lld",
+                                (long long)calib->seqlen);
+    }
     const int L = m->config.n_layers;
     e.lfirst = calloc((size_t)L + 1, sizeof *e.lfirst);
     e.lcount = calloc((size_t)L + 1, sizeof *e.lcount);
@@ -1446,18 +1458,8 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         e.lfirst[l] = i;
         e.lcount[l]++;
     }
-    const bool need_calib = (e.proc->needs & QZ_NEED_CALIB) &&
-                            count_quantized(mods, n_mods) > 0;
     lb_status s = LB_OK;
     if (need_calib) {
-        if (!calib || !calib->ids || calib->nsamples < 1 || calib->seqlen < 1)
-            return lb_set_error(LB_ERR_INVALID_ARG,
-                                "quantize: %s needs calibration data",
-                                p->method == LB_QUANT_GPTQ ? "GPTQ"
-                                                           : e.proc->name);
-        if (calib->seqlen > (1 << 24))
-            return lb_set_error(LB_ERR_INVALID_ARG, "quantize: seqlen %lld",
-                                (long long)calib->seqlen);
         e.ns = calib->nsamples;
         e.T = calib->seqlen;
         e.dim = m->config.hidden_size;
@@ -1471,9 +1473,11 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         const size_t esz = p->act_f16 ? 2 : 4;
         if (!lb_mul_ok((size_t)e.ns, (size_t)e.T, &n_act) ||
             !lb_mul_ok(n_act, (size_t)e.dim, &n_act) ||
-            !lb_mul_ok(n_act, esz, &n_act))
-            return lb_set_error(LB_ERR_OVERFLOW, "quantize: activation size "
-                                "overflows");
+            !lb_mul_ok(n_act, esz, &n_act)) {
+            s = lb_set_error(LB_ERR_OVERFLOW, "quantize: activation size "
+                             "overflows");
+            goto done;
+        }
         rep->activation_bytes = n_act;
         char mem[32];
         fmt_bytes(mem, sizeof mem, (double)n_act);
