@@ -1,14 +1,20 @@
 // Bounded load test of `lowbit serve` on loopback with the OpenAI client:
 // ROUNDS equal rounds of REQUESTS streaming chat completions, CONCURRENCY at
 // a time; counts failures, checks every stream ended with a finish_reason
-// and usage, and reads the server's VmRSS (/proc/PID/status) after each
-// round. Prints one JSON line; exits 1 on any failed request or when RSS
-// grew by more than --max-growth-kib between the last two rounds (with
-// --attack: between the end of the first round and the end of the last).
+// and usage, and after each round (once the server has closed the round's
+// connections) reads its heap in use (/health heap_in_use_bytes: glibc's
+// allocated bytes) and VmRSS (/proc/PID/status). Prints one JSON line; exits
+// 1 on any failed request, or when the heap grew by more than
+// --max-heap-growth-kib or RSS by more than --max-growth-kib between the last
+// two rounds (with --attack: between the end of the first round and the end
+// of the last). The heap figure is the leak check: RSS also moves with
+// glibc's arenas and thread-stack cache (thousands of connection threads per
+// attack round moved it by up to 16 MiB either way), so its bound is loose.
 //
 //   LOWBIT=build/lowbit node tests/node/load.mjs [--parallel 4] [--requests 500]
 //     [--concurrency 64] [--max-tokens 32] [--rounds 2] [--ctx 512]
-//     [--threads 2] [--max-growth-kib 4096] [--ignore-eos 1|0] [--model DIR]
+//     [--threads 2] [--max-growth-kib 4096] [--max-heap-growth-kib 1024]
+//     [--ignore-eos 1|0] [--model DIR]
 // With --ignore-eos 1 (default) every reply has exactly max_tokens tokens
 // (llama.cpp's ignore_eos extension), which is checked, so throughput
 // figures compare equal work.
@@ -41,6 +47,7 @@ const P = +(args.parallel || 4), N = +(args.requests || 500), C = +(args.concurr
 const MAXTOK = +(args['max-tokens'] || 32), ROUNDS = +(args.rounds || 2);
 const CTX = +(args.ctx || 512), THREADS = +(args.threads || 2);
 const MAXGROW = +(args['max-growth-kib'] || 4096);
+const MAXHEAPGROW = +(args['max-heap-growth-kib'] || 1024);
 const IGNORE_EOS = (args['ignore-eos'] || '1') !== '0'; // exact token counts
 const ATTACK = (args.attack || '0') !== '0';
 const IDLE_FLOOD = +(args['idle-flood'] || 260), SLOWLORIS = +(args.slowloris || 32);
@@ -49,6 +56,29 @@ const ATTACK_MIN_S = +(args['attack-min-s'] || 6);
 const MODEL = args.model || `${process.env.LB_SHARED || '../shared'}/models/tinystories-656k`;
 
 const rssKiB = (pid) => +readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1];
+
+const getJSON = (port, path) => new Promise((resolve, reject) => {
+  const req = http.get({ host: '127.0.0.1', port, path, agent: false, timeout: 10000 }, (res) => {
+    let d = '';
+    res.on('data', (x) => { d += x; });
+    res.on('end', () => { try { resolve(JSON.parse(d)); } catch (e) { reject(e); } });
+  });
+  req.on('timeout', () => req.destroy(new Error('timeout')));
+  req.on('error', reject);
+});
+
+// The server's heap in use in KiB once the round's connections are gone (up
+// to 10 s: the connection threads of a flood close at the idle deadline);
+// null where the server cannot tell (-1: not glibc).
+async function heapKiB(port) {
+  let h = null;
+  for (let i = 0; i < 100; i++) {
+    h = await getJSON(port, '/health');
+    if (h.connections_open <= 1) break; // this probe's own connection
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return h.heap_in_use_bytes >= 0 ? Math.round(h.heap_in_use_bytes / 1024) : null;
+}
 
 const subjects = ['a cat', 'a dog', 'the sea', 'a red ball', 'a big tree', 'the moon', 'a bird', 'a toy car'];
 
@@ -192,6 +222,7 @@ const srv = await startServer(MODEL, ['-np', String(P), '-c', String(CTX), '-t',
   '--queue', String(Math.max(64, C)), ...(ATTACK ? ['--idle-timeout', '3', '--read-timeout', '4'] : [])]);
 const client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 600000 });
 const rounds = [];
+const heap = [await heapKiB(srv.port)];
 const rss = [rssKiB(srv.proc.pid)];
 let attackBad = false;
 for (let r = 0; r < ROUNDS; r++) {
@@ -206,18 +237,22 @@ for (let r = 0; r < ROUNDS; r++) {
       attackBad = true;
   }
   rounds.push(res);
+  heap.push(await heapKiB(srv.port));
   rss.push(rssKiB(srv.proc.pid));
 }
 const code = await stopServer(srv);
 if (process.env.LB_LOAD_STDERR) console.error(srv.stderr().split('\n').slice(-20).join('\n'));
 const failed = rounds.reduce((a, r) => a + r.failed, 0);
-// without attack: growth over the last round; under attack (thousands of
-// connection threads per round move RSS by a few MiB either way: glibc's
-// arenas and stack cache): growth from the end of the first round to the
-// end of the last, which a per-connection leak would make grow every round
-const growth = ATTACK && rss.length > 2 ? rss[rss.length - 1] - rss[1]
-  : rss[rss.length - 1] - rss[rss.length - 2];
+// without attack: growth over the last round; under attack: growth from the
+// end of the first round to the end of the last (round 1 warms the caches),
+// which a per-connection leak would make grow every round
+const grow = (a) => (a.some((x) => x === null) ? null
+  : ATTACK && a.length > 2 ? a[a.length - 1] - a[1] : a[a.length - 1] - a[a.length - 2]);
+const growth = grow(rss), heapGrowth = grow(heap);
 const out = { attack: ATTACK, parallel: P, threads: THREADS, requests_per_round: N, concurrency: C, max_tokens: MAXTOK,
-  rounds, failed, rss_kib: rss, rss_growth_kib: growth, server_exit: code };
+  rounds, failed, heap_kib: heap, heap_growth_kib: heapGrowth, rss_kib: rss, rss_growth_kib: growth,
+  server_exit: code };
 console.log(JSON.stringify(out));
-process.exit(failed === 0 && growth <= MAXGROW && code === 0 && !attackBad ? 0 : 1);
+const ok = failed === 0 && growth <= MAXGROW && (heapGrowth === null || heapGrowth <= MAXHEAPGROW) &&
+  code === 0 && !attackBad;
+process.exit(ok ? 0 : 1);
