@@ -189,10 +189,17 @@ void lb_model_rope_inv_freq(const lb_model *m, float *inv_freq) {
             inv_freq[i] /= ((const float *)m->rope_freqs.data)[i];
 }
 
-/* Rotate one head vector x[hd] at the position whose tables are c, s. */
-static void rope_apply(float *x, const float *c, const float *s, int hd,
-                       lb_rope_mode mode) {
-    int half = hd / 2;
+/* Rotate one head vector x[hd] at the position whose tables are c, s.
+ * LB_ROPE_NORM (llama.cpp's llama layout: convert_hf_to_gguf permuted the
+ * q/k rows so that HF's halves (i, i + hd/2) sit in adjacent pairs
+ * (2i, 2i + 1)) rotates the pairs and writes the result back in HF's order
+ * (first halves, then second halves): the same floats as LB_ROPE_NEOX on the
+ * unpermuted rows, so attention sums q.k in the order the HF path does
+ * (before, the permuted order rounded differently and flipped a few of
+ * Mixtral's routing choices after Q8_0 activations). */
+void lb_rope_apply(float *x, const float *c, const float *s, int hd,
+                   lb_rope_mode mode) {
+    const int half = hd / 2;
     if (mode == LB_ROPE_NEOX) {
         /* x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1) */
         for (int i = 0; i < half; i++) {
@@ -200,14 +207,17 @@ static void rope_apply(float *x, const float *c, const float *s, int hd,
             x[i] = x0 * c[i] - x1 * s[i];
             x[i + half] = x1 * c[i] + x0 * s[i];
         }
-    } else {
-        /* adjacent pairs (2i, 2i+1), ggml rope mode 0 */
-        for (int i = 0; i < half; i++) {
-            float x0 = x[2 * i], x1 = x[2 * i + 1];
-            x[2 * i] = x0 * c[i] - x1 * s[i];
-            x[2 * i + 1] = x1 * c[i] + x0 * s[i];
-        }
+        return;
     }
+    /* adjacent pairs (2i, 2i+1), ggml rope mode 0; head_dim <= 4096 (the
+     * config's bound) */
+    float tmp[4096];
+    for (int i = 0; i < half; i++) {
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        tmp[i] = x0 * c[i] - x1 * s[i];
+        tmp[i + half] = x1 * c[i] + x0 * s[i];
+    }
+    memcpy(x, tmp, (size_t)hd * sizeof *x);
 }
 
 void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
@@ -226,12 +236,12 @@ void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
     for (int h = 0; h < c->n_heads; h++) {
         float *qh = q + (size_t)h * hd;
         if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, c->rms_norm_eps);
-        rope_apply(qh, cs, sn, hd, c->rope_mode);
+        lb_rope_apply(qh, cs, sn, hd, c->rope_mode);
     }
     for (int h = 0; h < c->n_kv_heads; h++) {
         float *kh = k + (size_t)h * hd;
         if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, c->rms_norm_eps);
-        rope_apply(kh, cs, sn, hd, c->rope_mode);
+        lb_rope_apply(kh, cs, sn, hd, c->rope_mode);
     }
 }
 

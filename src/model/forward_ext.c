@@ -58,24 +58,6 @@ void lb_glu_act_mul(lb_hidden_act a, float *g, const float *u, int64_t n) {
         for (int64_t i = 0; i < n; i++) g[i] = silu(g[i]) * u[i];
 }
 
-static void rope_rot(float *x, const float *c, const float *s, int hd,
-                     lb_rope_mode mode) {
-    const int half = hd / 2;
-    if (mode == LB_ROPE_NEOX) {
-        for (int i = 0; i < half; i++) {
-            const float x0 = x[i], x1 = x[i + half];
-            x[i] = x0 * c[i] - x1 * s[i];
-            x[i + half] = x1 * c[i] + x0 * s[i];
-        }
-    } else {
-        for (int i = 0; i < half; i++) {
-            const float x0 = x[2 * i], x1 = x[2 * i + 1];
-            x[2 * i] = x0 * c[i] - x1 * s[i];
-            x[2 * i + 1] = x1 * c[i] + x0 * s[i];
-        }
-    }
-}
-
 /* inv_freq [hd/2] of a layer: local (Gemma 3 sliding layers) or global. */
 static void ext_inv_freq(const lb_model *m, int32_t n_ctx, bool local,
                          float *inv) {
@@ -487,13 +469,13 @@ static lb_status layer(const lb_ext_ctx *x, int l, float *hidden, int32_t n,
         for (int64_t h = 0; h < nh; h++) {
             float *qh = qt + h * hd;
             if (c->qk_norm) lb_rmsnorm(qh, qh, L->q_norm.data, hd, eps);
-            rope_rot(qh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
+            lb_rope_apply(qh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
                      c->rope_mode);
         }
         for (int64_t h = 0; h < nkv; h++) {
             float *kh = kt + h * hd;
             if (c->qk_norm) lb_rmsnorm(kh, kh, L->k_norm.data, hd, eps);
-            rope_rot(kh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
+            lb_rope_apply(kh, cs + (size_t)t * half, sn + (size_t)t * half, (int)hd,
                      c->rope_mode);
             const size_t row =
                 (((size_t)l * nkv + h) * (size_t)x->n_ctx + (size_t)pos[t]) *

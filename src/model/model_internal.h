@@ -130,6 +130,14 @@ lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
 void lb_rope_tables(const float *inv_freq, int half, int32_t p0, int32_t p1,
                     float *cos_out, float *sin_out);
 
+/* RoPE on one head vector x [hd] (hd <= 4096) with the tables c, s
+ * [hd / 2] of its position, in place. LB_ROPE_NEOX: HF's rotate_half.
+ * LB_ROPE_NORM (rows permuted by convert_hf_to_gguf): the adjacent pairs
+ * rotate and the result is stored in HF's order, so later sums over the
+ * vector (attention's q.k) run in the HF path's order. (forward.c) */
+void lb_rope_apply(float *x, const float *c, const float *s, int hd,
+                   lb_rope_mode mode);
+
 /* One token's queries q [n_heads * head_dim] and keys k [n_kv_heads *
  * head_dim] of layer L, in place: Qwen3's per-head RMSNorm (q_norm,
  * k_norm) when c->qk_norm, then RoPE (c->rope_mode) with the tables cs, sn
