@@ -27,17 +27,14 @@ T=$(mktemp -d /tmp/lb-kld.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-# llama.cpp 0.7.0's tools sometimes lose their stdout: read --log-file,
-# retry up to 3 times when the expected line is missing
+. "$(dirname "$0")/lib_refenv.sh"
+# llama.cpp 0.7.0's tools sometimes lose the tail of their output (more often
+# the busier the machine): ref_call retries, bounded, until the summary line
+# is there (lib_refenv.sh)
 llama() { # LOG ARGS...
     log=$1; shift
-    for try in 1 2 3 4 5; do
-        rm -f "$log"
-        sh "$REFENV" run llama-perplexity "$@" -t 2 --log-file "$log" >/dev/null 2>&1 || true
-        if grep -q "Final estimate: PPL\|^Same top p:" "$log" 2>/dev/null; then return 0; fi
-        echo "llama-perplexity: no result in its log (try $try)"
-    done
-    tail -5 "$log" 2>/dev/null; fail "llama-perplexity $*"
+    ref_call "$log" "$log" 'Final estimate: PPL|^Same top p:' llama-perplexity "$@" -t 2 \
+        || { tail -5 "$log" 2>/dev/null; fail "llama-perplexity $*: $ref_reason"; }
 }
 
 # the first 40 chunks (2,520 scored tokens) keep the test short
