@@ -26,14 +26,9 @@ LB_ARCH_GGUF_DIR="$W" "$T"
 
 for m in gemma2 gemma3 phi3 phi3-longrope qwen3moe qwen2moe mixtral; do
   "$LOWBIT" export "tests/data/arch/$m-random" --qtype Q8_0 -o "$W/$m-q8.gguf" -q
-  ok=0
-  for attempt in 1 2 3 4 5 6; do # llama.cpp's logger may lose its last lines at exit
-    sh "$REFENV" run llama-bench -m "$W/$m-q8.gguf" -p 16 -n 4 -t 2 -r 1 > "$W/bench.log" 2>&1 \
-      || { tail -5 "$W/bench.log"; echo "llama-bench failed on $m"; exit 1; }
-    grep -q "tg4" "$W/bench.log" && { ok=1; break; }
-    echo "note: llama-bench $m: output truncated (attempt $attempt)"
-  done
-  [ $ok = 1 ] || { tail -5 "$W/bench.log"; echo "llama-bench $m: no result"; exit 1; }
+  # llama.cpp's logger may lose its last lines at exit (lib_refenv.sh)
+  ref_call "$W/bench.log" "$W/bench.log" "tg4" llama-bench -m "$W/$m-q8.gguf" -p 16 -n 4 -t 2 -r 1 \
+    || { tail -5 "$W/bench.log"; echo "llama-bench $m: $ref_reason"; exit 1; }
   echo "llama-bench runs lowbit's $m Q8_0 export"
 done
 

@@ -29,7 +29,7 @@ M="$SHARED/models"
 "$LB_BUILD_DIR/make_random_gguf" --shape tiny --type q4_0 -o "$T/tiny-q4_0.gguf" 2>/dev/null
 
 python3 - "$LOWBIT" "$REFENV" "$M" "$T" "$(dirname "$0")/py/llama_server_complete.py" <<'PY'
-import json, subprocess, sys
+import json, subprocess, sys, time
 lowbit, refenv, M, T, SERVER_COMPLETE = sys.argv[1:6]
 passed = failed = 0
 def check(ok, what):
@@ -42,8 +42,9 @@ def check(ok, what):
 # llama.cpp 0.7.0's tools lose the tail of their output at random (an
 # asynchronous logger cut at exit; see tests/lib_refenv.sh): a run counts
 # when it exits 0 and `done(out, err)` finds what the tool prints last;
-# otherwise it is retried, at most 5 times, with the reason printed.
-def ref(done, *args, tries=5):
+# otherwise it is retried, at most 12 times 1 s apart (the loss grows with
+# the machine's load), with the reason printed.
+def ref(done, *args, tries=12):
     for k in range(1, tries + 1):
         p = subprocess.run(["sh", refenv, "run", *args], capture_output=True)
         rc, out, err = p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
@@ -55,6 +56,7 @@ def ref(done, *args, tries=5):
             why = "output cut short"
         if k < tries:
             print(f"note: {args[0]}: {why} (attempt {k} of {tries}), retrying", file=sys.stderr)
+            time.sleep(1)
     return rc if rc else 1, out, err + f"\n[{why} in all {tries} attempts]"
 def json_last_line(out, err):
     try:
