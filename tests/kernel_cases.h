@@ -411,6 +411,31 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     lb_row_size(wt, in, &rb);
     uint8_t *p = malloc(rb * (size_t)out);
     memcpy(p, w, rb * (size_t)out);
+    if (wt == LB_TYPE_Q4_1 || wt == LB_TYPE_Q5_1) {
+        /* d, m (16 halves each), Q5_1: qh transposed (64 bytes), qs (4 x 64) */
+        const int q5 = wt == LB_TYPE_Q5_1;
+        const size_t bb = q5 ? 24 : 20;
+        for (int64_t g = 0; g < out / 16; g++)
+            for (int64_t b = 0; b < in / 32; b++) {
+                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
+                for (int n = 0; n < 16; n++) {
+                    const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb;
+                    memcpy(dst + 2 * n, src, 2);
+                    memcpy(dst + 32 + 2 * n, src + 2, 2);
+                    if (q5) {
+                        const uint32_t qh = (uint32_t)src[4] | (uint32_t)src[5] << 8 |
+                                            (uint32_t)src[6] << 16 | (uint32_t)src[7] << 24;
+                        uint32_t t = 0; /* element e = 4k + b's bit at 8b + k */
+                        for (int e = 0; e < 32; e++)
+                            if ((qh >> e) & 1) t |= 1u << (8 * (e % 4) + e / 4);
+                        for (int k = 0; k < 4; k++) dst[64 + 4 * n + k] = (uint8_t)(t >> (8 * k));
+                    }
+                    for (int k = 0; k < 16; k++)
+                        dst[(q5 ? 128 : 64) + 64 * (k / 4) + 4 * n + k % 4] = src[(q5 ? 8 : 4) + k];
+                }
+            }
+        return p;
+    }
     if (wt == LB_TYPE_Q5_0) { /* d (16 halves), qh transposed (64 bytes), qs (4 x 64) */
         for (int64_t g = 0; g < out / 16; g++)
             for (int64_t b = 0; b < in / 32; b++) {
@@ -457,7 +482,7 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     return p;
 }
 
-/* Table kt on X16 Q4_K / Q6_K / Q5_0 weights gives the reference table's bits on
+/* Table kt on X16 Q4_K / Q6_K / Q5_0 / Q4_1 / Q5_1 weights gives the reference table's bits on
  * the row-form weights (the X16 K-quant kernels claim it), on awkward
  * shapes (rows below, at and past multiples of 16; 1..38 super-blocks),
  * 1..70 tokens, 1 and 3 threads; every other shape with extreme data
@@ -470,8 +495,9 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
     const int64_t toks[] = {1, 2, 4, 5, 15, 17, 70};
     lb_pool *pool = lb_pool_create(3);
     int runs = 0, bad = 0;
-    for (int k = 0; k < 3; k++) {
-        const lb_type wt = k == 2 ? LB_TYPE_Q5_0 : k ? LB_TYPE_Q6_K : LB_TYPE_Q4_K;
+    const lb_type wts[] = {LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q5_0, LB_TYPE_Q4_1, LB_TYPE_Q5_1};
+    for (int k = 0; k < 5; k++) {
+        const lb_type wt = wts[k];
         TH_CHECK_MSG(kt->w[wt].mm_x16 != NULL, "%s: no X16 kernel for %s", kt->name,
                      lb_type_name(wt));
         if (!kt->w[wt].mm_x16) continue;
@@ -489,9 +515,14 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
                     for (int64_t i = 0; i < in * nt; i++) x[i] = big ? rng_f(1.5f, 2) : rng_f(-2, 2);
                     for (int64_t o = 0; big && o < out; o++)
                         for (int64_t b = 0; b < in / 256; b++) {
-                            uint8_t *blk = w + (size_t)o * rb + (size_t)b * (k == 1 ? 210 : 144);
+                            size_t sbb; /* bytes of 256 elements */
+                            lb_row_size(wt, 256, &sbb);
+                            uint8_t *blk = w + (size_t)o * rb + (size_t)b * sbb;
                             if (k == 2) { /* Q5_0: every block's codes 31 */
                                 for (int64_t c = 0; c < 8; c++) memset(blk + 22 * c + 2, 0xFF, 20);
+                            } else if (k >= 3) { /* Q4_1 / Q5_1: codes 15 / 31 (d, m kept) */
+                                const size_t bb1 = k == 4 ? 24 : 20;
+                                for (int64_t c = 0; c < 8; c++) memset(blk + bb1 * c + 4, 0xFF, bb1 - 4);
                             } else if (k) {
                                 memset(blk, 0xFF, 192); /* ql, qh: u = 63 */
                                 for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(j % 2 ? 0x7F : 0x80);

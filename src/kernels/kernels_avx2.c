@@ -1165,6 +1165,10 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
      * kernels, which give the bits every X16 K-quant kernel gives */
     kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
     kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
+    kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_ref;
+    kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_ref";
+    kt->w[LB_TYPE_Q5_1].mm_x16 = lb_mm_q5_1_x16_ref;
+    kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_ref";
     kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
     kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;

@@ -776,6 +776,126 @@ static void mm_q5_0_x16_avx512_vnni(int64_t n, const void *vw, size_t ws, int64_
                 lb_vec_dot_q5_0_q8_0_ref(n, w + (size_t)r * ws, a + (size_t)t * as);
 }
 
+/* ---- X16 Q4_1 / Q5_1 against Q8_1 activations ---------------------------
+ * Per block of 16 rows (kernels_internal.h): d, m (16 halves each), Q5_1's
+ * bit-transposed qh vector, then the nibble vectors, read as Q5_0's are
+ * (elements 4k..4k+3 of every row in lane n; Q5_1's fifth bit merged by
+ * q5_hbits). The codes u (0..15 / 0..31) are unsigned already: isum =
+ * sum u * a with no correction. A Q8_1 block is d, s (= d * sum a, f16),
+ * qs[32]. Scaled in the reference's order (lb_vec_dot_q{4,5}_1_q8_1_ref):
+ *   acc = acc + ((dw * da) * isum + mw * sa)
+ * block after block (a K-chunk continues from the stored y), so the
+ * result is the reference's bits. */
+#define XB1(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 4 + 4 * (j)))
+
+static inline __attribute__((always_inline)) void
+q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
+            size_t as, float (*da)[KB], float (*sa)[KB], float *y, size_t ldy) {
+    const size_t BB = q5 ? 16 * 24 : 16 * 20, QS = q5 ? 128 : 64;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * BB;
+    for (int i = 0; i < kbn; i++, p += BB) {
+#pragma GCC unroll 6
+        for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
+        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 mwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        __m512i k[8];
+        if (q5) {
+            const __m512i H = _mm512_loadu_si512(p + 64);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
+                k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
+                k[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
+                                           q5_hbits(H, j + 4));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
+                k[j] = _mm512_and_si512(v, m4);
+                k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            }
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 36;
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, k[0], XB1(ap, 0));
+            s1 = _mm512_dpbusd_epi32(s1, k[1], XB1(ap, 1));
+            s0 = _mm512_dpbusd_epi32(s0, k[2], XB1(ap, 2));
+            s1 = _mm512_dpbusd_epi32(s1, k[3], XB1(ap, 3));
+            s0 = _mm512_dpbusd_epi32(s0, k[4], XB1(ap, 4));
+            s1 = _mm512_dpbusd_epi32(s1, k[5], XB1(ap, 5));
+            s0 = _mm512_dpbusd_epi32(s0, k[6], XB1(ap, 6));
+            s1 = _mm512_dpbusd_epi32(s1, k[7], XB1(ap, 7));
+            const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
+                                           _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
+            acc[u] = _mm512_add_ps(acc[u], _mm512_add_ps(t, _mm512_mul_ps(mwv, _mm512_set1_ps(sa[u][i]))));
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+static void mm_q1_x16(int q5, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                      size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    float da[16][KB], sa[16][KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+            const int64_t tn = LB_MIN(16, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 36;
+                    da[t][i] = h2f(ap);
+                    sa[t][i] = h2f(ap + 2);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
+                int64_t t = 0;
+                if (q5) {
+                    for (; t + 4 <= tn; t += 4)
+                        q1_x16_pass(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        q1_x16_pass(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                } else {
+                    for (; t + 4 <= tn; t += 4)
+                        q1_x16_pass(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        q1_x16_pass(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                }
+            }
+        }
+    }
+    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] =
+                (q5 ? lb_vec_dot_q5_1_q8_1_ref : lb_vec_dot_q4_1_q8_1_ref)(n, w + (size_t)r * ws,
+                                                                           a + (size_t)t * as);
+}
+
+static void mm_q4_1_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_q1_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q5_1_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_q1_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q4_0_avx512_vnni, .mm_name = "mm_q4_0_avx512_vnni"};
     kt->w[LB_TYPE_Q8_0] = (lb_wkernel){.act_type = LB_TYPE_Q8_0, .mm = mm_q8_0_avx512_vnni, .mm_name = "mm_q8_0_avx512_vnni"};
@@ -788,6 +908,12 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_0].mm_x16 = mm_q5_0_x16_avx512_vnni;
     kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_avx512_vnni";
     kt->w[LB_TYPE_Q5_0].x16_fast = true;
+    kt->w[LB_TYPE_Q4_1].mm_x16 = mm_q4_1_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q4_1].x16_fast = true;
+    kt->w[LB_TYPE_Q5_1].mm_x16 = mm_q5_1_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q5_1].x16_fast = true;
     kt->w[LB_TYPE_Q4_K].mm_x16 = mm_q4_K_x16_avx512_vnni;
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_avx512_vnni";
     kt->w[LB_TYPE_Q4_K].x16_fast = true;

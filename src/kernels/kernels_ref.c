@@ -299,6 +299,13 @@ static int x16_fields(lb_type t, x16_field *f) {
     case LB_TYPE_Q5_0:
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 4, 0xFF}, f[2] = (x16_field){6, 16, 0};
         return 3;
+    case LB_TYPE_Q4_1:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0}, f[2] = (x16_field){4, 16, 0};
+        return 3;
+    case LB_TYPE_Q5_1:
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
+        f[2] = (x16_field){4, 4, 0xFF}, f[3] = (x16_field){8, 16, 0};
+        return 4;
     case LB_TYPE_Q4_K:
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
         f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
@@ -324,7 +331,7 @@ static int x16_fields(lb_type t, x16_field *f) {
 
 bool lb_x16_type(lb_type t) { /* the types x16_fields knows (matmul's hot path) */
     return t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 || t == LB_TYPE_Q4_K ||
-           t == LB_TYPE_Q6_K;
+           t == LB_TYPE_Q6_K || t == LB_TYPE_Q4_1 || t == LB_TYPE_Q5_1;
 }
 
 /* dir 0: row n's block blk -> its place in the X16 block p; 1: back */
@@ -413,6 +420,14 @@ void lb_mm_q5_0_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q5_0, lb_vec_dot_q5_0_q8_0_ref, n, w, ws, nr, a, as, nt, y, ldy);
 }
+void lb_mm_q4_1_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q4_1, lb_vec_dot_q4_1_q8_1_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_1_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q5_1, lb_vec_dot_q5_1_q8_1_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
 void lb_mm_q4_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q4_K, lb_vec_dot_q4_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
@@ -451,6 +466,10 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q8_0].x16_name = "mm_q8_0_x16_ref";
     kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
     kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
+    kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_ref;
+    kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_ref";
+    kt->w[LB_TYPE_Q5_1].mm_x16 = lb_mm_q5_1_x16_ref;
+    kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_ref";
     kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
     kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
