@@ -189,6 +189,10 @@ static void test_matmul_errors(void) {
 static int run_child(const char *env, const char *val, const char *want) {
     pid_t pid = fork();
     if (pid == 0) {
+        /* the child sees only the variable under test (this process may run
+         * under LB_FORCE_REF=1 or LB_KERNELS=...) */
+        unsetenv("LB_FORCE_REF");
+        unsetenv("LB_KERNELS");
         setenv(env, val, 1);
         execl("/proc/self/exe", "test_kernels", "--print-variant", want, (char *)NULL);
         _exit(3);
