@@ -65,8 +65,10 @@ const char *lb_kernels_variant(void);
  * kernels give each family's row-form results); Q5_0/Q4_K/Q6_K repacked give the
  * scalar reference's bits, which the row-form AVX2 kernels match only to
  * f32 rounding (a different float summation order). Does nothing (LB_OK, layout
- * unchanged) for other types, fewer than 16 rows, an already repacked W, or
- * when the environment variable LB_REPACK=0 is set. Uses a 16-row temporary
+ * unchanged) for other types, fewer than 16 rows, an already repacked W, a
+ * type the kernel family keeps in row form (Q4_1 on AVX-512 VNNI: see
+ * docs/model.md) unless the environment variable LB_REPACK=1 is set, or
+ * when LB_REPACK=0 is set. Uses a 16-row temporary
  * buffer. Errors: LB_ERR_INVALID_ARG (shape/size as lb_matmul), LB_ERR_NOMEM. */
 lb_status lb_tensor_repack(lb_tensor *W, void *data);
 

@@ -347,6 +347,8 @@ static bool repacks(lb_type t) {
     const char *env = getenv("LB_REPACK");
     if (env && strcmp(env, "0") == 0) return false;
     const lb_wkernel *wk = &lb_kernels_current()->w[t];
+    /* LB_REPACK=1: every type the family has an X16 kernel for */
+    if (env && strcmp(env, "1") == 0) return wk->mm_x16 != NULL;
     return wk->x16_fast && wk->mm_x16;
 }
 
