@@ -200,6 +200,10 @@ static void test_for_loops(void) {
            "12");
     EXPECT("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=2;");
     EXPECT("{% for k, v in {'x': 1}|items %}{{ k }}{{ v }}{% endfor %}", "x1");
+    /* an empty dict iterates over nothing (found by fuzz_jinja: memcpy from
+     * its NULL key array, undefined behaviour) */
+    EXPECT("{% for k in {} %}{{ k }}{% else %}none{% endfor %}", "none");
+    EXPECT("{% for k, v in {} %}e{% endfor %}.", ".");
     EXPECT("{% for a, b in [[1, 2], [3, 4]] %}{{ a * b }},{% endfor %}", "2,12,");
     EXPECT("{% for (a, b) in [(1, 2)] %}{{ a + b }}{% endfor %}", "3");
     EXPECT("{% for c in 'hé' %}[{{ c }}]{% endfor %}{% for k in {'p': 1, 'q': 2} %}{{ k }}"

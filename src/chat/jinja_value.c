@@ -1018,7 +1018,8 @@ jlist *jj_iter_list(jj_rt *rt, jv v) {
     case JV_UNDEF: return jj_list_new(rt, 0);
     case JV_DICT: {
         jlist *l = jj_list_new(rt, v.u.d->n);
-        memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(jv));
+        if (v.u.d->n) /* an empty dict has no key array (k NULL) */
+            memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(jv));
         return l;
     }
     case JV_STR: {
