@@ -406,6 +406,18 @@ static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
  * Q6_K d, scales (4 x 64), then for k = 8h + m (h < 2, m < 8) the
  * vectors of dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m]; in each 64-byte
  * vector j of a field, bytes 4n..4n+3 are bytes 4j..4j+3 of row n's. */
+/* Q5_0 / Q5_1 fifth bits in X16 order: the block's qh word (little endian
+ * at q) with element e = 4k + b's bit moved to bit 8b + k, stored as 4 bytes
+ * at dst (lane n of the group's 64-byte qh vector). */
+static inline void kc_put_qh_x16(uint8_t *dst, const uint8_t *q) {
+    const uint32_t qh = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                        (uint32_t)q[3] << 24;
+    uint32_t t = 0;
+    for (int e = 0; e < 32; e++)
+        if ((qh >> e) & 1) t |= 1u << (8 * (e % 4) + e / 4);
+    for (int k = 0; k < 4; k++) dst[k] = (uint8_t)(t >> (8 * k));
+}
+
 static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, int64_t in) {
     size_t rb;
     lb_row_size(wt, in, &rb);
@@ -422,14 +434,7 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
                     const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb;
                     memcpy(dst + 2 * n, src, 2);
                     memcpy(dst + 32 + 2 * n, src + 2, 2);
-                    if (q5) {
-                        const uint32_t qh = (uint32_t)src[4] | (uint32_t)src[5] << 8 |
-                                            (uint32_t)src[6] << 16 | (uint32_t)src[7] << 24;
-                        uint32_t t = 0; /* element e = 4k + b's bit at 8b + k */
-                        for (int e = 0; e < 32; e++)
-                            if ((qh >> e) & 1) t |= 1u << (8 * (e % 4) + e / 4);
-                        for (int k = 0; k < 4; k++) dst[64 + 4 * n + k] = (uint8_t)(t >> (8 * k));
-                    }
+                    if (q5) kc_put_qh_x16(dst + 64 + 4 * n, src + 4);
                     for (int k = 0; k < 16; k++)
                         dst[(q5 ? 128 : 64) + 64 * (k / 4) + 4 * n + k % 4] = src[(q5 ? 8 : 4) + k];
                 }
@@ -443,12 +448,7 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
                 for (int n = 0; n < 16; n++) {
                     const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * 22;
                     memcpy(dst + 2 * n, src, 2);
-                    const uint32_t qh = (uint32_t)src[2] | (uint32_t)src[3] << 8 |
-                                        (uint32_t)src[4] << 16 | (uint32_t)src[5] << 24;
-                    uint32_t t = 0; /* element e = 4k + b's bit at 8b + k */
-                    for (int e = 0; e < 32; e++)
-                        if ((qh >> e) & 1) t |= 1u << (8 * (e % 4) + e / 4);
-                    for (int k = 0; k < 4; k++) dst[32 + 4 * n + k] = (uint8_t)(t >> (8 * k));
+                    kc_put_qh_x16(dst + 32 + 4 * n, src + 2);
                     for (int k = 0; k < 16; k++) dst[96 + 64 * (k / 4) + 4 * n + k % 4] = src[6 + k];
                 }
             }
