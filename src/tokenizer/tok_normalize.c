@@ -60,32 +60,35 @@ static lb_status tok_norm_lower(const char *s, size_t n, tok_buf *out) {
     return LB_OK;
 }
 
-/* A Replace may grow its input at most this much (16 n + 1 MiB): a
- * pattern that matches the empty string ("\\s*") inserts its content
- * between every two characters, and a Sequence of such steps grows the
- * text geometrically (a fuzzed tokenizer.json took 34 s of CPU on one short
- * text). Real replacements (" " -> "\u2581", "\n" -> "<0x0A>") stay far
- * below the bound; above it the text is refused (LB_ERR_RANGE), as
- * tokenizers' own Replace would exhaust memory. */
+/* A normalizer may grow its input at most this much (16 n + 4 KiB), for
+ * the whole pipeline, not per step: a pattern that matches the empty string
+ * ("\\s*") inserts its content between every two characters, and a
+ * Sequence of such steps grows the text geometrically (fuzzed tokenizer.json
+ * files took 34 s, and with a per-Replace cap still 12 s, of CPU on one
+ * 40-byte text). Real normalizers (" " -> "\u2581", "\n" -> "<0x0A>",
+ * Prepend "\u2581", NFKC) stay far below the bound; above it the text is
+ * refused (LB_ERR_RANGE), as tokenizers' own Replace would exhaust memory. */
 static size_t tok_norm_growth_cap(size_t n) {
-    return n > (SIZE_MAX - ((size_t)1 << 20)) / 16 ? SIZE_MAX
-                                                    : 16 * n + ((size_t)1 << 20);
+    const size_t extra = (size_t)4 << 10;
+    return n > (SIZE_MAX - extra) / 16 ? SIZE_MAX : 16 * n + extra;
+}
+
+static lb_status tok_norm_too_big(size_t n, size_t cap) {
+    return lb_set_error(LB_ERR_RANGE, "tokenizer: the normalizer would grow "
+                        "%zu bytes of text beyond %zu bytes", n, cap);
 }
 
 static lb_status tok_norm_replace(const tok_norm *nm, const char *s, size_t n,
-                                  tok_buf *out) {
+                                  size_t cap, tok_buf *out) {
     tok_spans sp = {0};
     lb_status st = nm->has_re ? tok_regex_find_all(&nm->re, s, n, &sp)
                               : tok_literal_find_all(nm->a, nm->alen, s, n, &sp);
     /* the output size, before building it: n - matched + count * blen */
-    const size_t cap = tok_norm_growth_cap(n);
     size_t total = n;
     for (size_t i = 0; st == LB_OK && i < sp.n; i++) {
         total -= sp.v[i].end - sp.v[i].start;
-        if (nm->blen > cap - total)
-            st = lb_set_error(LB_ERR_RANGE, "tokenizer: a Replace normalizer "
-                              "would grow %zu bytes of text beyond %zu bytes "
-                              "(its pattern matches %zu times)", n, cap, sp.n);
+        if (total > cap || nm->blen > cap - total)
+            st = tok_norm_too_big(n, cap);
         else
             total += nm->blen;
     }
@@ -128,15 +131,18 @@ static lb_status tok_norm_strip(const tok_norm *nm, const char *s, size_t n,
     return tok_buf_put(out, s + b, e - b) ? LB_OK : tok_nomem();
 }
 
-lb_status tok_norm_apply(const tok_norm *nm, const char *s, size_t n,
-                         tok_buf *out) {
+/* nm applied to s[0..n); cap: the bound on every intermediate text, from
+ * the length of the text the whole pipeline started with. */
+static lb_status tok_norm_run(const tok_norm *nm, const char *s, size_t n,
+                              size_t cap, tok_buf *out) {
     switch (nm->type) {
     case TOK_NORM_SEQUENCE: {
         out->n = 0;
         if (!tok_buf_put(out, s, n)) return tok_nomem();
         tok_buf tmp = {0};
         for (size_t i = 0; i < nm->n_kids; i++) {
-            lb_status st = tok_norm_apply(nm->kids[i], out->p, out->n, &tmp);
+            lb_status st = tok_norm_run(nm->kids[i], out->p, out->n, cap, &tmp);
+            if (st == LB_OK && tmp.n > cap) st = tok_norm_too_big(n, cap);
             if (st != LB_OK) {
                 tok_buf_free(&tmp);
                 return st;
@@ -161,11 +167,19 @@ lb_status tok_norm_apply(const tok_norm *nm, const char *s, size_t n,
         if (n && !tok_buf_put(out, nm->a, nm->alen)) return tok_nomem();
         return tok_buf_put(out, s, n) ? LB_OK : tok_nomem();
     case TOK_NORM_REPLACE:
-        return tok_norm_replace(nm, s, n, out);
+        return tok_norm_replace(nm, s, n, cap, out);
     case TOK_NORM_STRIP:
         return tok_norm_strip(nm, s, n, out);
     }
     return lb_set_error(LB_ERR_INTERNAL, "tokenizer: bad normalizer type");
+}
+
+lb_status tok_norm_apply(const tok_norm *nm, const char *s, size_t n,
+                         tok_buf *out) {
+    const size_t cap = tok_norm_growth_cap(n);
+    lb_status st = tok_norm_run(nm, s, n, cap, out);
+    if (st == LB_OK && out->n > cap) st = tok_norm_too_big(n, cap);
+    return st;
 }
 
 void tok_norm_free(tok_norm *nm) {
