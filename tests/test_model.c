@@ -454,6 +454,80 @@ static void test_layer_by_layer(void) {
     lb_model_free(m);
 }
 
+/* lb_layer_forward_mlp from the residual a forward stopped at gate_proj's
+ * input leaves gives the same bytes as the whole layer (calibration keeps
+ * that residual, quantize.c h_kept); each layer of qwen2-random with 2
+ * pool threads and on the caller's thread; refused on an ext layout. */
+static lb_status stop_at_gate(void *user, int layer, lb_linear_id which,
+                              const float *X, int64_t n, int64_t in) {
+    (void)user;
+    (void)layer;
+    (void)X;
+    (void)n;
+    (void)in;
+    return which == LB_LINEAR_GATE ? lb_set_error(LB_ERR_CANCELLED, "stop")
+                                   : LB_OK;
+}
+
+static void test_layer_mlp_half(void) {
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load(th_shared("models/random/qwen2-random"), NULL,
+                              &m));
+    size_t nb = 0;
+    int32_t *ids = th_read_bin(th_shared("models/random/qwen2-random/"
+                                         "seq16.ids.i32"), &nb);
+    if (!m || !ids) {
+        free(ids);
+        lb_model_free(m);
+        return;
+    }
+    const int32_t n = (int32_t)(nb / 4);
+    const size_t dim = (size_t)m->config.hidden_size, sz = (size_t)n * dim * 4;
+    for (int threads = 1; threads <= 2; threads++) {
+        lb_context_params cp = lb_context_default_params();
+        cp.n_threads = threads;
+        lb_context *ctx = NULL;
+        TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+        float *x = malloc(sz), *whole = malloc(sz), *half = malloc(sz);
+        TH_CHECK_OK(lb_model_embed(ctx, ids, n, x));
+        int differ = 0;
+        for (int l = 0; ctx && l < m->config.n_layers; l++) {
+            memcpy(whole, x, sz);
+            TH_CHECK_OK(lb_layer_forward(ctx, l, whole, n, 0));
+            memcpy(half, x, sz);
+            lb_forward_hook hk = {stop_at_gate, NULL};
+            lb_context_set_hook(ctx, &hk);
+            TH_CHECK_FAILS(lb_layer_forward(ctx, l, half, n, 0),
+                           LB_ERR_CANCELLED);
+            lb_context_set_hook(ctx, NULL);
+            TH_CHECK(memcmp(half, x, sz) != 0); /* h = x + o, not x */
+            TH_CHECK_OK(lb_layer_forward_mlp(ctx, l, half, n, 0));
+            differ += memcmp(half, whole, sz) != 0;
+            memcpy(x, whole, sz);
+        }
+        TH_CHECK_INT(differ, 0);
+        TH_CHECK_FAILS(lb_layer_forward_mlp(ctx, 99, half, n, 0), LB_ERR_RANGE);
+        free(x);
+        free(whole);
+        free(half);
+        lb_context_free(ctx);
+    }
+    free(ids);
+    lb_model_free(m);
+    /* Gemma / MoE layouts (forward_ext.c) refuse it */
+    TH_CHECK_OK(lb_model_load("tests/data/arch/mixtral-random", NULL, &m));
+    if (m) {
+        lb_context *ctx = NULL;
+        TH_CHECK_OK(lb_context_create(m, NULL, &ctx));
+        float *h = calloc((size_t)4 * (size_t)m->config.hidden_size, 4);
+        TH_CHECK_FAILS(lb_layer_forward_mlp(ctx, 0, h, 4, 0),
+                       LB_ERR_UNSUPPORTED);
+        free(h);
+        lb_context_free(ctx);
+        lb_model_free(m);
+    }
+}
+
 /* ---- bad checkpoints ---------------------------------------------------- */
 
 /* Write a copy of tinystories-656k into dir, with tensor `drop` left out
@@ -677,6 +751,7 @@ int main(void) {
     TH_RUN(test_random_models_v4_config);
     TH_RUN(test_prefill_vs_decode);
     TH_RUN(test_layer_by_layer);
+    TH_RUN(test_layer_mlp_half);
     TH_RUN(test_rope_norm_mode);
     TH_RUN(test_sliding_window);
     TH_RUN(test_bad_checkpoints);

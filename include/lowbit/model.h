@@ -376,6 +376,19 @@ lb_status lb_model_embed(lb_context *ctx, const int32_t *tokens,
 lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
                            int32_t n_tokens, int32_t pos);
 
+/* The MLP half of one decoder layer in place on hidden [n_tokens, dim],
+ * which holds the layer's post-attention residual h = x + o_proj(att)
+ * (what lb_layer_forward leaves in hidden when the hook stops it at
+ * gate_proj's input): hidden = h + down(act(gate(xn)) * up(xn)), xn =
+ * RMSNorm(h) * post_attention_layernorm — the same floats as the second
+ * half of lb_layer_forward (the same kernels and order; the KV cache is
+ * not touched). Lets calibration keep h instead of recomputing the
+ * attention in every later pass. Llama/Mistral/Qwen2/Qwen3 layouts only
+ * (LB_ERR_UNSUPPORTED for Gemma, Phi-3 longrope and MoE). Errors: as
+ * lb_layer_forward. */
+lb_status lb_layer_forward_mlp(lb_context *ctx, int layer, float *hidden,
+                               int32_t n_tokens, int32_t pos);
+
 /* Set n_past after driving layers by hand (n <= n_ctx). */
 lb_status lb_context_set_n_past(lb_context *ctx, int32_t n);
 

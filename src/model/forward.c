@@ -509,6 +509,8 @@ typedef struct fwd_job {
     float *hidden; /* [n, dim] residual stream, updated in place */
     int32_t n, pos;
     int layer0, layer1;
+    bool mlp_only; /* layer0 starts at step 6 from the post-attention
+                      residual (lb_layer_forward_mlp) */
     lb_pool *pool; /* the pool running the job (NULL: the caller alone) */
     atomic_int status; /* a hook's failure */
 } fwd_job;
@@ -700,86 +702,90 @@ static void fwd_worker(void *arg, int ith, int nth) {
         const lb_mm_plan *pqkv[3] = {&P[LB_LINEAR_Q], &P[LB_LINEAR_K],
                                      &P[LB_LINEAR_V]};
         const void *aq[3], *ao[1], *agu[2], *ad[1];
+        /* att is written into xn's buffer (xn is not needed again before
+         * step 6); o: q is free after step 4 */
+        float *att = ctx->xn, *o = ctx->q;
+        const bool attn = !(j->mlp_only && l == j->layer0);
 
-        /* 1. xn = RMSNorm(hidden) * input_layernorm; quantize for q/k/v */
-        for (size_t t = tb; t < te; t++)
-            lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->attn_norm.data,
-                       dim, eps);
-        quant_rows(ctx, pqkv, 3, ctx->xn, (int64_t)tb, (int64_t)te, aq, 0);
-        lb_pool_barrier(pool);
-        if (!hook_phase(j, ith, l, LB_LINEAR_Q, 3, ctx->xn, dim)) return;
+        if (attn) {
+            /* 1. xn = RMSNorm(hidden) * input_layernorm; quantize for q/k/v */
+            for (size_t t = tb; t < te; t++)
+                lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->attn_norm.data,
+                           dim, eps);
+            quant_rows(ctx, pqkv, 3, ctx->xn, (int64_t)tb, (int64_t)te, aq, 0);
+            lb_pool_barrier(pool);
+            if (!hook_phase(j, ith, l, LB_LINEAR_Q, 3, ctx->xn, dim)) return;
 
-        /* 2. q = xn Wq^T [n, nh*hd]; k, v = xn Wk^T, xn Wv^T [n, nkv*hd] */
-        {
-            const int64_t n0 = pqkv[0]->n_chunks, n1 = pqkv[1]->n_chunks,
-                          n2 = pqkv[2]->n_chunks;
-            while (take(&ctr[0], n0 + n1 + n2, &ch)) {
-                if (ch < n0)
-                    lb_mm_plan_chunk(pqkv[0], aq[0], ctx->q, (size_t)qd, ch);
-                else if (ch < n0 + n1)
-                    lb_mm_plan_chunk(pqkv[1], aq[1], ctx->k, (size_t)kvd, ch - n0);
-                else
-                    lb_mm_plan_chunk(pqkv[2], aq[2], ctx->v, (size_t)kvd,
-                                     ch - n0 - n1);
-            }
-        }
-        lb_pool_barrier(pool);
-        /*    + LoRA: q, k, v += s B (A xn) on this thread's token rows */
-        lora_rows(ctx, l, LB_LINEAR_Q, ctx->xn, dim, ctx->q, qd, tb, te);
-        lora_rows(ctx, l, LB_LINEAR_K, ctx->xn, dim, ctx->k, kvd, tb, te);
-        lora_rows(ctx, l, LB_LINEAR_V, ctx->xn, dim, ctx->v, kvd, tb, te);
-
-        /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
-         *    cache at positions pos + t */
-        for (size_t t = tb; t < te; t++) {
-            float *qt = ctx->q + t * qd, *kr = ctx->k + t * kvd,
-                  *vt = ctx->v + t * kvd;
-            if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
-            if (L->bk.data) kt->vec.add(kr, L->bk.data, kvd);
-            if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
-            lb_qk_norm_rope(c, L, qt, kr, ctx->rope_cos + (size_t)(pos + t) * half,
-                            ctx->rope_sin + (size_t)(pos + t) * half);
-            for (int64_t h = 0; h < nkv; h++) {
-                const float *kh = kr + h * hd;
-                size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
-                if (ctx->kv_type == LB_TYPE_F16) {
-                    kt->vec.f32_to_f16(kh, (uint16_t *)ctx->k_cache + row, hd);
-                    kt->vec.f32_to_f16(vt + h * hd, (uint16_t *)ctx->v_cache + row,
-                                       hd);
-                } else {
-                    memcpy((float *)ctx->k_cache + row, kh, (size_t)hd * 4);
-                    memcpy((float *)ctx->v_cache + row, vt + h * hd,
-                           (size_t)hd * 4);
+            /* 2. q = xn Wq^T [n, nh*hd]; k, v = xn Wk^T, xn Wv^T [n, nkv*hd] */
+            {
+                const int64_t n0 = pqkv[0]->n_chunks, n1 = pqkv[1]->n_chunks,
+                              n2 = pqkv[2]->n_chunks;
+                while (take(&ctr[0], n0 + n1 + n2, &ch)) {
+                    if (ch < n0)
+                        lb_mm_plan_chunk(pqkv[0], aq[0], ctx->q, (size_t)qd, ch);
+                    else if (ch < n0 + n1)
+                        lb_mm_plan_chunk(pqkv[1], aq[1], ctx->k, (size_t)kvd, ch - n0);
+                    else
+                        lb_mm_plan_chunk(pqkv[2], aq[2], ctx->v, (size_t)kvd,
+                                         ch - n0 - n1);
                 }
             }
-        }
-        lb_pool_barrier(pool);
+            lb_pool_barrier(pool);
+            /*    + LoRA: q, k, v += s B (A xn) on this thread's token rows */
+            lora_rows(ctx, l, LB_LINEAR_Q, ctx->xn, dim, ctx->q, qd, tb, te);
+            lora_rows(ctx, l, LB_LINEAR_K, ctx->xn, dim, ctx->k, kvd, tb, te);
+            lora_rows(ctx, l, LB_LINEAR_V, ctx->xn, dim, ctx->v, kvd, tb, te);
 
-        /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd]
-         *    (att is written into xn's buffer: xn is not needed again
-         *    before step 6) */
-        float *att = ctx->xn, *o = ctx->q; /* o: q is free after step 4 */
-        while (take(&ctr[1], (int64_t)n * nkv, &ch))
-            attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
-                      scr);
-        lb_pool_barrier(pool);
-        if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, att, qd)) return;
+            /* 3. + bias; Qwen3 per-head RMSNorm; RoPE; append k, v to the
+             *    cache at positions pos + t */
+            for (size_t t = tb; t < te; t++) {
+                float *qt = ctx->q + t * qd, *kr = ctx->k + t * kvd,
+                      *vt = ctx->v + t * kvd;
+                if (L->bq.data) kt->vec.add(qt, L->bq.data, qd);
+                if (L->bk.data) kt->vec.add(kr, L->bk.data, kvd);
+                if (L->bv.data) kt->vec.add(vt, L->bv.data, kvd);
+                lb_qk_norm_rope(c, L, qt, kr, ctx->rope_cos + (size_t)(pos + t) * half,
+                                ctx->rope_sin + (size_t)(pos + t) * half);
+                for (int64_t h = 0; h < nkv; h++) {
+                    const float *kh = kr + h * hd;
+                    size_t row = (((size_t)l * nkv + h) * ctx->n_ctx + pos + t) * hd;
+                    if (ctx->kv_type == LB_TYPE_F16) {
+                        kt->vec.f32_to_f16(kh, (uint16_t *)ctx->k_cache + row, hd);
+                        kt->vec.f32_to_f16(vt + h * hd, (uint16_t *)ctx->v_cache + row,
+                                           hd);
+                    } else {
+                        memcpy((float *)ctx->k_cache + row, kh, (size_t)hd * 4);
+                        memcpy((float *)ctx->v_cache + row, vt + h * hd,
+                               (size_t)hd * 4);
+                    }
+                }
+            }
+            lb_pool_barrier(pool);
 
-        /* 5. o = att Wo^T                                     [n, dim] */
-        {
-            const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
-            quant_rows(ctx, po, 1, att, (int64_t)tb, (int64_t)te, ao, 0);
-            if (po[0]->qact || f16_rounded(ctx, po[0])) lb_pool_barrier(pool);
-            while (take(&ctr[2], po[0]->n_chunks, &ch))
-                lb_mm_plan_chunk(po[0], ao[0], o, (size_t)dim, ch);
-        }
-        lb_pool_barrier(pool);
-        lora_rows(ctx, l, LB_LINEAR_O, att, qd, o, dim, tb, te);
+            /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd] */
+            while (take(&ctr[1], (int64_t)n * nkv, &ch))
+                attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
+                          scr);
+            lb_pool_barrier(pool);
+            if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, att, qd)) return;
 
-        /* 6. hidden += o; xn = RMSNorm(hidden) * post_attention_layernorm */
+            /* 5. o = att Wo^T                                     [n, dim] */
+            {
+                const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
+                quant_rows(ctx, po, 1, att, (int64_t)tb, (int64_t)te, ao, 0);
+                if (po[0]->qact || f16_rounded(ctx, po[0])) lb_pool_barrier(pool);
+                while (take(&ctr[2], po[0]->n_chunks, &ch))
+                    lb_mm_plan_chunk(po[0], ao[0], o, (size_t)dim, ch);
+            }
+            lb_pool_barrier(pool);
+            lora_rows(ctx, l, LB_LINEAR_O, att, qd, o, dim, tb, te);
+        } /* attn */
+
+        /* 6. hidden += o (mlp_only: hidden holds it already);
+         *    xn = RMSNorm(hidden) * post_attention_layernorm */
         const lb_mm_plan *pgu[2] = {&P[LB_LINEAR_GATE], &P[LB_LINEAR_UP]};
         for (size_t t = tb; t < te; t++) {
-            kt->vec.add(hidden + t * dim, o + t * dim, dim);
+            if (attn) kt->vec.add(hidden + t * dim, o + t * dim, dim);
             lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data,
                        dim, eps);
         }
@@ -979,8 +985,12 @@ static lb_status online_hadamard_ready(lb_context *ctx) {
 
 /* Run layers [l0, l1) on hidden [n, dim] at positions pos.. */
 static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
-                            int32_t n, int32_t pos) {
+                            int32_t n, int32_t pos, bool mlp_only) {
     if (lb_model_config_is_ext(&ctx->m->config)) {
+        if (mlp_only)
+            return lb_set_error(LB_ERR_UNSUPPORTED, "forward: the MLP half "
+                                "of a layer alone is only implemented for "
+                                "Llama/Mistral/Qwen2/Qwen3");
         if (ctx->m->config.online_hadamard_down)
             return lb_set_error(LB_ERR_UNSUPPORTED, "forward: an online "
                                 "Hadamard on down_proj's input is only "
@@ -1004,6 +1014,7 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     j.pos = pos;
     j.layer0 = l0;
     j.layer1 = l1;
+    j.mlp_only = mlp_only;
     atomic_init(&j.status, LB_OK);
     /* a single token on a short context: waking the pool costs more than
      * the work of the smallest models */
@@ -1064,7 +1075,18 @@ lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
                             "[0, %d)", layer, ctx->m->config.n_layers);
     LB_TRY(check_span(ctx, n, pos));
     LB_TRY(ensure_scratch(ctx, n));
-    return run_layers(ctx, layer, layer + 1, hidden, n, pos);
+    return run_layers(ctx, layer, layer + 1, hidden, n, pos, false);
+}
+
+lb_status lb_layer_forward_mlp(lb_context *ctx, int layer, float *hidden,
+                               int32_t n, int32_t pos) {
+    if (layer < 0 || layer >= ctx->m->config.n_layers)
+        return lb_set_error(LB_ERR_RANGE, "layer_forward_mlp: layer %d "
+                            "outside [0, %d)", layer,
+                            ctx->m->config.n_layers);
+    LB_TRY(check_span(ctx, n, pos));
+    LB_TRY(ensure_scratch(ctx, n));
+    return run_layers(ctx, layer, layer + 1, hidden, n, pos, true);
 }
 
 lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
@@ -1108,7 +1130,8 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
         /* x = embed_tokens[tokens]                             [nb, dim] */
         s = lb_model_embed(ctx, tokens + t0, nb, ctx->x);
         if (s == LB_OK)
-            s = run_layers(ctx, 0, m->config.n_layers, ctx->x, nb, pos + t0);
+            s = run_layers(ctx, 0, m->config.n_layers, ctx->x, nb, pos + t0,
+                           false);
         if (s != LB_OK) break;
         memcpy(ctx->toks + pos + t0, tokens + t0, (size_t)nb * sizeof *tokens);
         ctx->n_past = pos + t0 + nb;

@@ -402,11 +402,7 @@ static lb_status progress(engine *e, uint64_t add) {
 }
 
 static void act_load(engine *e, int64_t s, float *dst) {
-    size_t n = (size_t)(e->T * e->dim);
-    if (e->act32)
-        memcpy(dst, e->act32 + (size_t)s * n, n * sizeof(float));
-    else
-        lb_f16_to_f32_row(e->act16 + (size_t)s * n, dst, n);
+    qz_engine_act_load(e, s, dst);
 }
 
 static void act_store(engine *e, int64_t s, const float *src) {
@@ -913,10 +909,27 @@ static const qz_module *find_mod(const engine *e, int l, int which) {
     return NULL;
 }
 
-static lb_status run_subset(engine *e, int l, const int *members, int nm) {
+static bool layer_moe(const engine *e, int l);
+
+/* The post-attention residuals of layer l can be kept in place of its
+ * inputs: f32 activations (f16 would round h once more), a Llama-layout
+ * dense layer (lb_layer_forward_mlp). */
+static bool h_cacheable(const engine *e, int l) {
+    return e->act32 && !lb_model_config_is_ext(&e->m->config) &&
+           !layer_moe(e, l);
+}
+
+/* One true-sequential subset of layer l: a forward pass over the
+ * calibration sequences accumulating the Hessians of its members' inputs,
+ * then their solves. attn_final: the layer's q/k/v/o are in their final
+ * form during this pass, so a pass that runs the attention may keep the
+ * post-attention residuals (engine h_kept) for the later passes. */
+static lb_status run_subset(engine *e, int l, const int *members, int nm,
+                            bool attn_final) {
     capture c;
     memset(&c, 0, sizeof c);
     c.last = -1;
+    int first = G_COUNT;
     bool any = false;
     char names[64] = "";
     for (int k = 0; k < nm; k++) {
@@ -943,6 +956,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
             }
         }
         if (g > c.last) c.last = g;
+        if (g < first) first = g;
         size_t o = strlen(names);
         snprintf(names + o, sizeof names - o, "%s%s", any ? "," : "",
                  short_name(q->which));
@@ -962,6 +976,13 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
     }
     snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: hessians", l + 1,
              e->m->config.n_layers, names);
+    /* from_h: start at the kept post-attention residual; keep_h: this
+     * pass reaches gate_proj's input with the final attention, so the
+     * residual it leaves in e->x (the forward stops there or at
+     * down_proj's input, before the MLP adds to it) is kept */
+    const bool from_h = e->h_kept && first >= G_MLP;
+    const bool keep_h = !e->h_kept && attn_final && c.last >= G_MLP &&
+                        h_cacheable(e, l);
     lb_forward_hook hook = {capture_hook, &c};
     lb_context_set_hook(e->ctx, &hook);
     const double t_loop = lb_time_s();
@@ -969,13 +990,19 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm) {
         act_load(e, i, e->x);
         c.stopped = false;
         c.seq = i;
-        s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+        s = from_h ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
+                   : lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
         if (s == LB_ERR_CANCELLED && c.stopped) {
             s = LB_OK;
             lb_clear_error();
+            if (keep_h) act_store(e, i, e->x);
+        } else if (s == LB_OK && keep_h) {
+            s = lb_set_error(LB_ERR_INTERNAL, "layer %d: the pass of %s did "
+                             "not stop at its last input", l, names);
         }
         if (s == LB_OK) s = progress(e, 1);
     }
+    if (s == LB_OK && keep_h) e->h_kept = true;
     lb_context_set_hook(e->ctx, NULL);
     e->rep->hessian_seconds += c.t_hessian;
     e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
@@ -1254,6 +1281,7 @@ static lb_status run_layers(engine *e) {
         int nq = count_quantized(lm, nl);
         bool cached = false;
         cur = l;
+        e->h_kept = false;
         /* the native stream advances through every layer, cached or not */
         if (e->nat) s = native_layer(e, l);
         if (s == LB_OK && nq)
@@ -1266,9 +1294,19 @@ static lb_status run_layers(engine *e) {
         } else if (nq) {
             if (e->proc->layer_begin) s = e->proc->layer_begin(e, l);
             if (hess) {
+                /* the attention is final from the subset after the last
+                 * one that quantizes q/k/v/o */
+                int k_attn = -1;
+                for (int k = 0; k < e->arch.n_subsets; k++)
+                    for (int i = 0; i < e->arch.subset_n[k]; i++) {
+                        const qz_module *q = find_mod(e, l,
+                                                      e->arch.subsets[k][i]);
+                        if (q && q->quantize && input_group(q->which) <= G_O)
+                            k_attn = k;
+                    }
                 for (int k = 0; k < e->arch.n_subsets && s == LB_OK; k++)
                     s = run_subset(e, l, e->arch.subsets[k],
-                                   e->arch.subset_n[k]);
+                                   e->arch.subset_n[k], k > k_attn);
                 if (s == LB_OK && layer_moe(e, l))
                     s = qz_run_moe(e, l, lm, nl);
             } else {
@@ -1291,7 +1329,9 @@ static lb_status run_layers(engine *e) {
             const double t_replay = lb_time_s();
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
                 act_load(e, i, e->x);
-                s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+                s = e->h_kept
+                        ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
+                        : lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
                 /* kept as the next inputs: finite, and within the f16
                  * range when stored in f16 */
                 const float lim = e->act16 ? 65504.0f : INFINITY;

@@ -230,6 +230,13 @@ struct qz_engine {
     float *nat;
     float *Xn[QZ_IN_COUNT];
     const float *dxxt;
+    /* act32 holds the current layer's post-attention residuals h = x +
+     * o_proj(att) instead of its inputs x: a pass that ran with the
+     * layer's attention in its final form kept them, and later passes and
+     * the replay start from h (lb_layer_forward_mlp) instead of computing
+     * q/k/v, the attention and o_proj again. f32 activations and
+     * Llama-layout layers only (quantize.c); false at each layer start. */
+    bool h_kept;
 };
 
 /* Solve one module and hand it to the sink, swap it in (GPTQ with the
