@@ -47,8 +47,10 @@
 #  Forwards (batch 1 per sequence): projections 2 T (d (q + 2 kv) [qkv],
 #    q d [o], 2 d f [gate/up], f d [down]) and causal attention
 #    2 q T (T + 1); the calibration passes run [o]: qkv+attn,
-#    [gate,up]: +o, [down]: +gate/up (the [q,k,v] pass stops at its
-#    input); a replay runs the whole layer (all layers but the last).
+#    [gate,up]: +o, [down]: gate/up only and a replay the MLP only (both
+#    start from the post-attention residual the [gate,up] pass kept,
+#    quantize.c h_kept; the [q,k,v] pass stops at its input); replays on
+#    all layers but the last.
 # The times are lowbit's own (quantize_report.json "timing"); peak RSS is
 # /usr/bin/time -v's "Maximum resident set size" (it includes the pages of
 # the mmap'ed source that were touched).
@@ -177,8 +179,8 @@ def flops(cfg, N, T, L, replays):
     solve = chol + sum(loop1(m, n) for m, n in mods)
     p_qkv, p_o, p_gu, p_dn = 2 * T * d * (q + 2 * kv), 2 * T * q * d, 2 * T * 2 * d * f, 2 * T * f * d
     att = 2 * q * T * (T + 1)
-    fwd = N * (3 * (p_qkv + att) + 2 * p_o + p_gu)
-    rep = N * (p_qkv + att + p_o + p_gu + p_dn)
+    fwd = N * (2 * (p_qkv + att) + p_o + p_gu)
+    rep = N * (p_gu + p_dn)
     return dict(hess=hess * L, solve=solve * L, chol=chol * L, fwd=fwd * L, replay=rep * replays)
 FULL = {"qwen2.5-0.5b": 24, "llama3.2-1b": 16}
 for name in runs:
