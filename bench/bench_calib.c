@@ -23,11 +23,18 @@
  *   f32_avx512 IN:OUT   the F32 kernel the forward uses now (same bits)
  *   bf16x IN:OUT        the BF16 x BF16 kernel (--calib-dtype bf16),
  *                       F32 weights rounded as read, activations bf16
+ *   ssyrk IN            the f32 GPTQ Hessian's product: OpenBLAS ssyrk
+ *                       of X [T, IN] (lower triangle, T IN^2 flops)
+ *   gram_bf16 IN        the same with bf16 products (lb_gram_bf16, a
+ *                       pool of N threads; --calib-dtype bf16), IN = dim
+ *                       and ffn
+ * (ssyrk and gram_bf16 with --cpu-time: the process's CPU time / N)
  * Shapes: [q+k+v, dim], [dim, q], [2 ffn, dim], [dim, ffn] of a decoder
  * layer (default Qwen2.5-0.5B: 896,4864,1152).
  */
 #include "kernels/kernels_internal.h"
 #include "lowbit/core.h"
+#include "lowbit/kernels.h"
 #include "core/internal.h"
 
 #include <cblas.h>
@@ -86,6 +93,12 @@ typedef struct job {
     int ith, nth;
     double sink, cpu; /* cpu: this thread's CPU seconds */
 } job;
+
+static double proc_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double thread_cpu(void) {
     struct timespec ts;
@@ -226,5 +239,32 @@ int main(int argc, char **argv) {
         }
         free(w), free(x), free(xb), free(y);
     }
+    /* the Hessian's x^T x: f32 ssyrk vs bf16 products, for in = dim, ffn */
+    lb_pool *pool = lb_pool_create(nth);
+    for (int s = 0; s < 2; s++) {
+        const int64_t in = s == 0 ? dim : ffn;
+        float *x = malloc(sizeof(float) * (size_t)(in * T));
+        float *G = malloc(sizeof(float) * (size_t)(in * in));
+        uint16_t *xt = malloc(lb_gram_bf16_scratch(T, in));
+        for (int64_t i = 0; i < in * T; i++) x[i] = (float)((i * 5) % 11) * 0.1f - 0.5f;
+        for (int k = 0; k < 2; k++) {
+            if (k == 1 && !lb_gram_bf16_available()) continue;
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const double t0 = g_cpu_time ? proc_cpu() : now();
+                if (k == 0)
+                    cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, (int)in, (int)T, 1.0f, x,
+                                (int)in, 0.0f, G, (int)in);
+                else
+                    lb_gram_bf16(pool, x, T, in, xt, G, false);
+                const double dt = (g_cpu_time ? proc_cpu() : now()) - t0;
+                best = LB_MIN(best, g_cpu_time ? dt / nth : dt);
+            }
+            printf("%s %lld %.1f\n", k == 0 ? "ssyrk" : "gram_bf16", (long long)in,
+                   (double)T * (double)in * (double)in / best / 1e9);
+        }
+        free(x), free(G), free(xt);
+    }
+    lb_pool_free(pool);
     return 0;
 }

@@ -11,6 +11,8 @@
 
 #include "kernels/kernels_internal.h"
 #include "lowbit/core.h"
+#include "lowbit/gptq.h"
+#include "lowbit/kernels.h"
 
 #include <math.h>
 
@@ -149,8 +151,98 @@ static void test_variants(void) {
     check_kernels(&k, &ref);
 }
 
+/* lb_gram_bf16 (the bf16 GPTQ Hessian): every lower-triangle entry
+ * against an independent double sum of the bf16-rounded columns (bound:
+ * the worst case of an f32 sum of n_rows exact terms, (n_rows + 1) 2^-24
+ * of the sum of |products|),
+ * the reference and the fast variant, 1 and 2 pool threads (same bytes:
+ * the split does not change any entry's sum); then the Hessian in bf16
+ * mode against the f32 one on the same batches (relative 2^-7: the bf16
+ * rounding of x). */
+static void test_gram(void) {
+    const int64_t shapes[][2] = {{1, 1}, {7, 5}, {13, 47}, {64, 49}, {257, 97}, {300, 130}};
+    lb_pool *p2 = lb_pool_create(2);
+    const bool fast = lb_gram_bf16_available();
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t T = shapes[si][0], n = shapes[si][1];
+        float *X = malloc(sizeof(float) * (size_t)(T * n));
+        for (int64_t i = 0; i < T * n; i++) X[i] = frnd() * (i % 5 == 0 ? 30.0f : 1.0f);
+        uint16_t *xt = malloc(lb_gram_bf16_scratch(T, n));
+        float *G[3];
+        for (int v = 0; v < 3; v++) G[v] = calloc((size_t)(n * n), sizeof(float));
+        TH_CHECK_OK(lb_gram_bf16(NULL, X, T, n, xt, G[0], true));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j <= i; j++) {
+                double e = 0, a = 0;
+                for (int64_t t = 0; t < T; t++) {
+                    const double p = (double)lb_bf16_to_f32(lb_f32_to_bf16(X[t * n + i])) *
+                                     lb_bf16_to_f32(lb_f32_to_bf16(X[t * n + j]));
+                    e += p;
+                    a += fabs(p);
+                }
+                bad += fabs(G[0][i * n + j] - e) > a * (double)(T + 1) * 0x1p-24 + 1e-30;
+            }
+        TH_CHECK_MSG(bad == 0, "gram ref %lldx%lld: %lld entries off", (long long)T,
+                     (long long)n, (long long)bad);
+        if (fast) {
+            TH_CHECK_OK(lb_gram_bf16(NULL, X, T, n, xt, G[1], false));
+            TH_CHECK_OK(lb_gram_bf16(p2, X, T, n, xt, G[2], false));
+            int64_t d12 = 0, dref = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j <= i; j++) {
+                    d12 += memcmp(&G[1][i * n + j], &G[2][i * n + j], 4) != 0;
+                    const float r = G[0][i * n + j];
+                    dref += fabsf(G[1][i * n + j] - r) > fabsf(r) * 0x1p-16f + 1e-30f &&
+                            fabsf(G[1][i * n + j] - r) > 1e-6f;
+                }
+            TH_CHECK_INT(d12, 0);
+            TH_CHECK_MSG(dref == 0, "gram fast vs ref %lldx%lld: %lld entries", (long long)T,
+                         (long long)n, (long long)dref);
+        }
+        free(X);
+        free(xt);
+        for (int v = 0; v < 3; v++) free(G[v]);
+    }
+    TH_CHECK_FAILS(lb_gram_bf16(NULL, NULL, 1, 1, NULL, NULL, true), LB_ERR_INVALID_ARG);
+    /* the Hessian's bf16 mode (ref kernels under LB_FORCE_REF, else the
+     * fast ones; skipped on a CPU without AVX512_BF16) */
+    if (fast) {
+        enum { IN = 70, ROWS = 33 };
+        lb_gptq_hessian *h32 = NULL, *h16 = NULL, *h64 = NULL;
+        TH_CHECK_OK(lb_gptq_hessian_create(IN, false, &h32));
+        TH_CHECK_OK(lb_gptq_hessian_create(IN, false, &h16));
+        TH_CHECK_OK(lb_gptq_hessian_create(IN, true, &h64));
+        TH_CHECK_OK(lb_gptq_hessian_use_bf16(h16, p2));
+        TH_CHECK_FAILS(lb_gptq_hessian_use_bf16(h64, p2), LB_ERR_UNSUPPORTED);
+        static float X[ROWS * IN], A[IN * IN], B[IN * IN];
+        for (int b = 0; b < 3; b++) {
+            for (int i = 0; i < ROWS * IN; i++) X[i] = frnd();
+            TH_CHECK_OK(lb_gptq_hessian_add_batch(h32, X, ROWS, 1));
+            TH_CHECK_OK(lb_gptq_hessian_add_batch(h16, X, ROWS, 1));
+        }
+        lb_gptq_hessian_get(h32, A);
+        lb_gptq_hessian_get(h16, B);
+        double num = 0, den = 0;
+        for (int i = 0; i < IN * IN; i++) {
+            num += (double)(A[i] - B[i]) * (A[i] - B[i]);
+            den += (double)A[i] * A[i];
+        }
+        TH_CHECK(sqrt(num / den) < 0x1p-7);
+        TH_CHECK(sqrt(num / den) > 0); /* it did run in bf16 */
+        TH_CHECK(memcmp(A, B, sizeof A) != 0);
+        for (int i = 0; i < IN; i++) /* symmetric on read */
+            for (int j = 0; j < IN; j++) TH_CHECK(B[i * IN + j] == B[j * IN + i]);
+        lb_gptq_hessian_free(h32);
+        lb_gptq_hessian_free(h16);
+        lb_gptq_hessian_free(h64);
+    }
+    lb_pool_free(p2);
+}
+
 int main(void) {
     TH_RUN(test_exact);
     TH_RUN(test_variants);
+    TH_RUN(test_gram);
     return th_report();
 }

@@ -193,6 +193,17 @@ void lb_gptq_hessian_free(lb_gptq_hessian *h);
 lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
                                     int64_t n_rows, int64_t n_samples);
 
+/* Later batches form x x^T with bf16 products (lb_gram_bf16: x rounded to
+ * bf16, products exact, f32 sums in element pairs) instead of f32 ssyrk;
+ * the running average and scaling stay as above. For `quantize
+ * --calib-dtype bf16`: about twice the f32 rate on AVX512_BF16, at the cost
+ * of H's bf16 rounding of x (relative 2^-9 per element; docs/quantize.md
+ * states what it does to GPTQ). pool: the workers of the product (NULL:
+ * the caller's thread); not a pool whose job is running on the caller's
+ * thread. Errors: LB_ERR_UNSUPPORTED (f64 mode, or a CPU without
+ * AVX512_BF16; H stays in f32 mode), LB_ERR_INVALID_ARG. */
+lb_status lb_gptq_hessian_use_bf16(lb_gptq_hessian *h, lb_pool *pool);
+
 int64_t lb_gptq_hessian_in_features(const lb_gptq_hessian *h);
 int64_t lb_gptq_hessian_nsamples(const lb_gptq_hessian *h);
 

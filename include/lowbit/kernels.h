@@ -83,6 +83,29 @@ const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf);
  * on an AVX-512 VNNI machine; NULL for a type without a kernel. */
 const char *lb_kernel_name(lb_type type, int64_t n_tokens);
 
+/* Gram matrix of the columns of X with bf16 products and f32 accumulation
+ * (the GPTQ Hessian's X^T X under `quantize --calib-dtype bf16`):
+ *   G[i, j] = sum over t of bf16(X[t, i]) * bf16(X[t, j]),  j <= i,
+ * bf16() = round to nearest even (lb_f32_to_bf16); products exact in f32,
+ * summed in f32 in element pairs (t, t+1) as vdpbf16ps does (the order of
+ * the kernels of kernels_internal.h "BF16 activations"; the AVX512_BF16
+ * variant flushes bf16 subnormals to zero). X: [n_rows, n] f32 row-major;
+ * xt: scratch of lb_gram_bf16_scratch(n_rows, n) bytes (the caller's,
+ * reused between calls);
+ * G: [n, n] f32 row-major — every entry with j <= i is written, entries with
+ * j > i may be written too. The work (n^2 n_rows, half of a full product)
+ * is split over pool's workers (NULL: the caller's thread); the result does
+ * not depend on the thread count. ref = true (or LB_FORCE_REF=1) runs the
+ * scalar reference kernel. Errors: LB_ERR_INVALID_ARG, LB_ERR_UNSUPPORTED
+ * (no AVX512_BF16 and ref false). Reference: bf16x_ref.c. */
+lb_status lb_gram_bf16(lb_pool *pool, const float *X, int64_t n_rows,
+                       int64_t n, uint16_t *xt, float *G, bool ref);
+/* Bytes of lb_gram_bf16's scratch for X [n_rows, n] (0: overflow or an
+ * empty shape). */
+size_t lb_gram_bf16_scratch(int64_t n_rows, int64_t n);
+/* True when lb_gram_bf16 has a fast (AVX512_BF16) variant on this CPU. */
+bool lb_gram_bf16_available(void);
+
 /* Free the calling thread's activation scratch now (it is otherwise freed
  * when the thread exits). Safe to call at any time. */
 void lb_kernels_release_scratch(void);

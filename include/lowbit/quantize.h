@@ -180,10 +180,13 @@ typedef struct lb_quantize_params {
     bool act_f16;             /* keep calibration activations in f16       */
     bool calib_bf16;          /* calibration forwards and replays in BF16 x
                                  BF16 with f32 accumulation (AVX512_BF16;
-                                 lb_context_params.bf16_activations): ~2x
-                                 faster, codes differ from the f32 path (a
-                                 few %: docs/quantize.md); f32 products on
-                                 CPUs without AVX512_BF16 (report says)   */
+                                 lb_context_params.bf16_activations), and
+                                 the Hessians' x x^T too (lb_gptq_hessian_
+                                 use_bf16; not with hessian_f64): ~2x
+                                 faster forwards, codes differ from the f32
+                                 path (a few %: docs/quantize.md); f32
+                                 products on CPUs without AVX512_BF16
+                                 (report says)                            */
     const char *const *rules; /* module rules, see above (not owned)       */
     int n_rules;
     lb_gptq_format format;    /* LB_GPTQ_FORMAT_V1 ("gptq")                */

@@ -11,8 +11,11 @@
  * by test_gptq_hessian against cblas_sgemm on awkward sizes).
  * float64 mode: the same formula in double with cblas_dsyrk (upper), then
  * mirrored on read.
+ * bf16 products (lb_gptq_hessian_use_bf16): T = bf16(x) bf16(x)^T by
+ * lb_gram_bf16 (f32 accumulation), then the same H update.
  */
 #include "lowbit/gptq.h"
+#include "lowbit/kernels.h"
 #include "core/internal.h"
 #include "quant/gptq_internal.h"
 
@@ -30,6 +33,10 @@ struct lb_gptq_hessian {
     double *H64; /* [in, in] upper triangle valid (f64)   */
     double *xd;  /* scaled copy of a chunk of X (f64 mode) */
     int64_t chunk_rows;
+    bool bf16;       /* T by lb_gram_bf16 (f32 mode)            */
+    lb_pool *pool;   /* its workers                             */
+    uint16_t *xt;    /* [in, xs_rows] its bf16 scratch           */
+    int64_t xt_rows;
 };
 
 /* Rows of X scaled per call into the scratch copy (bounded memory). */
@@ -81,7 +88,21 @@ void lb_gptq_hessian_free(lb_gptq_hessian *h) {
     lb_free(h->xs);
     lb_free(h->H64);
     lb_free(h->xd);
+    lb_free(h->xt);
     lb_free(h);
+}
+
+lb_status lb_gptq_hessian_use_bf16(lb_gptq_hessian *h, lb_pool *pool) {
+    if (!h) return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptq_hessian_use_bf16: NULL");
+    if (h->f64)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "lb_gptq_hessian_use_bf16: "
+                            "the f64 accumulator has no bf16 mode");
+    if (!lb_gram_bf16_available())
+        return lb_set_error(LB_ERR_UNSUPPORTED, "lb_gptq_hessian_use_bf16: "
+                            "this CPU has no AVX512_BF16");
+    h->bf16 = true;
+    h->pool = pool;
+    return LB_OK;
 }
 
 int64_t lb_gptq_hessian_in_features(const lb_gptq_hessian *h) {
@@ -129,8 +150,22 @@ lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
         for (size_t i = 0; i < (size_t)n_rows * (size_t)in; i++)
             xs[i] = f * X[i];
         /* T[in, in] (lower) = xs^T xs : xs is [n_rows, in] row-major. */
-        cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, (int)in,
-                    (int)n_rows, 1.0f, xs, (int)in, 0.0f, h->T32, (int)in);
+        if (h->bf16) {
+            if (n_rows > h->xt_rows) {
+                lb_free(h->xt);
+                h->xt_rows = 0;
+                const size_t xb = lb_gram_bf16_scratch(n_rows, in);
+                h->xt = xb ? lb_alloc(xb) : NULL;
+                if (!h->xt)
+                    return lb_set_error(LB_ERR_NOMEM,
+                                        "%s: cannot allocate the bf16 copy", who);
+                h->xt_rows = n_rows;
+            }
+            LB_TRY(lb_gram_bf16(h->pool, xs, n_rows, in, h->xt, h->T32, false));
+        } else {
+            cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, (int)in,
+                        (int)n_rows, 1.0f, xs, (int)in, 0.0f, h->T32, (int)in);
+        }
         /* H = ratio H + T, lower triangle (the same two roundings per
          * element as torch's H *= ratio; H += T) */
         for (int64_t i = 0; i < in; i++) {

@@ -18,6 +18,7 @@
  */
 #include "quant/quantize_internal.h"
 #include "lowbit/quants.h"
+#include "lowbit/kernels.h"
 #include "model/model_internal.h"
 #include "quant/gptq_internal.h"
 #include "core/internal.h"
@@ -383,6 +384,18 @@ lb_status qz_engine_progress(qz_engine *e, uint64_t add) {
         return lb_set_error(LB_ERR_CANCELLED, "quantize: cancelled (%s)",
                             e->stage);
     return LB_OK;
+}
+
+lb_status qz_engine_hessian_create(const qz_engine *e, int64_t in,
+                                   lb_gptq_hessian **h) {
+    LB_TRY(lb_gptq_hessian_create(in, e->p->hessian_f64, h));
+    if (!e->hpool) return LB_OK;
+    const lb_status s = lb_gptq_hessian_use_bf16(*h, e->hpool);
+    if (s != LB_OK) {
+        lb_gptq_hessian_free(*h);
+        *h = NULL;
+    }
+    return s;
 }
 
 void qz_engine_act_load(const qz_engine *e, int64_t s, float *dst) {
@@ -937,8 +950,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
         if (!q || !q->quantize) continue;
         int g = input_group(q->which);
         if (!c.H[g]) {
-            lb_status s = lb_gptq_hessian_create(q->in, e->p->hessian_f64,
-                                                 &c.H[g]);
+            lb_status s = qz_engine_hessian_create(e, q->in, &c.H[g]);
             if (s != LB_OK) {
                 for (int i = 0; i < G_COUNT; i++) lb_gptq_hessian_free(c.H[i]);
                 return s;
@@ -1392,7 +1404,7 @@ static lb_status run_layers(engine *e) {
         int64_t nsamp = 0;
         if (hess) {
             lb_gptq_hessian *h = NULL;
-            LB_TRY(lb_gptq_hessian_create(q->in, e->p->hessian_f64, &h));
+            LB_TRY(qz_engine_hessian_create(e, q->in, &h));
             float *xn = lb_alloc((size_t)(e->T * e->dim) * sizeof(float));
             if (!xn) s = lb_set_error(LB_ERR_NOMEM, "lm_head: out of memory");
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
@@ -1558,6 +1570,16 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         if (p->calib_bf16 && !rep->calib_bf16)
             lb_log(LB_LOG_WARN, "quantize: calib_bf16: this CPU has no "
                    "AVX512_BF16, the calibration forwards run in f32");
+        /* the Hessians' products in bf16 too (not with --hessian-f64) */
+        if (rep->calib_bf16 && !p->hessian_f64 &&
+            lb_gram_bf16_available()) {
+            e.hpool = lb_pool_create(p->n_threads);
+            if (!e.hpool) {
+                s = lb_set_error(LB_ERR_NOMEM, "quantize: cannot create the "
+                                 "Hessian workers");
+                goto done;
+            }
+        }
     }
     int n_short = 0;
     for (int i = 0; i < n_mods; i++)
@@ -1593,6 +1615,7 @@ done:
     free(e.lcount);
     free(e.sw);
     lb_context_free(e.ctx);
+    lb_pool_free(e.hpool);
     lb_free(e.nat);
     for (int g = 0; g < G_COUNT; g++) lb_free(e.Xn[g]);
     lb_free(e.act32);

@@ -237,7 +237,16 @@ struct qz_engine {
      * q/k/v, the attention and o_proj again. f32 activations and
      * Llama-layout layers only (quantize.c); false at each layer start. */
     bool h_kept;
+    /* --calib-dtype bf16 on an AVX512_BF16 CPU: the workers of the
+     * Hessians' bf16 products (lb_gptq_hessian_use_bf16; not the context's
+     * pool, whose forward job runs the capture hook); NULL: f32 ssyrk */
+    lb_pool *hpool;
 };
+
+/* A Hessian accumulator for inputs of width in: f32 or f64 as the
+ * parameters say, with bf16 products when e->hpool is set. */
+lb_status qz_engine_hessian_create(const qz_engine *e, int64_t in,
+                                   lb_gptq_hessian **h);
 
 /* Solve one module and hand it to the sink, swap it in (GPTQ with the
  * inverse-Hessian factor *fac, made from H first when *fac is NULL; the

@@ -47,7 +47,7 @@ static lb_status hessian(qz_engine *e, const float *X, int64_t in,
                          const int64_t *seg, float **H, int64_t *nsamp) {
     *H = NULL;
     lb_gptq_hessian *h = NULL;
-    LB_TRY(lb_gptq_hessian_create(in, e->p->hessian_f64, &h));
+    LB_TRY(qz_engine_hessian_create(e, in, &h));
     const double t0 = lb_time_s();
     lb_status s = LB_OK;
     for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
