@@ -161,7 +161,6 @@ double qz_snr_db(const float *w, const float *q, int64_t n) {
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
     const lb_model_config *c = &m->config;
     const bool ext = c->arch >= LB_ARCH_GEMMA2 || lb_model_config_is_ext(c);
-    const bool moe = c->n_experts > 0;
     if (!ext) return LB_OK;
     if (p->method == LB_QUANT_AWQ || p->method == LB_QUANT_AWQ_GPTQ)
         return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: AWQ on %s is not "
@@ -171,11 +170,6 @@ lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
     if (p->rotate != LB_ROTATE_NONE)
         return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate on %s is "
                             "not supported", c->arch_name);
-    if (moe && (p->method == LB_QUANT_GPTAQ || p->qep))
-        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: %s on a MoE model "
-                            "(%s) is not supported (no native cross "
-                            "statistics per expert); use GPTQ or RTN",
-                            p->qep ? "QEP" : "GPTAQ", c->arch_name);
     if (p->moe_coverage != LB_MOE_COVERAGE_ALL &&
         p->moe_coverage != LB_MOE_COVERAGE_ROUTED)
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: moe_coverage %d "

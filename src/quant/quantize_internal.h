@@ -294,8 +294,8 @@ lb_status qz_effective_params(const lb_quantize_params *p,
                               lb_quantize_params *eff);
 
 /* The architecture allows the method: AWQ and --rotate on the Llama
- * layout only, GPTAQ/QEP not on MoE models (LB_ERR_UNSUPPORTED naming the
- * architecture). */
+ * layout only (LB_ERR_UNSUPPORTED naming the architecture); GPTAQ/QEP
+ * run on every layout (MoE: per-expert cross statistics, quantize_moe.c). */
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
 
 /* "rtn", "gptq", "awq", "awq+gptq". */
