@@ -167,9 +167,23 @@ lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
                             "supported (its scaling groups and folded norms "
                             "are defined for the Llama layout); use GPTQ or "
                             "RTN", c->arch_name);
-    if (p->rotate != LB_ROTATE_NONE)
+    /* R1 on Phi-3 and the MoE layouts (rotate.c); Gemma's post-sublayer
+     * norms do not commute with it; R4 is the Llama layout's only */
+    if (p->rotate != LB_ROTATE_NONE &&
+        (c->arch == LB_ARCH_GEMMA2 || c->arch == LB_ARCH_GEMMA3))
         return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate on %s is "
-                            "not supported", c->arch_name);
+                            "not supported: its post_attention_layernorm and "
+                            "post_feedforward_layernorm normalise each "
+                            "sublayer's output before the residual add, and "
+                            "an orthogonal rotation of the residual stream "
+                            "does not commute with their per-channel weights",
+                            c->arch_name);
+    if (p->rotate == LB_ROTATE_HADAMARD_R4)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate "
+                            "hadamard-r4 on %s is not supported (the online "
+                            "Hadamard on down_proj's input runs in the Llama "
+                            "layout's forward only); use --rotate hadamard",
+                            c->arch_name);
     if (p->moe_coverage != LB_MOE_COVERAGE_ALL &&
         p->moe_coverage != LB_MOE_COVERAGE_ROUTED)
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: moe_coverage %d "
