@@ -424,9 +424,14 @@ lb_status lb_quantize_model_inplace(lb_model *m, const lb_quantize_params *p,
  * x Q, the writers (o_proj, down_proj) Q^T W; tied embeddings are untied.
  * Computed in double, stored F32 (the rotated tensors become F32).
  * Qwen3's q_norm/k_norm and q/k/v biases are unchanged. No online
- * transform is needed (QuaRot's R2/R4 are not applied).
+ * transform is needed (QuaRot's R2/R4 are not applied). Phi-3: the fused
+ * qkv/gate_up rows are readers. MoE layers: the router, every expert's and
+ * the shared expert's gate/up and shared_expert_gate are readers (with
+ * post_attention_layernorm folded), every expert's and the shared
+ * expert's down_proj writers.
  * Errors: LB_ERR_UNSUPPORTED (hidden_size not an order lowbit/hadamard.h
- * builds, naming it), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
+ * builds, naming it; Gemma 2/3, whose post-sublayer norms do not commute
+ * with the rotation), LB_ERR_INVALID_ARG (shapes, non-F32 norms), LB_ERR_NOMEM. On error
  * the model may be partly rotated: free it. */
 lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed);
 

@@ -162,21 +162,29 @@ double qz_snr_db(const float *w, const float *q, int64_t n) {
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
     const lb_model_config *c = &m->config;
     const bool ext = c->arch >= LB_ARCH_GEMMA2 || lb_model_config_is_ext(c);
-    const bool moe = c->n_experts > 0;
     if (!ext) return LB_OK;
     if (p->method == LB_QUANT_AWQ || p->method == LB_QUANT_AWQ_GPTQ)
         return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: AWQ on %s is not "
                             "supported (its scaling groups and folded norms "
                             "are defined for the Llama layout); use GPTQ or "
                             "RTN", c->arch_name);
-    if (p->rotate != LB_ROTATE_NONE)
+    /* R1 on Phi-3 and the MoE layouts (rotate.c); Gemma's post-sublayer
+     * norms do not commute with it; R4 is the Llama layout's only */
+    if (p->rotate != LB_ROTATE_NONE &&
+        (c->arch == LB_ARCH_GEMMA2 || c->arch == LB_ARCH_GEMMA3))
         return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate on %s is "
-                            "not supported", c->arch_name);
-    if (moe && (p->method == LB_QUANT_GPTAQ || p->qep))
-        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: %s on a MoE model "
-                            "(%s) is not supported (no native cross "
-                            "statistics per expert); use GPTQ or RTN",
-                            p->qep ? "QEP" : "GPTAQ", c->arch_name);
+                            "not supported: its post_attention_layernorm and "
+                            "post_feedforward_layernorm normalise each "
+                            "sublayer's output before the residual add, and "
+                            "an orthogonal rotation of the residual stream "
+                            "does not commute with their per-channel weights",
+                            c->arch_name);
+    if (p->rotate == LB_ROTATE_HADAMARD_R4)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: --rotate "
+                            "hadamard-r4 on %s is not supported (the online "
+                            "Hadamard on down_proj's input runs in the Llama "
+                            "layout's forward only); use --rotate hadamard",
+                            c->arch_name);
     if (p->moe_coverage != LB_MOE_COVERAGE_ALL &&
         p->moe_coverage != LB_MOE_COVERAGE_ROUTED)
         return lb_set_error(LB_ERR_INVALID_ARG, "quantize: moe_coverage %d "

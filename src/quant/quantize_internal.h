@@ -309,9 +309,10 @@ extern const qz_processor qz_proc_awq, qz_proc_awq_gptq;
 lb_status qz_effective_params(const lb_quantize_params *p,
                               lb_quantize_params *eff);
 
-/* The architecture allows the method: AWQ and --rotate on the Llama
- * layout only, GPTAQ/QEP not on MoE models (LB_ERR_UNSUPPORTED naming the
- * architecture). */
+/* The architecture allows the method: AWQ and --rotate hadamard-r4 on
+ * the Llama layout only, --rotate hadamard not on Gemma 2/3
+ * (LB_ERR_UNSUPPORTED naming the architecture and why); GPTAQ/QEP run on
+ * every layout (MoE: per-expert cross statistics, quantize_moe.c). */
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
 
 /* "rtn", "gptq", "awq", "awq+gptq". */

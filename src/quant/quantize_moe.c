@@ -19,14 +19,29 @@
  * Hessian's scale). The replay in quantize.c then runs the layer with
  * every quantized expert swapped in and the real routing. Memory: X, the
  * routing, and one expert's activations [N, moe_ff] at a time.
+ *
+ * GPTAQ / QEP (QZ_NEED_NATIVE): Xn [N, dim] = the block's input in the
+ * unquantized model (the native stream, engine Xn[QZ_IN_MLP]) over the
+ * same tokens. Every module gets the cross statistics of its input
+ * D = 2/nsamp sum_t (xn_t - x_t)^T x_t (the scale of its H) over the SAME
+ * rows as its Hessian: coverage ALL every token (one D for every expert's
+ * gate/up, like H); ROUTED the tokens that the quantized path's router
+ * sends to the expert (the routing above, on X: the tokens the expert will
+ * process at run time) and the native rows of those same tokens. Down's
+ * native input is act(Xn Wg^T) * (Xn Wu^T) with the expert's float gate/up
+ * (computed before they are quantized), its replayed input the one above
+ * with the quantized gate/up. The shared expert is a dense MLP on every
+ * token. The routers and shared_expert_gate stay dense.
  */
 #include "quant/quantize_internal.h"
 #include "lowbit/kernels.h"
 #include "model/model_internal.h"
 #include "core/internal.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 uint64_t qz_moe_units(const qz_engine *e, int l, const qz_module *lm, int n) {
     (void)l;
@@ -69,50 +84,134 @@ static lb_status hessian(qz_engine *e, const float *X, int64_t in,
     return s;
 }
 
-/* GPTQ of module q (NULL or not quantized: nothing) with H; *fac (one per
- * desc_act setting) is made on first use and shared with the next module
- * of the same input. */
+/* GPTAQ / QEP cross statistics of rows X (replayed) and Xn (native, the
+ * same tokens) [seg[ns], in]: *D [in, in] = 2/nsamp sum over the
+ * sequences' rows of (Xn - X)^T X (D[i][j] = 2/nsamp sum_t (xn_ti - x_ti)
+ * x_tj, run_subset's accumulation, one sgemm per sequence), nsamp the
+ * Hessian's (non-empty sequences). */
+static lb_status cross(qz_engine *e, const float *Xn, const float *X,
+                       int64_t in, const int64_t *seg, int64_t nsamp,
+                       float **D) {
+    *D = NULL;
+    int64_t rmax = 0;
+    for (int64_t i = 0; i < e->ns; i++)
+        rmax = LB_MAX(rmax, seg[i + 1] - seg[i]);
+    size_t n_ii, n_ri;
+    if (!lb_mul_ok((size_t)in, (size_t)in, &n_ii) ||
+        !lb_mul_ok(n_ii, sizeof(float), &n_ii) ||
+        !lb_mul_ok((size_t)LB_MAX(rmax, 1), (size_t)in, &n_ri) ||
+        !lb_mul_ok(n_ri, sizeof(float), &n_ri))
+        return lb_set_error(LB_ERR_OVERFLOW, "quantize: cross statistics "
+                            "[%lld, %lld] overflow", (long long)in,
+                            (long long)in);
+    float *d = lb_calloc(n_ii, 1), *delta = lb_alloc(n_ri);
+    if (!d || !delta) {
+        lb_free(d);
+        lb_free(delta);
+        return lb_set_error(LB_ERR_NOMEM, "quantize: out of memory for the "
+                            "cross statistics [%lld, %lld]", (long long)in,
+                            (long long)in);
+    }
+    const double t0 = lb_time_s();
+    for (int64_t i = 0; i < e->ns; i++) {
+        const int64_t nr = seg[i + 1] - seg[i];
+        if (nr <= 0) continue;
+        const float *x = X + (size_t)(seg[i] * in);
+        const float *xn = Xn + (size_t)(seg[i] * in);
+        for (int64_t k = 0; k < nr * in; k++) delta[k] = xn[k] - x[k];
+        /* d += delta^T x */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in,
+                    (int)in, (int)nr, 1.0f, delta, (int)in, x, (int)in, 1.0f,
+                    d, (int)in);
+    }
+    if (nsamp > 0) {
+        const float sc = (float)(2.0 / (double)nsamp);
+        for (int64_t k = 0; k < in * in; k++) d[k] *= sc;
+    }
+    e->rep->hessian_seconds += lb_time_s() - t0;
+    lb_free(delta);
+    *D = d;
+    return LB_OK;
+}
+
+/* GPTQ of module q (NULL or not quantized: nothing) with H (and, for
+ * GPTAQ / QEP, the cross statistics D of the same input, else NULL); *fac
+ * (one per desc_act setting) is made on first use and shared with the
+ * next module of the same input. */
 static lb_status solve(qz_engine *e, const qz_module *q, const float *H,
-                       int64_t nsamp, lb_gptq_factor *fac[2], int l) {
+                       const float *D, int64_t nsamp, lb_gptq_factor *fac[2],
+                       int l) {
     if (!q || !q->quantize) return LB_OK;
-    snprintf(e->stage, sizeof e->stage, "layer %d/%d: gptq %s", l + 1,
-             e->m->config.n_layers, q->name + strlen("model.layers."));
-    LB_TRY(qz_engine_quantize_module(e, q, H, &fac[q->desc_act ? 1 : 0],
-                                     nsamp));
+    snprintf(e->stage, sizeof e->stage, "layer %d/%d: %s %s", l + 1,
+             e->m->config.n_layers, e->proc->name,
+             q->name + strlen("model.layers."));
+    e->dxxt = D;
+    lb_status s = qz_engine_quantize_module(e, q, H,
+                                            &fac[q->desc_act ? 1 : 0], nsamp);
+    e->dxxt = NULL;
+    LB_TRY(s);
     return qz_engine_progress(e, 1);
 }
 
 /* One gated MLP (an expert or the shared expert) g/u/d on rows X [nr, dim]
  * in sequence segments seg: gate/up with H(X) (or Hg given: shared by all
- * experts, with its factors fg), then down on act(X Wg~^T) * (X Wu~^T). */
+ * experts, with its factors fg, and its cross statistics Dg), then down on
+ * act(X Wg~^T) * (X Wu~^T). Xn (native rows of the same tokens, or NULL
+ * without the native stream): gate/up get D(Xn, X) (or Dg), down gets
+ * D(act(Xn Wg^T) * (Xn Wu^T), act(X Wg~^T) * (X Wu~^T)) with the float
+ * gate/up in the native input. */
 static lb_status mlp_block(qz_engine *e, int l, const qz_module *q[3],
-                           const lb_tensor *W[3], const float *X, int64_t nr,
-                           const int64_t *seg, const float *Hg,
-                           int64_t nsamp_g, lb_gptq_factor *fg[2]) {
+                           const lb_tensor *W[3], const float *X,
+                           const float *Xn, int64_t nr, const int64_t *seg,
+                           const float *Hg, const float *Dg, int64_t nsamp_g,
+                           lb_gptq_factor *fg[2]) {
     const lb_model_config *c = &e->m->config;
     const int64_t dim = c->hidden_size;
+    const int64_t ff = W[0]->shape[0];
+    const bool down_q = q[2] && q[2]->quantize;
+    lb_pool *pool = lb_context_pool(e->ctx);
     lb_status s = LB_OK;
-    float *H = NULL;
+    float *H = NULL, *D = NULL, *gn = NULL;
+    /* down's native input, with the float gate/up (before they change) */
+    if (Xn && down_q) {
+        float *un = lb_alloc((size_t)(nr * ff) * sizeof(float));
+        gn = lb_alloc((size_t)(nr * ff) * sizeof(float));
+        if (!gn || !un)
+            s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for the native "
+                             "inputs [%lld, %lld]", q[2]->name,
+                             (long long)nr, (long long)ff);
+        const double t0 = lb_time_s();
+        if (s == LB_OK) s = lb_matmul(pool, W[0], Xn, gn, nr);
+        if (s == LB_OK) s = lb_matmul(pool, W[1], Xn, un, nr);
+        if (s == LB_OK) lb_glu_act_mul(c->hidden_act, gn, un, nr * ff);
+        e->rep->forward_seconds += lb_time_s() - t0;
+        lb_free(un);
+    }
     lb_gptq_factor *own[2] = {NULL, NULL};
-    if ((q[0] && q[0]->quantize) || (q[1] && q[1]->quantize)) {
+    if (s == LB_OK &&
+        ((q[0] && q[0]->quantize) || (q[1] && q[1]->quantize))) {
         int64_t ns = nsamp_g;
-        const float *Hu = Hg;
+        const float *Hu = Hg, *Du = Dg;
         lb_gptq_factor **f = fg;
         if (!Hg) {
             s = hessian(e, X, dim, seg, &H, &ns);
+            if (s == LB_OK && Xn) s = cross(e, Xn, X, dim, seg, ns, &D);
             Hu = H;
+            Du = D;
             f = own;
         }
-        if (s == LB_OK) s = solve(e, q[0], Hu, ns, f, l);
-        if (s == LB_OK) s = solve(e, q[1], Hu, ns, f, l);
+        if (s == LB_OK) s = solve(e, q[0], Hu, Du, ns, f, l);
+        if (s == LB_OK) s = solve(e, q[1], Hu, Du, ns, f, l);
         lb_free(H);
-        H = NULL;
+        lb_free(D);
+        H = D = NULL;
         for (int i = 0; i < 2; i++) lb_gptq_factor_free(own[i]);
     }
-    if (s != LB_OK || !q[2] || !q[2]->quantize) return s;
+    if (s != LB_OK || !down_q) {
+        lb_free(gn);
+        return s;
+    }
     /* down's input with the (quantized) gate/up now in the model */
-    const int64_t ff = W[0]->shape[0];
-    lb_pool *pool = lb_context_pool(e->ctx);
     float *g = lb_alloc((size_t)(nr * ff) * sizeof(float));
     float *u = lb_alloc((size_t)(nr * ff) * sizeof(float));
     if (!g || !u) s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for the "
@@ -126,11 +225,14 @@ static lb_status mlp_block(qz_engine *e, int l, const qz_module *q[3],
     lb_free(u);
     int64_t ns = 0;
     if (s == LB_OK) s = hessian(e, g, ff, seg, &H, &ns);
+    if (s == LB_OK && gn) s = cross(e, gn, g, ff, seg, ns, &D);
     lb_free(g);
+    lb_free(gn);
     lb_gptq_factor *fd[2] = {NULL, NULL};
-    if (s == LB_OK) s = solve(e, q[2], H, ns, fd, l);
+    if (s == LB_OK) s = solve(e, q[2], H, D, ns, fd, l);
     for (int i = 0; i < 2; i++) lb_gptq_factor_free(fd[i]);
     lb_free(H);
+    lb_free(D);
     return s;
 }
 
@@ -153,7 +255,11 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
     want[QZ_IN_MLP] = true;
     LB_TRY(qz_engine_capture(e, l, want, Xc));
     float *X = Xc[QZ_IN_MLP];
+    /* GPTAQ / QEP: the native block input of the same tokens */
+    const float *Xn = e->nat ? e->Xn[QZ_IN_MLP] : NULL;
     lb_status s = LB_OK;
+    if (e->nat && !Xn)
+        s = lb_set_error(LB_ERR_INTERNAL, "layer %d: no native MoE input", l);
     float *R = lb_alloc((size_t)(N * E) * sizeof(float));
     float *wsel = lb_alloc((size_t)(N * K) * sizeof(float));
     float *prob = lb_alloc((size_t)E * sizeof(float));
@@ -161,10 +267,13 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
     int64_t *seg = lb_alloc((size_t)(e->ns + 1) * sizeof(int64_t));
     int64_t *seg_all = lb_alloc((size_t)(e->ns + 1) * sizeof(int64_t));
     float *Xe = routed ? lb_alloc((size_t)(N * dim) * sizeof(float)) : NULL;
-    float *Hall = NULL;
+    float *Xne = routed && Xn ? lb_alloc((size_t)(N * dim) * sizeof(float))
+                              : NULL;
+    float *Hall = NULL, *Dall = NULL;
     int64_t ns_all = 0;
     lb_gptq_factor *fall[2] = {NULL, NULL};
-    if (!R || !wsel || !prob || !sel || !seg || !seg_all || (routed && !Xe))
+    if (s == LB_OK && (!R || !wsel || !prob || !sel || !seg || !seg_all ||
+                       (routed && !Xe) || (routed && Xn && !Xne)))
         s = lb_set_error(LB_ERR_NOMEM, "layer %d: out of memory for the "
                          "routing of %lld tokens", l, (long long)N);
     /* the router, as the forward runs it */
@@ -184,7 +293,7 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
             q[j] = find(lm, n, QZ_SHEXP + j);
             W[j] = &L->shexp[j];
         }
-        s = mlp_block(e, l, q, W, X, N, seg_all, NULL, 0, NULL);
+        s = mlp_block(e, l, q, W, X, Xn, N, seg_all, NULL, NULL, 0, NULL);
     }
     for (int x = 0; x < E && s == LB_OK; x++) {
         const qz_module *q[3];
@@ -198,13 +307,18 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
         if (!anyq) continue;
         if (!routed) {
             /* ALL: one Hessian of X for every expert's gate/up */
-            if (!Hall && ((q[0] && q[0]->quantize) || (q[1] && q[1]->quantize)))
+            if (!Hall && ((q[0] && q[0]->quantize) || (q[1] && q[1]->quantize))) {
                 s = hessian(e, X, dim, seg_all, &Hall, &ns_all);
+                if (s == LB_OK && Xn)
+                    s = cross(e, Xn, X, dim, seg_all, ns_all, &Dall);
+            }
             if (s == LB_OK)
-                s = mlp_block(e, l, q, W, X, N, seg_all, Hall, ns_all, fall);
+                s = mlp_block(e, l, q, W, X, Xn, N, seg_all, Hall, Dall,
+                              ns_all, fall);
             continue;
         }
-        /* ROUTED: the rows of the tokens the router sends to expert x */
+        /* ROUTED: the rows of the tokens the router sends to expert x (on
+         * the quantized path's X), and their native rows */
         int64_t nr = 0;
         for (int64_t i = 0; i < e->ns; i++) {
             seg[i] = nr;
@@ -213,6 +327,10 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
                     if (sel[t * K + k] == x) {
                         memcpy(Xe + (size_t)(nr * dim), X + (size_t)(t * dim),
                                (size_t)dim * sizeof(float));
+                        if (Xne)
+                            memcpy(Xne + (size_t)(nr * dim),
+                                   Xn + (size_t)(t * dim),
+                                   (size_t)dim * sizeof(float));
                         nr++;
                     }
         }
@@ -230,7 +348,7 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
                 }
             continue;
         }
-        s = mlp_block(e, l, q, W, Xe, nr, seg, NULL, 0, NULL);
+        s = mlp_block(e, l, q, W, Xe, Xne, nr, seg, NULL, NULL, 0, NULL);
         for (int j = 0; j < 3 && s == LB_OK; j++)
             if (q[j] && q[j]->quantize && !q[j]->note[0])
                 snprintf(e->rep->modules[q[j] - e->mods].note,
@@ -240,6 +358,8 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n) {
     }
     for (int i = 0; i < 2; i++) lb_gptq_factor_free(fall[i]);
     lb_free(Hall);
+    lb_free(Dall);
+    lb_free(Xne);
     lb_free(Xe);
     lb_free(seg_all);
     lb_free(seg);

@@ -172,6 +172,11 @@ typedef struct qwriter {
     float *rot_embed, *rot_head, *rot_ones;
     int64_t rot_shape[2], rot_order;
     int64_t ff; /* intermediate_size (meta.rotation.online's order) */
+    /* rotated MoE layers: the routers and Qwen2-MoE's shared_expert_gate
+     * (dense, not modules), F32 copies written in place of the source's */
+    struct rot_dense { char name[160]; float *data; int64_t n; } *rot_dense;
+    int n_rot_dense;
+    bool rot_moe; /* meta.rotation names the MoE parts */
     /* dense tensors the method changed in this layer (AWQ) */
     char dense_name[3][160];
     float *dense[3];
@@ -1061,6 +1066,48 @@ static lb_status add_embedding_from(assembly *a, const lb_tensor *t,
                            .n = lb_tensor_nelements(t)});
 }
 
+static const struct rot_dense *rot_dense_find(const qwriter *w,
+                                              const char *name) {
+    for (int i = 0; i < w->n_rot_dense; i++)
+        if (!strcmp(w->rot_dense[i].name, name)) return &w->rot_dense[i];
+    return NULL;
+}
+
+/* Rotated MoE layers (issue 13): keep F32 copies of every router
+ * (mlp.gate / block_sparse_moe.gate) and shared_expert_gate of m, which
+ * the assembly writes in place of the source's. */
+static lb_status rot_dense_keep(qwriter *w, const lb_model *m) {
+    const lb_model_config *c = &m->config;
+    const bool mix = c->arch == LB_ARCH_MIXTRAL;
+    w->rot_dense = calloc((size_t)c->n_layers * 2 + 1, sizeof *w->rot_dense);
+    if (!w->rot_dense) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        const lb_layer_weights *L = &m->layers[l];
+        if (!L->exp) continue;
+        const lb_tensor *ts[2] = {&L->ffn_gate_inp, &L->shexp_gate_inp};
+        for (int k = 0; k < 2; k++) {
+            const lb_tensor *t = ts[k];
+            if (!t->data) continue;
+            if (t->type != LB_TYPE_F32)
+                return lb_set_error(LB_ERR_INTERNAL, "rotate: layer %d %s "
+                                    "is not F32", l, k ? "shared_expert_gate"
+                                                       : "router");
+            struct rot_dense *rd = &w->rot_dense[w->n_rot_dense];
+            snprintf(rd->name, sizeof rd->name, "model.layers.%d.%s", l,
+                     k ? "mlp.shared_expert_gate.weight"
+                       : mix ? "block_sparse_moe.gate.weight"
+                             : "mlp.gate.weight");
+            rd->n = lb_tensor_nelements(t);
+            rd->data = lb_alloc((size_t)rd->n * sizeof(float));
+            if (!rd->data) return lb_set_error(LB_ERR_NOMEM, "out of memory");
+            memcpy(rd->data, t->data, (size_t)rd->n * sizeof(float));
+            w->n_rot_dense++;
+        }
+    }
+    w->rot_moe = w->n_rot_dense > 0;
+    return LB_OK;
+}
+
 static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
                                   int *n_shards) {
     assembly a;
@@ -1167,6 +1214,17 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
             s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, 2, w->rot_shape,
                                  w->rot_head);
             head_done = true;
+        } else if (w->rot_embed && rot_dense_find(w, t->name)) {
+            const struct rot_dense *rd = rot_dense_find(w, t->name);
+            if (lb_tensor_nelements(t) != rd->n) {
+                s = lb_set_error(LB_ERR_INTERNAL, "rotate: %s: %lld values, "
+                                 "the rotated copy %lld", t->name,
+                                 (long long)lb_tensor_nelements(t),
+                                 (long long)rd->n);
+                break;
+            }
+            s = lb_st_writer_add(a.sw, t->name, LB_TYPE_F32, t->n_dims,
+                                 t->shape, rd->data);
         } else if (w->rot_embed &&
                    (ends_with(t->name, "input_layernorm.weight") ||
                     ends_with(t->name, "post_attention_layernorm.weight") ||
@@ -1382,6 +1440,12 @@ static void add_rotation_meta(cJSON *qc, const qwriter *w) {
     }
     cJSON_AddStringToObject(r, "residual", "x -> x Q: embed_tokens rows, "
                             "q/k/v/gate/up/lm_head W Q, o/down Q^T W");
+    if (w->rot_moe)
+        cJSON_AddStringToObject(r, "moe", "router (mlp.gate / "
+                                "block_sparse_moe.gate), experts' and "
+                                "shared_expert's gate/up, shared_expert_gate "
+                                "W Q (post_attention_layernorm folded); "
+                                "experts' and shared_expert's down Q^T W");
     cJSON_AddStringToObject(r, "folded", "input_layernorm, "
                             "post_attention_layernorm, model.norm (now ones)");
     cJSON *on = cJSON_AddArrayToObject(r, "online");
@@ -1709,8 +1773,20 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
             w.rot_order = n;
             w.ff = m->config.intermediate_size;
         }
+        if (s == LB_OK && m->config.n_experts > 0) s = rot_dense_keep(&w, m);
     }
     if (s == LB_OK) s = qz_plan(m, &p, rules, p.n_rules, &mods, &n_mods);
+    /* a rotated checkpoint takes the linears from the quantized results:
+     * one kept dense would be copied unrotated from the source */
+    for (int i = 0; i < n_mods && s == LB_OK && p.rotate != LB_ROTATE_NONE;
+         i++)
+        if (!mods[i].quantize && mods[i].which != QZ_LM_HEAD)
+            s = lb_set_error(LB_ERR_UNSUPPORTED,
+                             "quantize: rotate: %s stays dense (%s), and a "
+                             "rotated checkpoint writes only the quantized "
+                             "linears rotated; quantize every linear",
+                             mods[i].name,
+                             mods[i].note[0] ? mods[i].note : "a rule");
     if (s == LB_OK && p.profile == LB_QUANT_PROFILE_VLLM_W4A8) {
         for (int i = 0; i < n_mods && s == LB_OK; i++) {
             if (mods[i].quantize && (mods[i].bits != 4 || !mods[i].sym))
@@ -1857,6 +1933,8 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     lb_free(w.rot_embed);
     lb_free(w.rot_head);
     lb_free(w.rot_ones);
+    for (int i = 0; i < w.n_rot_dense; i++) lb_free(w.rot_dense[i].data);
+    free(w.rot_dense);
     free(settings);
     free(mods);
     qz_rules_free(rules, p.n_rules);

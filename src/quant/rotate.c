@@ -23,6 +23,21 @@
  *
  * Qwen3's q_norm / k_norm act on head vectors after q/k_proj and are left
  * as they are; q/k/v biases belong to the readers' outputs and are kept.
+ *
+ * Issue-13 layouts: Phi-3's fused qkv_proj / gate_up_proj are rows of
+ * readers (lowbit holds them as q/k/v and gate/up row views), rotated row
+ * by row like the others. MoE layers (Qwen3-MoE, Qwen2-MoE, Mixtral): the
+ * router (mlp.gate / block_sparse_moe.gate [E, dim]), every expert's
+ * gate/up and the shared expert's gate/up (Qwen2-MoE) and its
+ * shared_expert_gate [dim] read post_attention_layernorm's output: its
+ * weight is folded into them and they get W Q; every expert's down_proj
+ * and the shared expert's down_proj write the stream: Q^T W. The router's
+ * logits x Wr^T are unchanged, so the routing is too. Gemma 2/3 are
+ * refused: their post_attention_layernorm / post_feedforward_layernorm
+ * normalise the sublayer's output before the residual add, so the
+ * stream's rotation would have to pass through an RMSNorm with a
+ * per-channel weight (diag(g) Q != Q diag(g)), and their norms store
+ * 1 + w.
  */
 #include "lowbit/quantize.h"
 #include "lowbit/hadamard.h"
@@ -141,6 +156,70 @@ static lb_status norm_ones(lb_model *m, lb_tensor *t, const char *what) {
     return LB_OK;
 }
 
+/* A reader (rows, with norm g folded) or writer (columns) tensor that is
+ * not one of the layer's seven linears (router, experts, shared expert):
+ * replaced by a rotated F32 copy owned by the model. A 1-D reader [n]
+ * (shared_expert_gate) is one row. */
+static lb_status rot_tensor(lb_model *m, lb_tensor *t, bool writer,
+                            const float *g, const rot_ctx *q, double *buf,
+                            int64_t n, const char *what) {
+    lb_tensor t2 = *t;
+    if (t->n_dims == 1) {
+        t2.n_dims = 2;
+        t2.shape[0] = 1;
+        t2.shape[1] = t->shape[0];
+    }
+    if (!t->data || t2.n_dims != 2 || (writer ? t2.shape[0] : t2.shape[1]) != n)
+        return lb_set_error(LB_ERR_INVALID_ARG, "rotate: %s does not "
+                            "read/write the hidden size %lld", what,
+                            (long long)n);
+    float *W = NULL;
+    LB_TRY(to_f32(&t2, what, &W));
+    if (writer)
+        rot_cols(W, n, t2.shape[1], q, buf);
+    else
+        rot_rows(W, t2.shape[0], n, g, q, buf);
+    lb_status st = lb_model_builder_own(m, W);
+    if (st != LB_OK) {
+        lb_free(W);
+        return st;
+    }
+    *t = f32_view(t, W);
+    return LB_OK;
+}
+
+/* The MoE block of layer l (router, experts, shared expert). */
+static lb_status rot_moe(lb_model *m, int l, const rot_ctx *q, double *buf) {
+    const lb_model_config *cfg = &m->config;
+    lb_layer_weights *L = &m->layers[l];
+    const int64_t n = cfg->hidden_size;
+    const float *g = L->ffn_norm.data;
+    char what[128];
+    snprintf(what, sizeof what, "model.layers.%d router", l);
+    lb_status st = rot_tensor(m, &L->ffn_gate_inp, false, g, q, buf, n, what);
+    for (int e = 0; e < cfg->n_experts && st == LB_OK; e++)
+        for (int k = 0; k < 3 && st == LB_OK; k++) {
+            snprintf(what, sizeof what, "model.layers.%d expert %d %s", l, e,
+                     k == 0 ? "gate_proj" : k == 1 ? "up_proj" : "down_proj");
+            st = rot_tensor(m, &L->exp[3 * e + k], k == 2, k == 2 ? NULL : g,
+                            q, buf, n, what);
+        }
+    if (L->shexp[0].data) {
+        for (int k = 0; k < 3 && st == LB_OK; k++) {
+            snprintf(what, sizeof what, "model.layers.%d shared_expert %s", l,
+                     k == 0 ? "gate_proj" : k == 1 ? "up_proj" : "down_proj");
+            st = rot_tensor(m, &L->shexp[k], k == 2, k == 2 ? NULL : g, q,
+                            buf, n, what);
+        }
+        if (st == LB_OK && L->shexp_gate_inp.data) {
+            snprintf(what, sizeof what, "model.layers.%d shared_expert_gate",
+                     l);
+            st = rot_tensor(m, &L->shexp_gate_inp, false, g, q, buf, n, what);
+        }
+    }
+    return st;
+}
+
 lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
     if (!m) return lb_set_error(LB_ERR_INVALID_ARG, "rotate: NULL model");
     const lb_model_config *cfg = &m->config;
@@ -148,6 +227,14 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
     if (n < 2)
         return lb_set_error(LB_ERR_INVALID_ARG, "rotate: hidden_size %lld",
                             (long long)n);
+    if (cfg->arch == LB_ARCH_GEMMA2 || cfg->arch == LB_ARCH_GEMMA3)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "rotate: %s is not supported: "
+                            "its post_attention_layernorm and "
+                            "post_feedforward_layernorm normalise each "
+                            "sublayer's output before the residual add, and "
+                            "an orthogonal rotation of the residual stream "
+                            "does not commute with their per-channel weights "
+                            "(diag(g) Q != Q diag(g))", cfg->arch_name);
     lb_hadamard hd;
     lb_status hs = lb_hadamard_init(&hd, n);
     if (hs != LB_OK)
@@ -182,8 +269,11 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
                               "are not F32", l);
             break;
         }
+        /* a MoE layer has no dense MLP: its block below */
+        const bool moe = L->exp != NULL;
         for (int k = 0; k < LB_LINEAR_COUNT && st == LB_OK; k++) {
             lb_tensor *t = &L->w[k];
+            if (moe && k >= LB_LINEAR_GATE) continue;
             snprintf(what, sizeof what, "model.layers.%d.%s.weight", l,
                      lb_linear_name((lb_linear_id)k));
             const bool writer = k == LB_LINEAR_O || k == LB_LINEAR_DOWN;
@@ -208,6 +298,7 @@ lb_status lb_model_rotate_hadamard(lb_model *m, uint64_t seed) {
             st = lb_model_set_linear(m, l, (lb_linear_id)k, &v, W);
             if (st != LB_OK) lb_free(W);
         }
+        if (st == LB_OK && moe) st = rot_moe(m, l, &q, buf);
         if (st == LB_OK) st = norm_ones(m, &L->attn_norm, "input_layernorm");
         if (st == LB_OK)
             st = norm_ones(m, &L->ffn_norm, "post_attention_layernorm");
