@@ -15,6 +15,9 @@
  *  - AWQ vs RTN, 4-bit g32 asym (in-place, random calibration tokens):
  *    the relative logit MSE against the dense model is printed for each
  *    architecture (random weights: see docs/quantize.md);
+ *  - the AWQ checkpoint reloads to the in-memory AWQ model (norms, Gemma's
+ *    -1, v bias, router, shared_expert_gate written right), and a run
+ *    cancelled after layer 0 resumes to the same bytes;
  *  - routed coverage with experts that receive no calibration token (2
  *    tokens, top-2 of 8 experts): no crash, finite output, the starved
  *    experts reported per expert (awq and awq+gptq).
@@ -326,6 +329,76 @@ static void test_ckpt_equals_inplace(void) {
         }
 }
 
+typedef struct cancel_at {
+    const char *prefix;
+    bool fired;
+    uint64_t done, total;
+    bool monotonic;
+} cancel_at;
+
+static bool cancel_cb(void *user, const char *stage, uint64_t done, uint64_t total) {
+    cancel_at *c = user;
+    if (done < c->done || done > total) c->monotonic = false;
+    c->done = done;
+    c->total = total;
+    if (c->prefix && !strncmp(stage, c->prefix, strlen(c->prefix))) {
+        c->fired = true;
+        return false;
+    }
+    return true;
+}
+
+/* Cancelled after layer 0 and resumed: the same checkpoint bytes (layer
+ * 0's scaled norms — Gemma's read back as 1 + w —, v bias, router and
+ * shared_expert_gate come back from its state file); the progress is
+ * monotonic and ends at its total (the AWQ work units per layout). */
+static void test_resume_arch(void) {
+    char gen[400];
+    snprintf(gen, sizeof gen, "%s", make_qwen2moe_mha());
+    const char *dirs[] = {DATA "gemma2-random", DATA "phi3-random", DATA "qwen3moe-random", gen};
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        lb_model *m = NULL;
+        TH_CHECK_OK(lb_model_load(dirs[k], NULL, &m));
+        if (!m) continue;
+        const int L = m->config.n_layers, V = m->config.vocab_size;
+        lb_model_free(m);
+        lb_calib cal = random_calib(8, 32, V, 7);
+        lb_quantize_params p;
+        lb_quantize_default_params(&p);
+        p.method = k == 3 ? LB_QUANT_AWQ_GPTQ : LB_QUANT_AWQ;
+        p.sym = false;
+        p.group_size = 32;
+        p.n_threads = 2;
+        p.moe_coverage = k == 2 ? LB_MOE_COVERAGE_ROUTED : LB_MOE_COVERAGE_ALL;
+        char ref[400], out[400], pre[32], tmpname[64];
+        snprintf(ref, sizeof ref, "%s-%zu", tmp_path("awq-full"), k);
+        snprintf(tmpname, sizeof tmpname, "awq-resumed-%zu", k);
+        snprintf(out, sizeof out, "%s", tmp_path(tmpname));
+        cancel_at c = {NULL, false, 0, 0, true};
+        p.progress.fn = cancel_cb;
+        p.progress.user = &c;
+        TH_CHECK_OK(lb_quantize_model(dirs[k], ref, &p, &cal, NULL));
+        TH_CHECK_MSG(c.monotonic && c.total > 0 && c.done == c.total,
+                     "%s: progress %llu of %llu (monotonic %d)", dirs[k],
+                     (unsigned long long)c.done, (unsigned long long)c.total, c.monotonic);
+        snprintf(pre, sizeof pre, "layer 2/%d", L);
+        c = (cancel_at){pre, false, 0, 0, true};
+        TH_CHECK_FAILS(lb_quantize_model(dirs[k], out, &p, &cal, NULL), LB_ERR_CANCELLED);
+        TH_CHECK(c.fired);
+        c.prefix = NULL;
+        p.resume = true;
+        lb_quantize_report rep;
+        TH_CHECK_OK(lb_quantize_model(dirs[k], out, &p, &cal, &rep));
+        TH_CHECK_INT(rep.layers_resumed, 1);
+        lb_quantize_report_free(&rep);
+        char a[800], b[800];
+        snprintf(a, sizeof a, "%s/model.safetensors", ref);
+        snprintf(b, sizeof b, "%s/model.safetensors", out);
+        TH_CHECK_MSG(files_equal(a, b), "%s: model.safetensors differs after resume", dirs[k]);
+        lb_calib_free(&cal);
+    }
+}
+
 static void test_routed_empty_experts(void) {
     for (int method = 0; method < 2; method++) {
         lb_model *m = NULL;
@@ -374,6 +447,7 @@ int main(void) {
     TH_RUN(test_fold_invariance);
     TH_RUN(test_awq_vs_rtn);
     TH_RUN(test_ckpt_equals_inplace);
+    TH_RUN(test_resume_arch);
     TH_RUN(test_routed_empty_experts);
     qt_cleanup();
     return th_report();
