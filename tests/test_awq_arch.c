@@ -10,6 +10,8 @@
  *    logits of tests/data/arch (max |diff| <= 1e-3, test_arch's bound).
  *    A fold that left the router unscaled, or scaled a Gemma norm as w / s
  *    instead of (1 + w) / s, changes routing / activations by O(1);
+ *    The same on generated Phi-3 and Qwen2-MoE models without grouped-query
+ *    attention (the v -> o groups; against lowbit's unfolded logits);
  *  - every group of every layer was folded (the hook's call count per
  *    architecture, from AutoAWQ's get_layers_for_scaling);
  *  - AWQ vs RTN, 4-bit g32 asym (in-place, random calibration tokens):
@@ -399,6 +401,103 @@ static void test_resume_arch(void) {
     }
 }
 
+/* A Phi-3 model without grouped-query attention (the v rows of the fused
+ * qkv_proj -> o_proj group applies), random F32 weights. */
+static const char *make_phi3_mha(void) {
+    const char *dir = tmp_path("phi3-mha");
+    mkdir(dir, 0755);
+    char p[800];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return dir;
+    fprintf(f, "{\"architectures\": [\"Phi3ForCausalLM\"], \"model_type\": \"phi3\", "
+               "\"hidden_size\": 64, \"intermediate_size\": 96, \"num_attention_heads\": 2, "
+               "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 256, "
+               "\"max_position_embeddings\": 256, \"original_max_position_embeddings\": 4096, "
+               "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
+               "\"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}\n");
+    fclose(f);
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    static float buf[16][256 * 64];
+    static char names[16][112];
+    int nb = 0;
+#define ADD(name, d0, d1, scale, base)                                                  \
+    do {                                                                                \
+        int64_t sh[2] = {d0, d1};                                                       \
+        for (int64_t i = 0; i < (int64_t)(d0) * ((d1) > 0 ? (d1) : 1); i++)              \
+            buf[nb][i] = (float)((base) + (scale) * grand());                           \
+        snprintf(names[nb], sizeof names[nb], "%s", name);                              \
+        TH_CHECK_OK(lb_st_writer_add(w, names[nb], LB_TYPE_F32, (d1) > 0 ? 2 : 1, sh,   \
+                                     buf[nb]));                                         \
+        nb++;                                                                           \
+    } while (0)
+    ADD("model.embed_tokens.weight", 256, 64, 1.0, 0.0);
+    ADD("lm_head.weight", 256, 64, 0.3, 0.0);
+    ADD("model.norm.weight", 64, 0, 0.3, 1.0);
+    for (int l = 0; l < 2; l++) {
+        char n[112];
+#define LN(s) (snprintf(n, sizeof n, "model.layers.%d.%s", l, s), n)
+        ADD(LN("input_layernorm.weight"), 64, 0, 0.4, 1.0);
+        ADD(LN("post_attention_layernorm.weight"), 64, 0, 0.4, 1.0);
+        ADD(LN("self_attn.qkv_proj.weight"), 192, 64, 0.25, 0.0);
+        ADD(LN("self_attn.o_proj.weight"), 64, 64, 0.25, 0.0);
+        ADD(LN("mlp.gate_up_proj.weight"), 192, 64, 0.25, 0.0);
+        ADD(LN("mlp.down_proj.weight"), 64, 96, 0.25, 0.0);
+#undef LN
+    }
+#undef ADD
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    TH_CHECK_OK(lb_st_writer_write_file(w, p));
+    lb_st_writer_free(w);
+    return dir;
+}
+
+/* Without grouped-query attention (no golden logits for these): random
+ * scales folded into every group, v -> o included (Phi-3: the v rows of
+ * qkv_proj; Qwen2-MoE: with the v bias), keep lowbit's own logits (whose
+ * forward test_arch checks against transformers) within 1e-3. */
+static void test_fold_mha(void) {
+    char d1[400], d2[400];
+    snprintf(d1, sizeof d1, "%s", make_phi3_mha());
+    snprintf(d2, sizeof d2, "%s", make_qwen2moe_mha());
+    const char *dirs[] = {d1, d2};
+    const int want[] = {2 * 4, 2 * (3 + 4 + 1)};
+    for (int k = 0; k < 2; k++) {
+        lb_model *ref = NULL, *m = NULL;
+        TH_CHECK_OK(lb_model_load(dirs[k], NULL, &ref));
+        TH_CHECK_OK(lb_model_load(dirs[k], NULL, &m));
+        if (!ref || !m) break;
+        lb_calib cal = random_calib(4, 32, 256, 3);
+        lb_quantize_params qp;
+        lb_quantize_default_params(&qp);
+        qp.method = LB_QUANT_AWQ;
+        qp.group_size = 32;
+        qp.sym = false;
+        qp.n_threads = 2;
+        n_calls = 0;
+        qz_awq_fold_test = random_scales;
+        lb_status s = lb_quantize_model_inplace(m, &qp, &cal, NULL);
+        qz_awq_fold_test = NULL;
+        TH_CHECK_MSG(s == LB_OK, "%s: %s", dirs[k], lb_last_error());
+        TH_CHECK_MSG(n_calls == want[k], "%s: %d groups, want %d", dirs[k], n_calls, want[k]);
+        int32_t ids[64];
+        for (int i = 0; i < 64; i++) ids[i] = (i * 53 + 7) % 256;
+        float *a = logits64(ref, ids, 64), *b = logits64(m, ids, 64);
+        if (a && b) {
+            const double d = max_diff(a, b, (size_t)64 * 256);
+            fprintf(stderr, "  %-32s %2d groups folded (v -> o too): max |logit diff| %.2e\n",
+                    dirs[k], n_calls, d);
+            TH_CHECK_MSG(d <= LOGIT_TOL, "%s: folded logits differ by %g", dirs[k], d);
+        }
+        free(a);
+        free(b);
+        lb_calib_free(&cal);
+        lb_model_free(ref);
+        lb_model_free(m);
+    }
+}
+
 static void test_routed_empty_experts(void) {
     for (int method = 0; method < 2; method++) {
         lb_model *m = NULL;
@@ -446,6 +545,7 @@ static void test_routed_empty_experts(void) {
 int main(void) {
     TH_RUN(test_fold_invariance);
     TH_RUN(test_awq_vs_rtn);
+    TH_RUN(test_fold_mha);
     TH_RUN(test_ckpt_equals_inplace);
     TH_RUN(test_resume_arch);
     TH_RUN(test_routed_empty_experts);
