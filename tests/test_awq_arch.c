@@ -517,9 +517,12 @@ static void test_routed_empty_experts(void) {
         lb_quantize_report rep;
         lb_status s = lb_quantize_model_inplace(m, &qp, &cal, &rep);
         TH_CHECK_MSG(s == LB_OK, "%s: %s", method ? "awq+gptq" : "awq", lb_last_error());
-        int starved = 0, searched = 0;
+        int starved = 0, searched = 0, gate_noted = 0;
         for (int i = 0; s == LB_OK && i < rep.n_modules; i++) {
             const lb_quantize_module_report *r = &rep.modules[i];
+            if (strstr(r->name, "experts.") && strstr(r->name, "gate_proj") &&
+                strstr(r->note, "0 calibration tokens < 1: no clip search") && !r->awq_plain)
+                gate_noted++;
             if (!strstr(r->name, "experts.") || !strstr(r->name, "down_proj")) continue;
             if (strstr(r->note, "0 calibration tokens") && r->awq_plain) starved++;
             else if (r->awq_ratio >= 0.0) searched++;
@@ -529,6 +532,7 @@ static void test_routed_empty_experts(void) {
         fprintf(stderr, "  routed, 2 tokens (%s): %d expert down_proj without tokens "
                 "(reported), %d searched\n", method ? "awq+gptq" : "awq", starved, searched);
         TH_CHECK(starved >= 3 * 4);
+        if (!method) TH_CHECK_INT(gate_noted, starved); /* awq+gptq: RTN notes */
         TH_CHECK(searched >= 3 && starved + searched == 24);
         if (s == LB_OK) lb_quantize_report_free(&rep);
         int32_t ids[8] = {1, 5, 9, 13, 17, 21, 25, 29};

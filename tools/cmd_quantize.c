@@ -593,7 +593,8 @@ int cmd_quantize(int argc, char **argv) {
             n_plain += rep.modules[i].awq_plain;
         if (n_plain)
             printf("AWQ: %d module(s) quantized without scaling/clipping "
-                   "(sparse calibration coverage; see the report)\n",
+                   "(sparse calibration coverage, or MoE experts with too "
+                   "few routed tokens; see the report)\n",
                    n_plain);
     }
     lb_quantize_report_free(&rep);

@@ -514,16 +514,23 @@ static lb_status awq_layer(qz_engine *e, int l, bool clip) {
             int64_t nr;
             expert_rows(&ms, x, N, &rows, &nr);
             if (starved(&ms, x)) {
-                char msg[128];
+                char msg[128], gu[128];
                 snprintf(msg, sizeof msg, "routed coverage: %lld calibration "
                          "token%s < %lld: no AWQ scale or clip search",
                          (long long)nr, nr == 1 ? "" : "s",
                          (long long)ms.min_tok);
+                snprintf(gu, sizeof gu, "routed coverage: %lld calibration "
+                         "token%s < %lld: no clip search (the layer's "
+                         "shared AWQ scales apply)",
+                         (long long)nr, nr == 1 ? "" : "s",
+                         (long long)ms.min_tok);
                 lb_log(LB_LOG_WARN, "layer %d expert %d: %s", l, x, msg);
+                /* down: plain; gate/up: scaled with every expert, not
+                 * clipped */
                 for (int j = 0; j < 3; j++)
                     if (m[j] >= 0 && lm[m[j]].quantize) {
-                        reps[m[j]].awq_plain = true;
-                        note(&reps[m[j]], msg);
+                        reps[m[j]].awq_plain = j == 2;
+                        note(&reps[m[j]], j == 2 ? msg : gu);
                     }
                 free(g->s);
                 g->s = NULL;
