@@ -216,8 +216,8 @@ struct qz_engine {
     int n_sw, cap_sw;
     /* the plan's modules of layer l: mods[lfirst[l] .. + lcount[l]) */
     int *lfirst, *lcount;
-    /* dense tensors replaced in the current layer (checkpoint mode):
-     * attn_norm, ffn_norm, v bias */
+    /* dense tensors replaced in the current layer (checkpoint mode), by
+     * QZ_DENSE_*: attn_norm, ffn_norm, v bias, router, shared_expert_gate */
     float *dense_buf[5];
     lb_tensor dense_orig[5];
     uint64_t done, total;
