@@ -121,7 +121,7 @@ static void test_scale_search(void) {
     for (int i = 0; i < O2 * IN; i++) W2[i] = (float)(urand() * 0.1);
     for (int pass = 0; pass < 2; pass++) {
         const bool sym = pass == 1;
-        qz_awq_linear lins[2] = {{W1, O1, 4, GS, sym}, {W2, O2, 4, GS, sym}};
+        qz_awq_linear lins[2] = {{W1, O1, 4, GS, sym, NULL, 0}, {W2, O2, 4, GS, sym, NULL, 0}};
         float s_best[IN];
         double losses[QZ_AWQ_N_GRID];
         int best = -1;

@@ -34,7 +34,8 @@ static void usage(FILE *fp) {
         "                          expert sees every token; default) or the "
         "routed ones\n"
         "  --moe-min-tokens N      routed: RTN for experts with fewer tokens "
-        "(32)\n"
+        "(32;\n"
+        "                          AWQ: no down scale / clip search for them)\n"
         "  --method gptaq          GPTAQ: GPTQ plus the asymmetric term from "
         "the native\n"
         "                          minus replayed inputs (plain GPTQ "
@@ -593,7 +594,8 @@ int cmd_quantize(int argc, char **argv) {
             n_plain += rep.modules[i].awq_plain;
         if (n_plain)
             printf("AWQ: %d module(s) quantized without scaling/clipping "
-                   "(sparse calibration coverage; see the report)\n",
+                   "(sparse calibration coverage, or MoE experts with too "
+                   "few routed tokens; see the report)\n",
                    n_plain);
     }
     lb_quantize_report_free(&rep);

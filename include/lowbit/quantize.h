@@ -218,7 +218,11 @@ typedef struct lb_quantize_params {
      * only the tokens the router sends to the expert, and an expert with
      * fewer than moe_min_tokens of them is quantized by RTN (its report
      * note says so). The routers (mlp.gate / block_sparse_moe.gate) and
-     * Qwen2-MoE's shared_expert_gate stay dense. */
+     * Qwen2-MoE's shared_expert_gate stay dense (AWQ multiplies their
+     * columns by the MLP group's scales, so routing is unchanged). AWQ:
+     * the experts' loss, down_proj input and clip statistics follow the
+     * same coverage; under ROUTED an expert below moe_min_tokens gets no
+     * up -> down scale and no clip search (report note). */
     lb_moe_coverage moe_coverage;
     int64_t moe_min_tokens;   /* ROUTED: RTN below this (0: 32 tokens)     */
     lb_progress progress;     /* stage text + done/total work units        */

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 void qz_awq_group(const float *w, int64_t n, int bits, bool sym,
                   float *scale, int32_t *zero, int32_t *codes) {
@@ -172,27 +173,51 @@ static lb_status sum_sq_xdt(const float *X, int64_t N, int64_t in,
     return LB_OK;
 }
 
+/* The rows rows[0..n) of X [*, in] into dst [n, in]. */
+static void gather_rows(const float *X, int64_t in, const int64_t *rows,
+                        int64_t n, float *dst) {
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + i * in, X + rows[i] * in, (size_t)in * sizeof(float));
+}
+
 lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
                               const qz_awq_linear *lins, int n_lins,
                               int n_grid, float *s_best, double *losses,
                               int *best_k) {
     double *xm = malloc((size_t)in * sizeof *xm);
     double *wm = malloc((size_t)in * sizeof *wm);
-    float *s = malloc((size_t)in * sizeof *s);
-    int64_t max_out = 0, tot_out = 0;
+    float *S = malloc((size_t)n_grid * (size_t)in * sizeof *S);
+    double *loss = calloc((size_t)n_grid, sizeof *loss);
+    int64_t max_out = 0, max_rows = 0;
+    double denom = 0.0;
+    bool any_rows = false;
     for (int i = 0; i < n_lins; i++) {
         max_out = LB_MAX(max_out, lins[i].out);
-        tot_out += lins[i].out;
+        const int64_t nt = lins[i].rows ? lins[i].n_rows : N;
+        denom += (double)nt * (double)lins[i].out;
+        if (lins[i].rows) {
+            any_rows = true;
+            max_rows = LB_MAX(max_rows, lins[i].n_rows);
+        }
     }
     float *D = lb_alloc((size_t)(max_out * in) * sizeof(float));
     /* inputs narrower than the token count: the loss sum_t |X[t] D^T|^2
      * is formed as sum(D .* (D H)) with H = X^T X (2 in^2 out FLOPs per
-     * ratio and linear after one 2 N in^2 product, instead of 2 N in out) */
+     * ratio and linear after one 2 N in^2 product, instead of 2 N in out);
+     * a linear with its own rows gets its own H (or its gathered rows) */
     const bool use_h = in < N;
+    const bool own_h = any_rows && max_rows > in;
     float *H = use_h ? lb_alloc((size_t)(in * in) * sizeof(float)) : NULL;
-    float *DH = use_h ? lb_alloc((size_t)(max_out * in) * sizeof(float)) : NULL;
+    float *He = own_h ? lb_alloc((size_t)(in * in) * sizeof(float)) : NULL;
+    float *DH = (use_h || own_h)
+                    ? lb_alloc((size_t)(max_out * in) * sizeof(float))
+                    : NULL;
+    float *Xg = any_rows && max_rows > 0
+                    ? lb_alloc((size_t)(max_rows * in) * sizeof(float))
+                    : NULL;
     lb_status st = LB_OK;
-    if (!xm || !wm || !s || !D || (use_h && (!H || !DH))) {
+    if (!xm || !wm || !S || !loss || !D || (use_h && !H) || (own_h && !He) ||
+        ((use_h || own_h) && !DH) || (any_rows && max_rows > 0 && !Xg)) {
         st = lb_set_error(LB_ERR_NOMEM, "awq: out of memory");
         goto done;
     }
@@ -201,13 +226,31 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
                     (int)N, 1.0f, X, (int)in, X, (int)in, 0.0f, H, (int)in);
     qz_awq_x_mean(X, N, in, xm);
     qz_awq_w_mean(lins, n_lins, in, wm);
-    double best = INFINITY;
-    *best_k = -1;
-    for (int k = 0; k < n_grid && st == LB_OK; k++) {
-        qz_awq_ratio_scales(xm, wm, in, (double)k / n_grid, s);
-        double loss = 0.0;
-        for (int i = 0; i < n_lins && st == LB_OK; i++) {
-            const qz_awq_linear *L = &lins[i];
+    for (int k = 0; k < n_grid; k++)
+        qz_awq_ratio_scales(xm, wm, in, (double)k / n_grid,
+                            S + (size_t)k * (size_t)in);
+    const int64_t *prev_rows = NULL;
+    for (int i = 0; i < n_lins && st == LB_OK; i++) {
+        const qz_awq_linear *L = &lins[i];
+        /* this linear's token statistics */
+        const float *Xi = X, *Hi = use_h ? H : NULL;
+        int64_t Ni = N;
+        if (L->rows) {
+            Ni = L->n_rows;
+            if (Ni == 0) continue; /* no tokens: no loss */
+            if (L->rows != prev_rows) {
+                gather_rows(X, in, L->rows, Ni, Xg);
+                if (Ni > in)
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+                                (int)in, (int)in, (int)Ni, 1.0f, Xg, (int)in,
+                                Xg, (int)in, 0.0f, He, (int)in);
+                prev_rows = L->rows;
+            }
+            Xi = Xg;
+            Hi = Ni > in ? He : NULL;
+        }
+        for (int k = 0; k < n_grid && st == LB_OK; k++) {
+            const float *s = S + (size_t)k * (size_t)in;
             /* D = W - Q(W * s) / s */
             for (int64_t r = 0; r < L->out; r++)
                 for (int64_t c = 0; c < in; c++)
@@ -218,23 +261,28 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
                 for (int64_t c = 0; c < in; c++)
                     D[r * in + c] = L->W[r * in + c] - D[r * in + c] / s[c];
             double part = 0.0;
-            if (use_h) {
+            if (Hi) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
                             (int)L->out, (int)in, (int)in, 1.0f, D, (int)in,
-                            H, (int)in, 0.0f, DH, (int)in);
+                            Hi, (int)in, 0.0f, DH, (int)in);
                 for (int64_t j = 0; j < L->out * in; j++)
                     part += (double)D[j] * (double)DH[j];
             } else {
-                st = sum_sq_xdt(X, N, in, D, L->out, &part);
+                st = sum_sq_xdt(Xi, Ni, in, D, L->out, &part);
             }
-            loss += part;
+            loss[k] += part;
         }
-        loss /= (double)N * (double)tot_out;
-        if (losses) losses[k] = loss;
-        if (loss < best) {
-            best = loss;
+    }
+    double best = INFINITY;
+    *best_k = -1;
+    for (int k = 0; k < n_grid && st == LB_OK; k++) {
+        const double lk = loss[k] / (denom > 0.0 ? denom : 1.0);
+        if (losses) losses[k] = lk;
+        if (lk < best) {
+            best = lk;
             *best_k = k;
-            memcpy(s_best, s, (size_t)in * sizeof *s);
+            memcpy(s_best, S + (size_t)k * (size_t)in,
+                   (size_t)in * sizeof *s_best);
         }
     }
     if (st == LB_OK && *best_k < 0)
@@ -243,10 +291,13 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
 done:
     free(xm);
     free(wm);
-    free(s);
+    free(S);
+    free(loss);
     lb_free(D);
     lb_free(H);
+    lb_free(He);
     lb_free(DH);
+    lb_free(Xg);
     return st;
 }
 

@@ -49,6 +49,12 @@ typedef struct qz_awq_linear {
     int64_t out;
     int bits, group_size;
     bool sym;
+    /* The tokens this linear sees (a MoE expert under routed coverage):
+     * rows[0..n_rows) index the search's X; NULL: every row of X. The
+     * linears of one expert pass the same rows pointer (its Gram matrix is
+     * formed once). */
+    const int64_t *rows;
+    int64_t n_rows;
 } qz_awq_linear;
 
 /* Per-channel statistics (AutoAWQ _search_best_scale steps 1 and 2):
@@ -69,6 +75,8 @@ void qz_awq_ratio_scales(const double *x_mean, const double *w_mean,
  * loss of ratio k/n_grid is
  *   sum over linears, tokens t, outputs o of
  *     (X[t] . W[o] - X[t] . (Q(W[o] * s) / s))^2  / (N * sum out),
+ * (a linear with rows: only its tokens t, and the divisor counts n_rows *
+ * out for it; x_mean is always over every row of X),
  * Q the grid above; the ratio with the lowest loss wins (the first on
  * ties). X [N, in] holds the group's input rows. Writes the winning
  * scales to s_best [in], losses[n_grid] (optional) and *best_k.
@@ -95,5 +103,16 @@ lb_status qz_awq_search_scale(const float *X, int64_t N, int64_t in,
 lb_status qz_awq_search_clip(const float *X, int64_t N, float *W, int64_t out,
                              int64_t in, int bits, int group_size, bool sym,
                              lb_pool *pool, int64_t *n_shrunk);
+
+/* Test hook (tests/test_awq_arch.c, the fold-invariance check): when set,
+ * the AWQ processor takes every scaling group's scales from it (s [n] for
+ * the group named `group` of `layer`) instead of searching them, folds
+ * every group whatever the modules' quantize flags, skips the clip
+ * search, and hands back each module's weights unquantized (W_deq = the
+ * folded W). NULL in normal use; not thread-safe. */
+typedef void (*qz_awq_fold_test_fn)(void *user, int layer, const char *group,
+                                    int64_t n, float *s);
+extern qz_awq_fold_test_fn qz_awq_fold_test;
+extern void *qz_awq_fold_test_user;
 
 #endif

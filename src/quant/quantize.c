@@ -163,11 +163,6 @@ lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p) {
     const lb_model_config *c = &m->config;
     const bool ext = c->arch >= LB_ARCH_GEMMA2 || lb_model_config_is_ext(c);
     if (!ext) return LB_OK;
-    if (p->method == LB_QUANT_AWQ || p->method == LB_QUANT_AWQ_GPTQ)
-        return lb_set_error(LB_ERR_UNSUPPORTED, "quantize: AWQ on %s is not "
-                            "supported (its scaling groups and folded norms "
-                            "are defined for the Llama layout); use GPTQ or "
-                            "RTN", c->arch_name);
     /* R1 on Phi-3 and the MoE layouts (rotate.c); Gemma's post-sublayer
      * norms do not commute with it; R4 is the Llama layout's only */
     if (p->rotate != LB_ROTATE_NONE &&
@@ -579,22 +574,53 @@ lb_status qz_engine_weight_f32(qz_engine *e, const qz_module *q, float **W) {
 
 static lb_tensor *dense_slot(lb_model *m, int layer, int which) {
     lb_layer_weights *L = &m->layers[layer];
-    return which == QZ_DENSE_ATTN_NORM   ? &L->attn_norm
-           : which == QZ_DENSE_FFN_NORM ? &L->ffn_norm
-                                        : &L->bv;
+    switch (which) {
+    case QZ_DENSE_ATTN_NORM: return &L->attn_norm;
+    case QZ_DENSE_FFN_NORM: return &L->ffn_norm;
+    case QZ_DENSE_V_BIAS: return &L->bv;
+    case QZ_DENSE_ROUTER: return &L->ffn_gate_inp;
+    default: return &L->shexp_gate_inp;
+    }
 }
 
-void qz_dense_name(int layer, int which, char *buf, size_t n) {
-    snprintf(buf, n, "model.layers.%d.%s", layer,
-             which == QZ_DENSE_ATTN_NORM   ? "input_layernorm.weight"
-             : which == QZ_DENSE_FFN_NORM ? "post_attention_layernorm.weight"
-                                          : "self_attn.v_proj.bias");
+void qz_dense_name(const lb_model_config *c, int layer, int which, char *buf,
+                   size_t n) {
+    const char *blk = c->arch == LB_ARCH_MIXTRAL ? "block_sparse_moe" : "mlp";
+    switch (which) {
+    case QZ_DENSE_ATTN_NORM:
+        snprintf(buf, n, "model.layers.%d.input_layernorm.weight", layer);
+        break;
+    case QZ_DENSE_FFN_NORM:
+        /* Gemma: the norm before the MLP is pre_feedforward_layernorm */
+        snprintf(buf, n, "model.layers.%d.%s.weight", layer,
+                 c->post_norms ? "pre_feedforward_layernorm"
+                               : "post_attention_layernorm");
+        break;
+    case QZ_DENSE_V_BIAS:
+        snprintf(buf, n, "model.layers.%d.self_attn.v_proj.bias", layer);
+        break;
+    case QZ_DENSE_ROUTER:
+        snprintf(buf, n, "model.layers.%d.%s.gate.weight", layer, blk);
+        break;
+    default:
+        snprintf(buf, n, "model.layers.%d.%s.shared_expert_gate.weight",
+                 layer, blk);
+        break;
+    }
+}
+
+/* Gemma's norms are held as (1 + w) (lb_model_gemma_norms_plus_one); the
+ * checkpoint stores w. */
+static bool dense_plus_one(const lb_model_config *c, int which) {
+    return c->post_norms &&
+           (which == QZ_DENSE_ATTN_NORM || which == QZ_DENSE_FFN_NORM);
 }
 
 lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
                               float *data, int64_t n, bool from_cache) {
     lb_tensor *t = dense_slot(e->m, layer, which);
-    if (!t->data || t->type != LB_TYPE_F32 || lb_tensor_nelements(t) != n) {
+    if (!t->data || lb_tensor_nelements(t) != n ||
+        (t->type != LB_TYPE_F32 && which != QZ_DENSE_ROUTER)) {
         lb_free(data);
         return lb_set_error(LB_ERR_INTERNAL, "quantize: layer %d dense "
                             "tensor %d is not F32 [%lld]", layer, which,
@@ -603,23 +629,37 @@ lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
     lb_status s = LB_OK;
     if (!from_cache && e->sink->tensor_done) {
         char name[160];
-        qz_dense_name(layer, which, name, sizeof name);
-        s = e->sink->tensor_done(e->sink->user, layer, name, data, n);
+        qz_dense_name(&e->m->config, layer, which, name, sizeof name);
+        if (dense_plus_one(&e->m->config, which)) {
+            float *w = lb_alloc((size_t)n * sizeof(float));
+            if (!w) s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory", name);
+            for (int64_t i = 0; i < n && w; i++) w[i] = data[i] - 1.0f;
+            if (s == LB_OK)
+                s = e->sink->tensor_done(e->sink->user, layer, name, w, n);
+            lb_free(w);
+        } else {
+            s = e->sink->tensor_done(e->sink->user, layer, name, data, n);
+        }
     }
     if (s != LB_OK) {
         lb_free(data);
         return s;
     }
+    /* the replacement is F32 (a router may have been F16/BF16) */
+    lb_tensor nt = *t;
+    nt.type = LB_TYPE_F32;
+    nt.data = data;
+    nt.nbytes = (size_t)n * sizeof(float);
     if (e->sink->keep_in_model) {
         s = lb_model_builder_own(e->m, data);
-        if (s == LB_OK) t->data = data;
+        if (s == LB_OK) *t = nt;
         else lb_free(data);
         return s;
     }
     if (!e->dense_buf[which]) e->dense_orig[which] = *t;
     lb_free(e->dense_buf[which]);
     e->dense_buf[which] = data;
-    t->data = data;
+    *t = nt;
     return LB_OK;
 }
 
@@ -630,7 +670,7 @@ static void restore_layer(engine *e, int layer) {
         lb_free(e->sw[i].buf);
     }
     e->n_sw = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < QZ_DENSE_COUNT; i++) {
         if (!e->dense_buf[i]) continue;
         if (layer < e->m->config.n_layers)
             *dense_slot(e->m, layer, i) = e->dense_orig[i];
@@ -892,7 +932,7 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
     free(deq);
     free(reps);
     /* dense tensors the method changed (AWQ's scaled norms, v bias) */
-    for (int k = 0; k < 3 && s == LB_OK && e->sink->cached_tensor &&
+    for (int k = 0; k < QZ_DENSE_COUNT && s == LB_OK && e->sink->cached_tensor &&
                     layer < e->m->config.n_layers;
          k++) {
         const lb_tensor *t = dense_slot(e->m, layer, k);
@@ -901,9 +941,11 @@ static lb_status try_cached(engine *e, int layer, const qz_module *lm, int n,
         float *buf = lb_alloc((size_t)nel * sizeof(float));
         if (!buf) return lb_set_error(LB_ERR_NOMEM, "out of memory");
         char name[160];
-        qz_dense_name(layer, k, name, sizeof name);
+        qz_dense_name(&e->m->config, layer, k, name, sizeof name);
         bool f = false;
         s = e->sink->cached_tensor(e->sink->user, layer, name, buf, nel, &f);
+        if (s == LB_OK && f && dense_plus_one(&e->m->config, k))
+            for (int64_t i = 0; i < nel; i++) buf[i] += 1.0f;
         if (s == LB_OK && f)
             s = qz_engine_set_dense(e, layer, k, buf, nel, true);
         else

@@ -216,10 +216,10 @@ struct qz_engine {
     int n_sw, cap_sw;
     /* the plan's modules of layer l: mods[lfirst[l] .. + lcount[l]) */
     int *lfirst, *lcount;
-    /* dense tensors replaced in the current layer (checkpoint mode):
-     * attn_norm, ffn_norm, v bias */
-    float *dense_buf[3];
-    lb_tensor dense_orig[3];
+    /* dense tensors replaced in the current layer (checkpoint mode), by
+     * QZ_DENSE_*: attn_norm, ffn_norm, v bias, router, shared_expert_gate */
+    float *dense_buf[5];
+    lb_tensor dense_orig[5];
     uint64_t done, total;
     char stage[160];
     /* QZ_NEED_NATIVE: the native stream [ns, T, dim] f32 (layer inputs of
@@ -268,7 +268,12 @@ lb_status qz_run_moe(qz_engine *e, int l, const qz_module *lm, int n);
 /* Work units of qz_run_moe for layer l. */
 uint64_t qz_moe_units(const qz_engine *e, int l, const qz_module *lm, int n);
 
-enum { QZ_DENSE_ATTN_NORM = 0, QZ_DENSE_FFN_NORM = 1, QZ_DENSE_V_BIAS = 2 };
+/* Dense tensors a method may change (AWQ folds): the RMSNorms before the
+ * attention and the MLP (Gemma: pre_feedforward_layernorm; held as 1 + w,
+ * written as w), v_proj's bias, the MoE router [n_experts, dim] and
+ * Qwen2-MoE's shared_expert_gate [dim]. */
+enum { QZ_DENSE_ATTN_NORM = 0, QZ_DENSE_FFN_NORM = 1, QZ_DENSE_V_BIAS = 2,
+       QZ_DENSE_ROUTER = 3, QZ_DENSE_SHEXP_GATE = 4, QZ_DENSE_COUNT = 5 };
 
 /* Progress: add work units (LB_ERR_CANCELLED when the callback says so). */
 lb_status qz_engine_progress(qz_engine *e, uint64_t add);
@@ -281,12 +286,14 @@ lb_status qz_engine_weight_f32(qz_engine *e, const qz_module *q, float **W);
  * good). */
 lb_status qz_engine_swap_in(qz_engine *e, const qz_module *q, float *W);
 /* Replace a dense tensor of `layer` (QZ_DENSE_*) by data [n] f32
- * (lb_alloc'd, taken over); reported to the sink's tensor_done unless
- * from_cache. */
+ * (lb_alloc'd, taken over; the tensor becomes F32, keeping its shape);
+ * reported to the sink's tensor_done unless from_cache (Gemma norms as the
+ * checkpoint stores them: data - 1). */
 lb_status qz_engine_set_dense(qz_engine *e, int layer, int which,
                               float *data, int64_t n, bool from_cache);
 /* Source tensor name of a QZ_DENSE_* tensor of `layer`. */
-void qz_dense_name(int layer, int which, char *buf, size_t n);
+void qz_dense_name(const lb_model_config *c, int layer, int which, char *buf,
+                   size_t n);
 /* Run every calibration sequence through `layer` and copy the inputs of
  * the linears in want[QZ_IN_*] into X[QZ_IN_*] ([ns * T, width] f32 each,
  * allocated here with lb_alloc, NULL where not wanted); the forward stops
@@ -309,10 +316,11 @@ extern const qz_processor qz_proc_awq, qz_proc_awq_gptq;
 lb_status qz_effective_params(const lb_quantize_params *p,
                               lb_quantize_params *eff);
 
-/* The architecture allows the method: AWQ and --rotate hadamard-r4 on
- * the Llama layout only, --rotate hadamard not on Gemma 2/3
- * (LB_ERR_UNSUPPORTED naming the architecture and why); GPTAQ/QEP run on
- * every layout (MoE: per-expert cross statistics, quantize_moe.c). */
+/* The architecture allows the method: --rotate hadamard-r4 on the Llama
+ * layout only, --rotate hadamard not on Gemma 2/3 (LB_ERR_UNSUPPORTED
+ * naming the architecture and why); AWQ (quantize_awq.c's scaling groups)
+ * and GPTAQ/QEP (MoE: per-expert cross statistics, quantize_moe.c) on
+ * every layout. */
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
 
 /* "rtn", "gptq", "awq", "awq+gptq". */

@@ -178,9 +178,9 @@ typedef struct qwriter {
     int n_rot_dense;
     bool rot_moe; /* meta.rotation names the MoE parts */
     /* dense tensors the method changed in this layer (AWQ) */
-    char dense_name[3][160];
-    float *dense[3];
-    int64_t dense_n[3];
+    char dense_name[5][160];
+    float *dense[5];
+    int64_t dense_n[5];
     int n_dense;
     lb_quantize_report *rep;
 } qwriter;
@@ -325,7 +325,7 @@ static lb_status w_tensor_done(void *user, int layer, const char *name,
                                const float *data, int64_t n) {
     qwriter *w = user;
     (void)layer;
-    if (w->n_dense == 3)
+    if (w->n_dense == (int)LB_ARRAY_LEN(w->dense))
         return lb_set_error(LB_ERR_INTERNAL, "quantize: too many dense "
                             "tensors in one layer (%s)", name);
     float *c = lb_alloc((size_t)n * sizeof(float));
@@ -1117,7 +1117,9 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     lb_status s = lb_st_open(w->model_dir, &a.src);
     if (s != LB_OK) return s;
     const size_t nt = lb_st_count(a.src);
-    a.cap_conv = (int)nt * 2 + 8;
+    /* up to 3 conversions per quantized module (AWQ GEMM: qweight,
+     * qzeros, scales) and one per other tensor */
+    a.cap_conv = (int)nt + w->n_mods * 3 + 8;
     a.cap_names = w->n_mods * 4 + 8;
     a.convs = calloc((size_t)a.cap_conv, sizeof *a.convs);
     a.names = calloc((size_t)a.cap_names, sizeof *a.names);
@@ -1146,6 +1148,7 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
     }
     for (size_t i = 0; i < nt && s == LB_OK; i++) {
         const lb_tensor *t = lb_st_tensor_at(a.src, i);
+        lb_tensor ov;
         /* transformers-5 fused experts (mlp.experts.gate_up_proj [E, 2ff,
          * dim], down_proj [E, dim, ff]): replaced by the per-expert
          * modules, which must then all be quantized */
@@ -1177,14 +1180,20 @@ static lb_status assemble_tensors(qwriter *w, const lb_model_config *cfg,
             ly < w->n_layers && a.lst[ly]) {
             const lb_tensor *o = lb_st_find(a.lst[ly], t->name);
             if (o) {
-                if (o->type != LB_TYPE_F32 || o->n_dims != t->n_dims ||
+                /* kept flat [n] in the layer state (AWQ's scaled router
+                 * [n_experts, dim], shared_expert_gate [1, dim]): written
+                 * in the source's shape */
+                if (o->type != LB_TYPE_F32 || o->n_dims != 1 ||
                     lb_tensor_nelements(o) != lb_tensor_nelements(t)) {
                     s = lb_set_error(LB_ERR_FORMAT, "%s: layer state tensor "
                                      "'%s' does not match the source",
                                      w->tmp, t->name);
                     break;
                 }
-                t = o;
+                ov = *o;
+                ov.n_dims = t->n_dims;
+                memcpy(ov.shape, t->shape, sizeof ov.shape);
+                t = &ov;
             }
         }
         char prefix[200];
