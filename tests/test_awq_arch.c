@@ -208,6 +208,43 @@ static double grand(void) { /* [-1, 1) */
     return (double)(grng >> 8) / (double)(1u << 23) - 1.0;
 }
 
+/* A random F32 checkpoint written tensor by tensor: rw_begin, rw_add
+ * (name, [d0, d1] or [d0] when d1 = 0, values base + scale * grand()),
+ * rw_end(path). */
+static lb_st_writer *rw_w;
+static float *rw_buf[128];
+static char rw_names[128][112];
+static int rw_n;
+
+static void rw_begin(void) {
+    rw_w = NULL;
+    rw_n = 0;
+    TH_CHECK_OK(lb_st_writer_create(&rw_w));
+}
+
+static void rw_add(const char *name, int64_t d0, int64_t d1, double scale, double base) {
+    if (!rw_w || rw_n >= 128) {
+        TH_CHECK(!"rw_add: no writer or too many tensors");
+        return;
+    }
+    const int64_t n = d0 * (d1 > 0 ? d1 : 1);
+    int64_t sh[2] = {d0, d1};
+    float *b = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) b[i] = (float)(base + scale * grand());
+    rw_buf[rw_n] = b;
+    snprintf(rw_names[rw_n], sizeof rw_names[rw_n], "%s", name);
+    TH_CHECK_OK(lb_st_writer_add(rw_w, rw_names[rw_n], LB_TYPE_F32, d1 > 0 ? 2 : 1, sh, b));
+    rw_n++;
+}
+
+static void rw_end(const char *path) {
+    if (rw_w) TH_CHECK_OK(lb_st_writer_write_file(rw_w, path));
+    lb_st_writer_free(rw_w);
+    rw_w = NULL;
+    for (int i = 0; i < rw_n; i++) free(rw_buf[i]);
+    rw_n = 0;
+}
+
 static const char *make_qwen2moe_mha(void) {
     const char *dir = tmp_path("qwen2moe-mha");
     mkdir(dir, 0755);
@@ -224,21 +261,8 @@ static const char *make_qwen2moe_mha(void) {
                "\"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000.0, \"qkv_bias\": true, "
                "\"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}\n");
     fclose(f);
-    lb_st_writer *w = NULL;
-    TH_CHECK_OK(lb_st_writer_create(&w));
-    static float buf[96][64 * 256];
-    static char names[96][112];
-    int nb = 0;
-#define ADD(name, d0, d1, scale, base)                                                  \
-    do {                                                                                \
-        int64_t sh[2] = {d0, d1};                                                       \
-        for (int64_t i = 0; i < (int64_t)(d0) * ((d1) > 0 ? (d1) : 1); i++)              \
-            buf[nb][i] = (float)((base) + (scale) * grand());                           \
-        snprintf(names[nb], sizeof names[nb], "%s", name);                              \
-        TH_CHECK_OK(lb_st_writer_add(w, names[nb], LB_TYPE_F32, (d1) > 0 ? 2 : 1, sh,   \
-                                     buf[nb]));                                         \
-        nb++;                                                                           \
-    } while (0)
+    rw_begin();
+#define ADD(name, d0, d1, scale, base) rw_add(name, d0, d1, scale, base)
     ADD("model.embed_tokens.weight", 256, 64, 1.0, 0.0);
     ADD("lm_head.weight", 256, 64, 0.3, 0.0);
     ADD("model.norm.weight", 64, 0, 0.3, 1.0);
@@ -272,8 +296,7 @@ static const char *make_qwen2moe_mha(void) {
     }
 #undef ADD
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    TH_CHECK_OK(lb_st_writer_write_file(w, p));
-    lb_st_writer_free(w);
+    rw_end(p);
     return dir;
 }
 
@@ -417,21 +440,8 @@ static const char *make_phi3_mha(void) {
                "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"hidden_act\": \"silu\", "
                "\"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}\n");
     fclose(f);
-    lb_st_writer *w = NULL;
-    TH_CHECK_OK(lb_st_writer_create(&w));
-    static float buf[16][256 * 64];
-    static char names[16][112];
-    int nb = 0;
-#define ADD(name, d0, d1, scale, base)                                                  \
-    do {                                                                                \
-        int64_t sh[2] = {d0, d1};                                                       \
-        for (int64_t i = 0; i < (int64_t)(d0) * ((d1) > 0 ? (d1) : 1); i++)              \
-            buf[nb][i] = (float)((base) + (scale) * grand());                           \
-        snprintf(names[nb], sizeof names[nb], "%s", name);                              \
-        TH_CHECK_OK(lb_st_writer_add(w, names[nb], LB_TYPE_F32, (d1) > 0 ? 2 : 1, sh,   \
-                                     buf[nb]));                                         \
-        nb++;                                                                           \
-    } while (0)
+    rw_begin();
+#define ADD(name, d0, d1, scale, base) rw_add(name, d0, d1, scale, base)
     ADD("model.embed_tokens.weight", 256, 64, 1.0, 0.0);
     ADD("lm_head.weight", 256, 64, 0.3, 0.0);
     ADD("model.norm.weight", 64, 0, 0.3, 1.0);
@@ -448,8 +458,7 @@ static const char *make_phi3_mha(void) {
     }
 #undef ADD
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    TH_CHECK_OK(lb_st_writer_write_file(w, p));
-    lb_st_writer_free(w);
+    rw_end(p);
     return dir;
 }
 
