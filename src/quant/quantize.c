@@ -409,18 +409,6 @@ void qz_engine_act_load(const qz_engine *e, int64_t s, float *dst) {
         lb_f16_to_f32_row(e->act16 + (size_t)s * n, dst, n);
 }
 
-static lb_status progress(engine *e, uint64_t add) {
-    e->done += add;
-    if (!lb_progress_report(&e->p->progress, e->stage, e->done, e->total))
-        return lb_set_error(LB_ERR_CANCELLED, "quantize: cancelled (%s)",
-                            e->stage);
-    return LB_OK;
-}
-
-static void act_load(engine *e, int64_t s, float *dst) {
-    qz_engine_act_load(e, s, dst);
-}
-
 static void act_store(engine *e, int64_t s, const float *src) {
     size_t n = (size_t)(e->T * e->dim);
     if (e->act32)
@@ -1049,7 +1037,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
     lb_context_set_hook(e->ctx, &hook);
     const double t_loop = lb_time_s();
     for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
-        act_load(e, i, e->x);
+        qz_engine_act_load(e, i, e->x);
         c.stopped = false;
         c.seq = i;
         s = from_h ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
@@ -1062,7 +1050,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
             s = lb_set_error(LB_ERR_INTERNAL, "layer %d: the pass of %s did "
                              "not stop at its last input", l, names);
         }
-        if (s == LB_OK) s = progress(e, 1);
+        if (s == LB_OK) s = qz_engine_progress(e, 1);
     }
     if (s == LB_OK && keep_h) e->h_kept = true;
     lb_context_set_hook(e->ctx, NULL);
@@ -1111,7 +1099,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
             loss_sum += e->rep->modules[q - e->mods].loss;
             snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: loss %.4g",
                      l + 1, e->m->config.n_layers, names, loss_sum);
-            s = progress(e, 1);
+            s = qz_engine_progress(e, 1);
         }
     }
     lb_free(H);
@@ -1258,7 +1246,7 @@ lb_status qz_engine_capture(qz_engine *e, int layer,
             s = LB_OK;
             lb_clear_error();
         }
-        if (s == LB_OK) s = progress(e, 1);
+        if (s == LB_OK) s = qz_engine_progress(e, 1);
     }
     lb_context_set_hook(e->ctx, NULL);
     e->rep->forward_seconds += lb_time_s() - t0;
@@ -1318,7 +1306,7 @@ static lb_status native_layer(engine *e, int l) {
                              (long long)r, (long long)col);
         if (s == LB_OK) {
             memcpy(e->nat + (size_t)i * n, e->x, n * sizeof(float));
-            s = progress(e, 1);
+            s = qz_engine_progress(e, 1);
         }
     }
     lb_context_set_hook(e->ctx, NULL);
@@ -1378,7 +1366,7 @@ static lb_status run_layers(engine *e) {
                              l + 1, L, e->proc->name,
                              short_name(lm[i].which));
                     s = quantize_module(e, &lm[i], NULL, NULL, 0);
-                    if (s == LB_OK) s = progress(e, 1);
+                    if (s == LB_OK) s = qz_engine_progress(e, 1);
                 }
             }
         }
@@ -1390,7 +1378,7 @@ static lb_status run_layers(engine *e) {
                      L);
             const double t_replay = lb_time_s();
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
-                act_load(e, i, e->x);
+                qz_engine_act_load(e, i, e->x);
                 s = e->h_kept
                         ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
                         : lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
@@ -1417,13 +1405,13 @@ static lb_status run_layers(engine *e) {
                             : ": weights or activations overflow float32");
                 if (s == LB_OK) {
                     act_store(e, i, e->x);
-                    s = progress(e, 1);
+                    s = qz_engine_progress(e, 1);
                 }
             }
             e->rep->replay_seconds += lb_time_s() - t_replay;
         }
         if (s == LB_OK && cached)
-            s = progress(e, layer_units(e, l) -
+            s = qz_engine_progress(e, layer_units(e, l) -
                                 ((e->proc->needs & QZ_NEED_NATIVE)
                                      ? (uint64_t)e->ns
                                      : 0));
@@ -1444,7 +1432,7 @@ static lb_status run_layers(engine *e) {
             if (cached) {
                 e->rep->layers_resumed++;
                 snprintf(e->stage, sizeof e->stage, "lm_head: resumed");
-                s = progress(e, hess ? (uint64_t)e->ns + 1 : 1);
+                s = qz_engine_progress(e, hess ? (uint64_t)e->ns + 1 : 1);
             }
             return s;
         }
@@ -1458,7 +1446,7 @@ static lb_status run_layers(engine *e) {
             float *xn = lb_alloc((size_t)(e->T * e->dim) * sizeof(float));
             if (!xn) s = lb_set_error(LB_ERR_NOMEM, "lm_head: out of memory");
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
-                act_load(e, i, e->x);
+                qz_engine_act_load(e, i, e->x);
                 for (int64_t t = 0; t < e->T; t++)
                     lb_rmsnorm(xn + t * e->dim, e->x + t * e->dim,
                                e->m->output_norm.data, e->dim,
@@ -1466,7 +1454,7 @@ static lb_status run_layers(engine *e) {
                 const double th = lb_time_s();
                 s = lb_gptq_hessian_add_batch(h, xn, e->T, 1);
                 e->rep->hessian_seconds += lb_time_s() - th;
-                if (s == LB_OK) s = progress(e, 1);
+                if (s == LB_OK) s = qz_engine_progress(e, 1);
             }
             lb_free(xn);
             if (s == LB_OK) {
@@ -1491,7 +1479,7 @@ static lb_status run_layers(engine *e) {
         if (s == LB_OK) {
             snprintf(e->stage, sizeof e->stage, "lm_head: loss %.4g",
                      e->rep->modules[e->n_mods - 1].loss);
-            s = progress(e, 1);
+            s = qz_engine_progress(e, 1);
         }
         if (s == LB_OK && e->sink->layer_done)
             s = e->sink->layer_done(e->sink->user, L);
@@ -1642,7 +1630,7 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
                "(see the report's notes)", n_short);
     e.total = count_units(&e);
     snprintf(e.stage, sizeof e.stage, "quantize: start");
-    if ((s = progress(&e, 0)) != LB_OK) goto done;
+    if ((s = qz_engine_progress(&e, 0)) != LB_OK) goto done;
     if (need_calib) {
         /* layer-0 inputs: the embeddings of every sequence */
         for (int64_t i = 0; i < e.ns && s == LB_OK; i++) {
