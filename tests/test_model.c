@@ -469,6 +469,20 @@ static lb_status stop_at_gate(void *user, int layer, lb_linear_id which,
                                    : LB_OK;
 }
 
+/* keeps o_proj's and down_proj's inputs (lb_layer_forward_from) */
+typedef struct keep_io {
+    float *att, *act;
+} keep_io;
+
+static lb_status keep_inputs(void *user, int layer, lb_linear_id which,
+                             const float *X, int64_t n, int64_t in) {
+    keep_io *k = user;
+    (void)layer;
+    if (which == LB_LINEAR_O) memcpy(k->att, X, (size_t)(n * in) * 4);
+    if (which == LB_LINEAR_DOWN) memcpy(k->act, X, (size_t)(n * in) * 4);
+    return LB_OK;
+}
+
 static void test_layer_mlp_half(void) {
     lb_model *m = NULL;
     TH_CHECK_OK(lb_model_load(th_shared("models/random/qwen2-random"), NULL,
@@ -483,17 +497,35 @@ static void test_layer_mlp_half(void) {
     }
     const int32_t n = (int32_t)(nb / 4);
     const size_t dim = (size_t)m->config.hidden_size, sz = (size_t)n * dim * 4;
-    for (int threads = 1; threads <= 2; threads++) {
+    const size_t qd = (size_t)m->config.n_heads * (size_t)m->config.head_dim,
+                 ff = (size_t)m->config.intermediate_size;
+    /* threads 1, 2; then 2 with bf16 products (where the CPU has them) */
+    for (int run = 0; run < 3; run++) {
         lb_context_params cp = lb_context_default_params();
-        cp.n_threads = threads;
+        cp.n_threads = run == 0 ? 1 : 2;
+        cp.bf16_activations = run == 2;
         lb_context *ctx = NULL;
         TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
-        float *x = malloc(sz), *whole = malloc(sz), *half = malloc(sz);
+        if (run == 2 && ctx && !lb_context_bf16_active(ctx)) {
+            lb_context_free(ctx);
+            continue;
+        }
+        float *x = malloc(sz), *whole = malloc(sz), *half = malloc(sz),
+              *from = malloc(sz);
+        keep_io k = {malloc((size_t)n * qd * 4), malloc((size_t)n * ff * 4)};
         TH_CHECK_OK(lb_model_embed(ctx, ids, n, x));
-        int differ = 0;
+        int differ = 0, differ_o = 0, differ_down = 0;
         for (int l = 0; ctx && l < m->config.n_layers; l++) {
             memcpy(whole, x, sz);
+            lb_forward_hook keep = {keep_inputs, &k};
+            lb_context_set_hook(ctx, &keep);
             TH_CHECK_OK(lb_layer_forward(ctx, l, whole, n, 0));
+            lb_context_set_hook(ctx, NULL);
+            /* from o_proj's input: x + o_proj(att), then the MLP */
+            memcpy(from, x, sz);
+            TH_CHECK_OK(lb_layer_forward_from(ctx, l, LB_LAYER_ENTRY_O, k.att,
+                                              from, n, 0));
+            differ_o += memcmp(from, whole, sz) != 0;
             memcpy(half, x, sz);
             lb_forward_hook hk = {stop_at_gate, NULL};
             lb_context_set_hook(ctx, &hk);
@@ -501,15 +533,31 @@ static void test_layer_mlp_half(void) {
                            LB_ERR_CANCELLED);
             lb_context_set_hook(ctx, NULL);
             TH_CHECK(memcmp(half, x, sz) != 0); /* h = x + o, not x */
+            /* from down_proj's input: h + down_proj(act) */
+            memcpy(from, half, sz);
+            TH_CHECK_OK(lb_layer_forward_from(ctx, l, LB_LAYER_ENTRY_DOWN,
+                                              k.act, from, n, 0));
+            differ_down += memcmp(from, whole, sz) != 0;
             TH_CHECK_OK(lb_layer_forward_mlp(ctx, l, half, n, 0));
             differ += memcmp(half, whole, sz) != 0;
             memcpy(x, whole, sz);
         }
         TH_CHECK_INT(differ, 0);
+        TH_CHECK_INT(differ_o, 0);
+        TH_CHECK_INT(differ_down, 0);
         TH_CHECK_FAILS(lb_layer_forward_mlp(ctx, 99, half, n, 0), LB_ERR_RANGE);
+        TH_CHECK_FAILS(lb_layer_forward_from(ctx, 0, LB_LAYER_ENTRY_DOWN, NULL,
+                                             half, n, 0),
+                       LB_ERR_INVALID_ARG);
+        TH_CHECK_FAILS(lb_layer_forward_from(ctx, 0, (lb_layer_entry)7, k.act,
+                                             half, n, 0),
+                       LB_ERR_INVALID_ARG);
         free(x);
         free(whole);
         free(half);
+        free(from);
+        free(k.att);
+        free(k.act);
         lb_context_free(ctx);
     }
     free(ids);

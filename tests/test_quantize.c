@@ -444,12 +444,81 @@ static void test_params(void) {
     lb_model_free(m);
 }
 
+/* --calib-cache (lb_quantize_params.calib_cache_mib): keeping the
+ * attention outputs and MLP activations between passes gives the same
+ * model as computing them again: every module's loss and the logits of
+ * the quantized model bit for bit, cache off / every sequence / a part of
+ * them, f32 and (where the CPU has it) bf16 calibration. */
+static void test_calib_cache(void) {
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        float *logits0 = NULL;
+        double loss0[16] = {0};
+        const int64_t budgets[3] = {0, -1, 1}; /* off, auto, 1 MiB */
+        const int64_t want_nc[2][3] = {{0, 16, 4}, {0, 16, 8}};
+        for (int k = 0; k < 3; k++) {
+            lb_model *m = NULL;
+            TH_CHECK_OK(lb_model_load(th_shared(TS_DIR), NULL, &m));
+            lb_calib cal = ref_calib();
+            if (!m || !cal.ids) {
+                lb_calib_free(&cal);
+                lb_model_free(m);
+                return;
+            }
+            cal.nsamples = 16;
+            lb_quantize_params p;
+            lb_quantize_default_params(&p);
+            p.n_threads = 2;
+            p.calib_bf16 = bf16;
+            p.calib_cache_mib = budgets[k];
+            lb_quantize_report rep;
+            TH_CHECK_OK(lb_quantize_model_inplace(m, &p, &cal, &rep));
+            if (bf16 && !rep.calib_bf16) { /* no AVX512_BF16 */
+                lb_quantize_report_free(&rep);
+                lb_calib_free(&cal);
+                lb_model_free(m);
+                break;
+            }
+            /* 128 tokens x (128 + 384) widths x 4 (f32) or 2 (bf16) bytes
+             * per sequence: 1 MiB holds 4 / 8 of them */
+            TH_CHECK_INT(rep.cache_sequences, want_nc[bf16][k]);
+            TH_CHECK_INT(rep.n_modules, 14);
+            const int V = m->config.vocab_size, n = 64;
+            float *logits = malloc((size_t)n * (size_t)V * sizeof(float));
+            lb_context *ctx = NULL;
+            TH_CHECK_OK(lb_context_create(m, NULL, &ctx));
+            if (ctx && logits)
+                TH_CHECK_OK(lb_model_forward(ctx, cal.ids, n, 0, logits,
+                                             LB_LOGITS_ALL));
+            lb_context_free(ctx);
+            if (k == 0) {
+                logits0 = logits;
+                for (int i = 0; i < rep.n_modules && i < 16; i++)
+                    loss0[i] = rep.modules[i].loss;
+            } else {
+                int same = 0;
+                for (int i = 0; i < rep.n_modules && i < 16; i++)
+                    same += rep.modules[i].loss == loss0[i];
+                TH_CHECK_INT(same, 14);
+                TH_CHECK(logits && logits0 &&
+                         !memcmp(logits, logits0,
+                                 (size_t)n * (size_t)V * sizeof(float)));
+                free(logits);
+            }
+            lb_quantize_report_free(&rep);
+            lb_calib_free(&cal);
+            lb_model_free(m);
+        }
+        free(logits0);
+    }
+}
+
 int main(void) {
     TH_RUN(test_rules);
     TH_RUN(test_calib);
     TH_RUN(test_params);
     TH_RUN(test_rtn_reference);
     TH_RUN(test_gptq_reference);
+    TH_RUN(test_calib_cache);
     nftw(th_tmpdir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return th_report();
 }

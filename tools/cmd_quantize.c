@@ -86,6 +86,10 @@ static void usage(FILE *fp) {
         "  --calib-dtype f32|bf16  calibration forwards and Hessian products in f32\n"
         "                          (default, AutoGPTQ's numerics) or BF16 x BF16\n"
         "                          (AVX512_BF16, ~2x faster forwards)\n"
+        "  --calib-cache auto|off|MIB  memory for keeping each layer's attention\n"
+        "                          outputs and MLP activations between its passes\n"
+        "                          instead of recomputing them (default auto: up\n"
+        "                          to a quarter of the RAM; same output bytes)\n"
         "  --eora-rank R           also fit a rank-R EoRA adapter to the result,\n"
         "                          written to OUT_DIR-eora-rR (docs/lora.md)\n"
         "  --hessian-f64           accumulate Hessians in double\n"
@@ -357,6 +361,17 @@ int cmd_quantize(int argc, char **argv) {
                 cli_usage_error(cmd, "--calib-dtype: f32 or bf16");
                 goto out;
             }
+        } else if (!strcmp(a, "--calib-cache")) {
+            VALUE();
+            long mib = 0;
+            if (!strcmp(v, "auto"))
+                p.calib_cache_mib = -1;
+            else if (!strcmp(v, "off"))
+                p.calib_cache_mib = 0;
+            else if (cli_parse_int(cmd, a, v, 1, 1L << 30, &mib))
+                p.calib_cache_mib = mib;
+            else
+                goto out;
         } else if (!strcmp(a, "--hessian-f64")) {
             p.hessian_f64 = true;
         } else if (!strcmp(a, "--checkpoint-format")) {

@@ -389,6 +389,40 @@ lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
 lb_status lb_layer_forward_mlp(lb_context *ctx, int layer, float *hidden,
                                int32_t n_tokens, int32_t pos);
 
+/* Where lb_layer_forward_from starts a decoder layer (in the order of the
+ * forward: each entry skips everything before it). */
+typedef enum lb_layer_entry {
+    LB_LAYER_ENTRY_INPUT = 0, /* the layer input (= lb_layer_forward)      */
+    LB_LAYER_ENTRY_O = 1,     /* o_proj's input: src = att [n_tokens,
+                                 n_heads * head_dim], the attention output
+                                 for these positions; hidden holds the
+                                 layer input x                             */
+    LB_LAYER_ENTRY_MLP = 2,   /* the MLP: hidden holds h = x + o_proj(att)
+                                 (= lb_layer_forward_mlp); src unused      */
+    LB_LAYER_ENTRY_DOWN = 3,  /* down_proj's input: src = act(gate(xn)) *
+                                 up(xn) [n_tokens, intermediate_size] (after
+                                 the online Hadamard of a rotated model, as
+                                 the hook sees it); hidden holds h         */
+} lb_layer_entry;
+
+/* One decoder layer from inside it, in place on hidden [n_tokens, dim]:
+ * the steps of lb_layer_forward from `entry` on, with the same kernels and
+ * float order, so given the src the layer itself would compute there the
+ * result is bit-identical to lb_layer_forward (ENTRY_O: hidden = x +
+ * o_proj(src), then the MLP; ENTRY_DOWN: hidden = h + down_proj(src)).
+ * The hook is called for the linears from the entry on (ENTRY_O: with src
+ * for o_proj; ENTRY_DOWN: with src for down_proj). The KV cache is not
+ * touched (the attention is not run). Calibration uses it to keep a
+ * layer's attention output or MLP activation between its true-sequential
+ * passes instead of computing them again (quantize.c, --calib-cache).
+ * Llama/Mistral/Qwen2/Qwen3 layouts only (LB_ERR_UNSUPPORTED for Gemma,
+ * Phi-3 longrope and MoE). Errors: LB_ERR_INVALID_ARG (unknown entry, src
+ * NULL where needed), as lb_layer_forward otherwise. src is not modified
+ * and must not alias hidden or the context's buffers. */
+lb_status lb_layer_forward_from(lb_context *ctx, int layer,
+                                lb_layer_entry entry, const float *src,
+                                float *hidden, int32_t n_tokens, int32_t pos);
+
 /* Set n_past after driving layers by hand (n <= n_ctx). */
 lb_status lb_context_set_n_past(lb_context *ctx, int32_t n);
 

@@ -187,6 +187,16 @@ typedef struct lb_quantize_params {
                                  path (a few %: docs/quantize.md); f32
                                  products on CPUs without AVX512_BF16
                                  (report says)                            */
+    int64_t calib_cache_mib;  /* -1 (auto): memory for keeping each
+                                 layer's attention outputs and MLP
+                                 activations between its true-sequential
+                                 passes (T x (n_heads * head_dim +
+                                 intermediate_size) per sequence, bf16
+                                 with calib_bf16, else f32) instead of
+                                 computing them again: at most a quarter
+                                 of the machine's RAM; 0: off; N: at most
+                                 N MiB. Sequences that do not fit are
+                                 recomputed. Same bytes either way.       */
     const char *const *rules; /* module rules, see above (not owned)       */
     int n_rules;
     lb_gptq_format format;    /* LB_GPTQ_FORMAT_V1 ("gptq")                */
@@ -275,6 +285,9 @@ typedef struct lb_quantize_report {
     int n_layers, layers_resumed;
     int64_t nsamples, seqlen;
     uint64_t activation_bytes;  /* calibration activations held           */
+    int64_t cache_sequences;    /* sequences in the calibration cache
+                                   (calib_cache_mib)                       */
+    uint64_t cache_bytes;       /* its size                               */
     bool calib_bf16;            /* the forwards ran in BF16 (calib_bf16
                                    asked and the CPU has AVX512_BF16)     */
     double seconds;             /* wall time of the whole run             */

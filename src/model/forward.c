@@ -509,8 +509,8 @@ typedef struct fwd_job {
     float *hidden; /* [n, dim] residual stream, updated in place */
     int32_t n, pos;
     int layer0, layer1;
-    bool mlp_only; /* layer0 starts at step 6 from the post-attention
-                      residual (lb_layer_forward_mlp) */
+    lb_layer_entry entry; /* where layer0 starts (lb_layer_forward_from) */
+    const float *src;     /* its ENTRY_O / ENTRY_DOWN input              */
     lb_pool *pool; /* the pool running the job (NULL: the caller alone) */
     atomic_int status; /* a hook's failure */
 } fwd_job;
@@ -703,9 +703,16 @@ static void fwd_worker(void *arg, int ith, int nth) {
                                      &P[LB_LINEAR_V]};
         const void *aq[3], *ao[1], *agu[2], *ad[1];
         /* att is written into xn's buffer (xn is not needed again before
-         * step 6); o: q is free after step 4 */
-        float *att = ctx->xn, *o = ctx->q;
-        const bool attn = !(j->mlp_only && l == j->layer0);
+         * step 6); o: q is free after step 4. from: where this layer
+         * starts (lb_layer_forward_from): steps 1-4 run from the input,
+         * step 5 from o_proj's input too, steps 6-7 from the MLP on */
+        const lb_layer_entry from =
+            l == j->layer0 ? j->entry : LB_LAYER_ENTRY_INPUT;
+        const float *att = from == LB_LAYER_ENTRY_O ? j->src : ctx->xn;
+        float *o = ctx->q;
+        const bool attn = from == LB_LAYER_ENTRY_INPUT;
+        const bool oproj = from <= LB_LAYER_ENTRY_O;
+        const bool up = from <= LB_LAYER_ENTRY_MLP;
 
         if (attn) {
             /* 1. xn = RMSNorm(hidden) * input_layernorm; quantize for q/k/v */
@@ -767,6 +774,8 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
                           scr);
             lb_pool_barrier(pool);
+        } /* attn */
+        if (oproj) {
             if (!hook_phase(j, ith, l, LB_LINEAR_O, 1, att, qd)) return;
 
             /* 5. o = att Wo^T                                     [n, dim] */
@@ -779,81 +788,87 @@ static void fwd_worker(void *arg, int ith, int nth) {
             }
             lb_pool_barrier(pool);
             lora_rows(ctx, l, LB_LINEAR_O, att, qd, o, dim, tb, te);
-        } /* attn */
+        } /* oproj */
 
-        /* 6. hidden += o (mlp_only: hidden holds it already);
+        /* 6. hidden += o (ENTRY_MLP: hidden holds it already);
          *    xn = RMSNorm(hidden) * post_attention_layernorm */
         const lb_mm_plan *pgu[2] = {&P[LB_LINEAR_GATE], &P[LB_LINEAR_UP]};
-        for (size_t t = tb; t < te; t++) {
-            if (attn) kt->vec.add(hidden + t * dim, o + t * dim, dim);
-            lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data,
-                       dim, eps);
-        }
-        quant_rows(ctx, pgu, 2, ctx->xn, (int64_t)tb, (int64_t)te, agu, 0);
-        lb_pool_barrier(pool);
-        if (!hook_phase(j, ith, l, LB_LINEAR_GATE, 2, ctx->xn, dim)) return;
-
-        /* 7. gate, up = xn Wg^T, xn Wu^T [n, ff]; h = silu(gate) * up,
-         *    fused per chunk when both products are cut the same way; when
-         *    streaming, h's chunk is quantized at once into down_proj's
-         *    input (the quantizers work block by block, so the bytes equal
-         *    a whole-row quantization) */
         const lb_mm_plan *pd = &P[LB_LINEAR_DOWN];
-        const bool stream = ctx->stream[l];
-        {
-            const lb_mm_plan *pg = pgu[0], *pu = pgu[1];
-            const bool fused = pg->n_chunks == pu->n_chunks &&
-                               pg->row_chunk == pu->row_chunk &&
-                               !lb_lora_set_layer_active(&ctx->lora, l);
-            if (fused) {
-                const size_t gsz = (size_t)n * (size_t)pg->row_chunk;
-                float *g = ctx->mlpc + (size_t)ith * ctx->mlpc_per_thread;
-                float *u = stream ? g + gsz : g;
-                const lb_type_traits *at = lb_type_get_traits(pd->act_type);
-                while (take(&ctr[3], pg->n_chunks, &ch)) {
-                    const int64_t r0 = ch * pg->row_chunk;
-                    const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
-                    if (stream)
-                        lb_mm_plan_chunk_at(pg, agu[0], g, (size_t)nr, ch);
-                    else
-                        lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
-                    lb_mm_plan_chunk_at(pu, agu[1], u, (size_t)nr, ch);
-                    for (int32_t t = 0; t < n; t++) {
-                        float *h = stream ? g + (size_t)t * nr
-                                          : ctx->gate + (size_t)t * ff + r0;
-                        kt->vec.silu_mul(h, u + (size_t)t * nr, nr);
-                        if (stream)
-                            pd->qact(h, ctx->act[3] + (size_t)t * pd->a_stride +
-                                            (size_t)(r0 / at->blck_size) *
-                                                (size_t)at->type_size,
-                                     nr);
-                    }
-                }
-                lb_pool_barrier(pool);
-            } else {
-                while (take(&ctr[3], pg->n_chunks + pu->n_chunks, &ch)) {
-                    if (ch < pg->n_chunks)
-                        lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
-                    else
-                        lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff,
-                                         ch - pg->n_chunks);
-                }
-                lb_pool_barrier(pool);
-                lora_rows(ctx, l, LB_LINEAR_GATE, ctx->xn, dim, ctx->gate, ff, tb, te);
-                lora_rows(ctx, l, LB_LINEAR_UP, ctx->xn, dim, ctx->up, ff, tb, te);
-                for (size_t t = tb; t < te; t++)
-                    kt->vec.silu_mul(ctx->gate + t * ff, ctx->up + t * ff, ff);
-                lb_pool_barrier(pool);
+        /* down_proj's input: the gate buffer, or the caller's (ENTRY_DOWN,
+         * which never streams: its input is whole) */
+        const float *dx = up ? ctx->gate : j->src;
+        const bool stream = ctx->stream[l] && up;
+        if (up) {
+            for (size_t t = tb; t < te; t++) {
+                if (oproj) kt->vec.add(hidden + t * dim, o + t * dim, dim);
+                lb_rmsnorm(ctx->xn + t * dim, hidden + t * dim, L->ffn_norm.data,
+                           dim, eps);
             }
-        }
+            quant_rows(ctx, pgu, 2, ctx->xn, (int64_t)tb, (int64_t)te, agu, 0);
+            lb_pool_barrier(pool);
+            if (!hook_phase(j, ith, l, LB_LINEAR_GATE, 2, ctx->xn, dim)) return;
+
+            /* 7. gate, up = xn Wg^T, xn Wu^T [n, ff]; h = silu(gate) * up,
+             *    fused per chunk when both products are cut the same way; when
+             *    streaming, h's chunk is quantized at once into down_proj's
+             *    input (the quantizers work block by block, so the bytes equal
+             *    a whole-row quantization) */
+            {
+                const lb_mm_plan *pg = pgu[0], *pu = pgu[1];
+                const bool fused = pg->n_chunks == pu->n_chunks &&
+                                   pg->row_chunk == pu->row_chunk &&
+                                   !lb_lora_set_layer_active(&ctx->lora, l);
+                if (fused) {
+                    const size_t gsz = (size_t)n * (size_t)pg->row_chunk;
+                    float *g = ctx->mlpc + (size_t)ith * ctx->mlpc_per_thread;
+                    float *u = stream ? g + gsz : g;
+                    const lb_type_traits *at = lb_type_get_traits(pd->act_type);
+                    while (take(&ctr[3], pg->n_chunks, &ch)) {
+                        const int64_t r0 = ch * pg->row_chunk;
+                        const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
+                        if (stream)
+                            lb_mm_plan_chunk_at(pg, agu[0], g, (size_t)nr, ch);
+                        else
+                            lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                        lb_mm_plan_chunk_at(pu, agu[1], u, (size_t)nr, ch);
+                        for (int32_t t = 0; t < n; t++) {
+                            float *h = stream ? g + (size_t)t * nr
+                                              : ctx->gate + (size_t)t * ff + r0;
+                            kt->vec.silu_mul(h, u + (size_t)t * nr, nr);
+                            if (stream)
+                                pd->qact(h, ctx->act[3] + (size_t)t * pd->a_stride +
+                                                (size_t)(r0 / at->blck_size) *
+                                                    (size_t)at->type_size,
+                                         nr);
+                        }
+                    }
+                    lb_pool_barrier(pool);
+                } else {
+                    while (take(&ctr[3], pg->n_chunks + pu->n_chunks, &ch)) {
+                        if (ch < pg->n_chunks)
+                            lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                        else
+                            lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff,
+                                             ch - pg->n_chunks);
+                    }
+                    lb_pool_barrier(pool);
+                    lora_rows(ctx, l, LB_LINEAR_GATE, ctx->xn, dim, ctx->gate, ff, tb, te);
+                    lora_rows(ctx, l, LB_LINEAR_UP, ctx->xn, dim, ctx->up, ff, tb, te);
+                    for (size_t t = tb; t < te; t++)
+                        kt->vec.silu_mul(ctx->gate + t * ff, ctx->up + t * ff, ff);
+                    lb_pool_barrier(pool);
+                }
+            }
+        } /* up */
         /* online Hadamard (rotated checkpoints): h <- T h on this thread's
-         *    rows, down_proj holding W_down T^T (such layers never stream) */
-        const bool had = c->online_hadamard_down;
+         *    rows, down_proj holding W_down T^T (such layers never stream;
+         *    an ENTRY_DOWN input has had it) */
+        const bool had = c->online_hadamard_down && up;
         if (had)
             kt->vec.hadamard(&ctx->had, ctx->gate + tb * ff, (int64_t)(te - tb),
                              ctx->had_tmp + (size_t)ith * ff);
         /* (a hook means no streaming: it sees the f32 gate buffer) */
-        if (!stream && !hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, ctx->gate, ff))
+        if (!stream && !hook_phase(j, ith, l, LB_LINEAR_DOWN, 1, dx, ff))
             return;
 
         /* 8. o = h Wd^T [n, dim]; hidden += o (next layer's step 1 or the
@@ -863,14 +878,14 @@ static void fwd_worker(void *arg, int ith, int nth) {
             if (stream) {
                 ad[0] = ctx->act[3];
             } else {
-                quant_rows(ctx, pdl, 1, ctx->gate, (int64_t)tb, (int64_t)te, ad, 3);
+                quant_rows(ctx, pdl, 1, dx, (int64_t)tb, (int64_t)te, ad, 3);
                 if (pd->qact || f16_rounded(ctx, pd) || had) lb_pool_barrier(pool);
             }
             while (take(&ctr[4], pd->n_chunks, &ch))
                 lb_mm_plan_chunk(pd, ad[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
-        if (!stream) lora_rows(ctx, l, LB_LINEAR_DOWN, ctx->gate, ff, o, dim, tb, te);
+        if (!stream) lora_rows(ctx, l, LB_LINEAR_DOWN, dx, ff, o, dim, tb, te);
         for (size_t t = tb; t < te; t++)
             kt->vec.add(hidden + t * dim, o + t * dim, dim);
         /* the rows each thread adds are the rows it normalizes next */
@@ -985,11 +1000,12 @@ static lb_status online_hadamard_ready(lb_context *ctx) {
 
 /* Run layers [l0, l1) on hidden [n, dim] at positions pos.. */
 static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
-                            int32_t n, int32_t pos, bool mlp_only) {
+                            int32_t n, int32_t pos, lb_layer_entry entry,
+                            const float *src) {
     if (lb_model_config_is_ext(&ctx->m->config)) {
-        if (mlp_only)
-            return lb_set_error(LB_ERR_UNSUPPORTED, "forward: the MLP half "
-                                "of a layer alone is only implemented for "
+        if (entry != LB_LAYER_ENTRY_INPUT)
+            return lb_set_error(LB_ERR_UNSUPPORTED, "forward: starting a "
+                                "layer inside it is only implemented for "
                                 "Llama/Mistral/Qwen2/Qwen3");
         if (ctx->m->config.online_hadamard_down)
             return lb_set_error(LB_ERR_UNSUPPORTED, "forward: an online "
@@ -1014,7 +1030,8 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     j.pos = pos;
     j.layer0 = l0;
     j.layer1 = l1;
-    j.mlp_only = mlp_only;
+    j.entry = entry;
+    j.src = src;
     atomic_init(&j.status, LB_OK);
     /* a single token on a short context: waking the pool costs more than
      * the work of the smallest models */
@@ -1075,18 +1092,32 @@ lb_status lb_layer_forward(lb_context *ctx, int layer, float *hidden,
                             "[0, %d)", layer, ctx->m->config.n_layers);
     LB_TRY(check_span(ctx, n, pos));
     LB_TRY(ensure_scratch(ctx, n));
-    return run_layers(ctx, layer, layer + 1, hidden, n, pos, false);
+    return run_layers(ctx, layer, layer + 1, hidden, n, pos,
+                      LB_LAYER_ENTRY_INPUT, NULL);
+}
+
+lb_status lb_layer_forward_from(lb_context *ctx, int layer,
+                                lb_layer_entry entry, const float *src,
+                                float *hidden, int32_t n, int32_t pos) {
+    if (layer < 0 || layer >= ctx->m->config.n_layers)
+        return lb_set_error(LB_ERR_RANGE, "layer_forward_from: layer %d "
+                            "outside [0, %d)", layer,
+                            ctx->m->config.n_layers);
+    if (entry < LB_LAYER_ENTRY_INPUT || entry > LB_LAYER_ENTRY_DOWN)
+        return lb_set_error(LB_ERR_INVALID_ARG, "layer_forward_from: entry "
+                            "%d unknown", (int)entry);
+    if (!src && (entry == LB_LAYER_ENTRY_O || entry == LB_LAYER_ENTRY_DOWN))
+        return lb_set_error(LB_ERR_INVALID_ARG, "layer_forward_from: entry "
+                            "%d needs its input", (int)entry);
+    LB_TRY(check_span(ctx, n, pos));
+    LB_TRY(ensure_scratch(ctx, n));
+    return run_layers(ctx, layer, layer + 1, hidden, n, pos, entry, src);
 }
 
 lb_status lb_layer_forward_mlp(lb_context *ctx, int layer, float *hidden,
                                int32_t n, int32_t pos) {
-    if (layer < 0 || layer >= ctx->m->config.n_layers)
-        return lb_set_error(LB_ERR_RANGE, "layer_forward_mlp: layer %d "
-                            "outside [0, %d)", layer,
-                            ctx->m->config.n_layers);
-    LB_TRY(check_span(ctx, n, pos));
-    LB_TRY(ensure_scratch(ctx, n));
-    return run_layers(ctx, layer, layer + 1, hidden, n, pos, true);
+    return lb_layer_forward_from(ctx, layer, LB_LAYER_ENTRY_MLP, NULL, hidden,
+                                 n, pos);
 }
 
 lb_status lb_model_output_logits(lb_context *ctx, const float *hidden,
@@ -1131,7 +1162,7 @@ lb_status lb_model_forward(lb_context *ctx, const int32_t *tokens,
         s = lb_model_embed(ctx, tokens + t0, nb, ctx->x);
         if (s == LB_OK)
             s = run_layers(ctx, 0, m->config.n_layers, ctx->x, nb, pos + t0,
-                           false);
+                           LB_LAYER_ENTRY_INPUT, NULL);
         if (s != LB_OK) break;
         memcpy(ctx->toks + pos + t0, tokens + t0, (size_t)nb * sizeof *tokens);
         ctx->n_past = pos + t0 + nb;

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 void lb_quantize_default_params(lb_quantize_params *p) {
     memset(p, 0, sizeof *p);
@@ -43,6 +44,7 @@ void lb_quantize_default_params(lb_quantize_params *p) {
     p->max_shard_bytes = 4000000000ull;
     p->gptaq_alpha = 0.25;
     p->qep_alpha = 0.5;
+    p->calib_cache_mib = -1;
 }
 
 lb_status qz_effective_params(const lb_quantize_params *p,
@@ -333,7 +335,14 @@ typedef struct capture {
     float *D[G_COUNT];
     float *delta;
     int64_t T;
+    /* --calib-cache: where this sequence's o_proj / down_proj input is
+     * kept (engine attc / actc slots; NULL: not kept) */
+    const struct qz_engine *e;
+    void *keep_att, *keep_act;
 } capture;
+
+static void cache_put(const qz_engine *e, void *dst, const float *X,
+                      size_t n);
 
 static lb_status capture_hook(void *user, int layer, lb_linear_id which,
                               const float *X, int64_t n, int64_t in) {
@@ -342,6 +351,10 @@ static lb_status capture_hook(void *user, int layer, lb_linear_id which,
     if (which == LB_LINEAR_K || which == LB_LINEAR_V || which == LB_LINEAR_UP)
         return LB_OK;
     int g = input_group(which);
+    void *keep = which == LB_LINEAR_O      ? c->keep_att
+                 : which == LB_LINEAR_DOWN ? c->keep_act
+                                           : NULL;
+    if (keep) cache_put(c->e, keep, X, (size_t)(n * in));
     int64_t r, col;
     if (c->H[g] && !all_within(X, n, in, INFINITY, &r, &col))
         return lb_set_error(
@@ -415,6 +428,123 @@ static void act_store(engine *e, int64_t s, const float *src) {
         memcpy(e->act32 + (size_t)s * n, src, n * sizeof(float));
     else
         lb_f32_to_f16_row(src, e->act16 + (size_t)s * n, n);
+}
+
+/* ---- --calib-cache ------------------------------------------------------
+ * A true-sequential layer runs the calibration sequences through itself
+ * once per subset ([q,k,v], [o], [gate,up], [down]) and once more to make
+ * the next layer's inputs. The [gate,up] pass would compute q/k/v and the
+ * attention again, with the same final weights as the [o] pass; the replay
+ * would compute gate/up again, as the [down] pass did. So the [o] pass
+ * keeps each sequence's attention output (o_proj's input) and the [down]
+ * pass its MLP activation (down_proj's input), and those later passes
+ * start there (lb_layer_forward_from). Values are kept as the products
+ * will read them: bf16 when the context rounds activations of F32/BF16
+ * weights to bf16 (--calib-dtype bf16; rounding twice to bf16 is rounding
+ * once), else f32, so the result is bit-identical to recomputing them
+ * (test_quantize). Sequences [0, nc) fit in the budget; the others are
+ * recomputed. Llama-layout dense layers only (the entries of
+ * lb_layer_forward_from); the activation cache needs h_kept. */
+
+static size_t cache_esize(const qz_engine *e) {
+    return e->cache_bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+static void fmt_bytes(char *buf, size_t n, double b);
+
+static void *cache_slot(const qz_engine *e, bool act, int64_t s) {
+    const int64_t w = act ? e->m->config.intermediate_size
+                          : (int64_t)e->m->config.n_heads * e->m->config.head_dim;
+    uint8_t *base = act ? e->actc : e->attc;
+    return base + (size_t)s * (size_t)(e->T * w) * cache_esize(e);
+}
+
+static void cache_put(const qz_engine *e, void *dst, const float *X,
+                      size_t n) {
+    if (e->cache_bf16)
+        lb_f32_to_bf16_row(X, dst, n);
+    else
+        memcpy(dst, X, n * sizeof(float));
+}
+
+/* Sequence s's kept o_proj (act false) or down_proj (act true) input as
+ * f32 (e->cx or the slot itself). */
+static const float *cache_get(engine *e, bool act, int64_t s) {
+    const void *p = cache_slot(e, act, s);
+    if (!e->cache_bf16) return p;
+    const int64_t w = act ? e->m->config.intermediate_size
+                          : (int64_t)e->m->config.n_heads * e->m->config.head_dim;
+    lb_bf16_to_f32_row(p, e->cx, (size_t)(e->T * w));
+    return e->cx;
+}
+
+/* The kept input of linear `which` of layer l is exact for its product:
+ * f32, or bf16 read by a bf16 product (an F32/BF16 weight; a dense F16
+ * one takes f32 activations). */
+static bool cache_exact(const engine *e, int l, lb_linear_id which) {
+    if (!e->cache_bf16) return true;
+    const lb_type t = e->m->layers[l].w[which].type;
+    return t == LB_TYPE_F32 || t == LB_TYPE_BF16;
+}
+
+static bool layer_moe(const engine *e, int l);
+
+static bool cache_layer(const engine *e, int l) {
+    return e->nc > 0 && !lb_model_config_is_ext(&e->m->config) &&
+           !layer_moe(e, l);
+}
+
+/* Size the caches: every sequence, or as many as the budget holds
+ * (p->calib_cache_mib; auto: a quarter of the RAM). Off without
+ * true-sequential Hessian subsets or on non-Llama layouts. */
+static lb_status cache_alloc(engine *e) {
+    const lb_model_config *c = &e->m->config;
+    e->nc = 0;
+    e->cache_bf16 = lb_context_bf16_active(e->ctx);
+    if (!(e->proc->needs & QZ_NEED_HESSIAN) || e->arch.n_subsets < 2 ||
+        lb_model_config_is_ext(c) || e->p->calib_cache_mib == 0)
+        return LB_OK;
+    const int64_t qd = (int64_t)c->n_heads * c->head_dim,
+                  ff = c->intermediate_size;
+    const double per_seq = (double)e->T * (double)(qd + ff) *
+                           (double)cache_esize(e);
+    double budget = (double)e->p->calib_cache_mib * 1048576.0;
+    if (e->p->calib_cache_mib < 0) {
+        const long pages = sysconf(_SC_PHYS_PAGES),
+                   psize = sysconf(_SC_PAGESIZE);
+        budget = pages > 0 && psize > 0 ? (double)pages * (double)psize / 4.0
+                                        : 0.0;
+    }
+    int64_t nc = (int64_t)(budget / per_seq);
+    if (nc > e->ns) nc = e->ns;
+    if (nc <= 0) return LB_OK;
+    const size_t n_att = (size_t)nc * (size_t)(e->T * qd) * cache_esize(e),
+                 n_act = (size_t)nc * (size_t)(e->T * ff) * cache_esize(e);
+    e->attc = lb_alloc(n_att);
+    e->actc = lb_alloc(n_act);
+    e->cx = e->cache_bf16 ? lb_alloc((size_t)(e->T * LB_MAX(qd, ff)) *
+                                     sizeof(float))
+                          : NULL;
+    if (!e->attc || !e->actc || (e->cache_bf16 && !e->cx)) {
+        lb_free(e->attc);
+        lb_free(e->actc);
+        lb_free(e->cx);
+        e->attc = e->actc = NULL;
+        e->cx = NULL;
+        return lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate the "
+                            "calibration cache (%lld sequences, %.0f MiB; "
+                            "--calib-cache sets its size)", (long long)nc,
+                            (double)(n_att + n_act) / 1048576.0);
+    }
+    e->nc = nc;
+    e->rep->cache_sequences = nc;
+    e->rep->cache_bytes = n_att + n_act;
+    char mem[32];
+    fmt_bytes(mem, sizeof mem, (double)(n_att + n_act));
+    lb_log(LB_LOG_INFO, "calibration cache: attention outputs and MLP "
+           "activations of %lld of %lld sequences, %s = %s", (long long)nc,
+           (long long)e->ns, e->cache_bf16 ? "bf16" : "f32", mem);
+    return LB_OK;
 }
 
 /* The weight of a module as f32 [out, in] (lb_alloc'd). */
@@ -960,8 +1090,6 @@ static const qz_module *find_mod(const engine *e, int l, int which) {
     return NULL;
 }
 
-static bool layer_moe(const engine *e, int l);
-
 /* The post-attention residuals of layer l can be kept in place of its
  * inputs: f32 activations (f16 would round h once more), a Llama-layout
  * dense layer (lb_layer_forward_mlp). */
@@ -970,16 +1098,23 @@ static bool h_cacheable(const engine *e, int l) {
            !layer_moe(e, l);
 }
 
+/* Which of layer l's modules are in their final form during a pass. */
+enum { FIN_QKV = 1, FIN_ATTN = 2, FIN_GU = 4 };
+
 /* One true-sequential subset of layer l: a forward pass over the
  * calibration sequences accumulating the Hessians of its members' inputs,
- * then their solves. attn_final: the layer's q/k/v/o are in their final
- * form during this pass, so a pass that runs the attention may keep the
- * post-attention residuals (engine h_kept) for the later passes. */
+ * then their solves. fin (FIN_*): the modules in final form during this
+ * pass. With q/k/v/o final a pass that runs the attention may keep the
+ * post-attention residuals (engine h_kept) for the later passes; with
+ * q/k/v final it may keep the attention output, with the attention and
+ * gate/up final the MLP activation (--calib-cache). */
 static lb_status run_subset(engine *e, int l, const int *members, int nm,
-                            bool attn_final) {
+                            unsigned fin) {
+    const bool attn_final = (fin & FIN_ATTN) != 0;
     capture c;
     memset(&c, 0, sizeof c);
     c.last = -1;
+    c.e = e;
     int first = G_COUNT;
     bool any = false;
     char names[64] = "";
@@ -1033,6 +1168,16 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
     const bool from_h = e->h_kept && first >= G_MLP;
     const bool keep_h = !e->h_kept && attn_final && c.last >= G_MLP &&
                         h_cacheable(e, l);
+    /* --calib-cache: start from the kept attention output (sequences
+     * < nc) when o_proj is final; keep the attention output / the MLP
+     * activation when this pass computes them in final form */
+    const bool from_att = !from_h && e->att_ok && first >= G_MLP &&
+                          cache_exact(e, l, LB_LINEAR_O);
+    const bool keep_att = cache_layer(e, l) && !e->att_ok &&
+                          (fin & FIN_QKV) && !from_h && c.last >= G_O;
+    const bool keep_act = cache_layer(e, l) && !e->act_ok && attn_final &&
+                          (fin & FIN_GU) && c.last >= G_DOWN &&
+                          (from_h || keep_h);
     lb_forward_hook hook = {capture_hook, &c};
     lb_context_set_hook(e->ctx, &hook);
     const double t_loop = lb_time_s();
@@ -1040,8 +1185,17 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
         qz_engine_act_load(e, i, e->x);
         c.stopped = false;
         c.seq = i;
-        s = from_h ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
-                   : lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+        const bool cached = i < e->nc;
+        c.keep_att = keep_att && cached ? cache_slot(e, false, i) : NULL;
+        c.keep_act = keep_act && cached ? cache_slot(e, true, i) : NULL;
+        if (from_h)
+            s = lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0);
+        else if (from_att && cached)
+            s = lb_layer_forward_from(e->ctx, l, LB_LAYER_ENTRY_O,
+                                      cache_get(e, false, i), e->x,
+                                      (int32_t)e->T, 0);
+        else
+            s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
         if (s == LB_ERR_CANCELLED && c.stopped) {
             s = LB_OK;
             lb_clear_error();
@@ -1053,6 +1207,8 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
         if (s == LB_OK) s = qz_engine_progress(e, 1);
     }
     if (s == LB_OK && keep_h) e->h_kept = true;
+    if (s == LB_OK && keep_att) e->att_ok = true;
+    if (s == LB_OK && keep_act) e->act_ok = true;
     lb_context_set_hook(e->ctx, NULL);
     e->rep->hessian_seconds += c.t_hessian;
     e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
@@ -1331,7 +1487,7 @@ static lb_status run_layers(engine *e) {
         int nq = count_quantized(lm, nl);
         bool cached = false;
         cur = l;
-        e->h_kept = false;
+        e->h_kept = e->att_ok = e->act_ok = false;
         /* the native stream advances through every layer, cached or not */
         if (e->nat) s = native_layer(e, l);
         if (s == LB_OK && nq)
@@ -1344,19 +1500,23 @@ static lb_status run_layers(engine *e) {
         } else if (nq) {
             if (e->proc->layer_begin) s = e->proc->layer_begin(e, l);
             if (hess) {
-                /* the attention is final from the subset after the last
-                 * one that quantizes q/k/v/o */
-                int k_attn = -1;
+                /* q/k/v (o, gate/up) are final from the subset after the
+                 * last one that quantizes one of them */
+                int k_last[G_COUNT] = {-1, -1, -1, -1};
                 for (int k = 0; k < e->arch.n_subsets; k++)
                     for (int i = 0; i < e->arch.subset_n[k]; i++) {
                         const qz_module *q = find_mod(e, l,
                                                       e->arch.subsets[k][i]);
-                        if (q && q->quantize && input_group(q->which) <= G_O)
-                            k_attn = k;
+                        if (q && q->quantize) k_last[input_group(q->which)] = k;
                     }
-                for (int k = 0; k < e->arch.n_subsets && s == LB_OK; k++)
+                for (int k = 0; k < e->arch.n_subsets && s == LB_OK; k++) {
+                    const unsigned fin =
+                        (k > k_last[G_ATTN] ? FIN_QKV : 0) |
+                        (k > k_last[G_ATTN] && k > k_last[G_O] ? FIN_ATTN : 0) |
+                        (k > k_last[G_MLP] ? FIN_GU : 0);
                     s = run_subset(e, l, e->arch.subsets[k],
-                                   e->arch.subset_n[k], k > k_attn);
+                                   e->arch.subset_n[k], fin);
+                }
                 if (s == LB_OK && layer_moe(e, l))
                     s = qz_run_moe(e, l, lm, nl);
             } else {
@@ -1379,9 +1539,15 @@ static lb_status run_layers(engine *e) {
             const double t_replay = lb_time_s();
             for (int64_t i = 0; i < e->ns && s == LB_OK; i++) {
                 qz_engine_act_load(e, i, e->x);
-                s = e->h_kept
-                        ? lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0)
-                        : lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
+                if (e->h_kept && e->act_ok && i < e->nc &&
+                    cache_exact(e, l, LB_LINEAR_DOWN))
+                    s = lb_layer_forward_from(e->ctx, l, LB_LAYER_ENTRY_DOWN,
+                                              cache_get(e, true, i), e->x,
+                                              (int32_t)e->T, 0);
+                else if (e->h_kept)
+                    s = lb_layer_forward_mlp(e->ctx, l, e->x, (int32_t)e->T, 0);
+                else
+                    s = lb_layer_forward(e->ctx, l, e->x, (int32_t)e->T, 0);
                 /* kept as the next inputs: finite, and within the f16
                  * range when stored in f16 */
                 const float lim = e->act16 ? 65504.0f : INFINITY;
@@ -1618,6 +1784,7 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
                 goto done;
             }
         }
+        if ((s = cache_alloc(&e)) != LB_OK) goto done;
     }
     int n_short = 0;
     for (int i = 0; i < n_mods; i++)
@@ -1659,6 +1826,9 @@ done:
     lb_free(e.act32);
     lb_free(e.act16);
     lb_free(e.x);
+    lb_free(e.attc);
+    lb_free(e.actc);
+    lb_free(e.cx);
     rep->seconds = lb_time_s() - t0;
     /* totals */
     double snr_sum = 0.0;
@@ -1765,6 +1935,8 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON_AddNumberToObject(j, "nsamples", (double)r->nsamples);
     cJSON_AddNumberToObject(j, "seqlen", (double)r->seqlen);
     cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
+    cJSON_AddNumberToObject(j, "cache_sequences", (double)r->cache_sequences);
+    cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
     add_num(j, "seconds", r->seconds);
     cJSON_AddStringToObject(j, "calib_dtype", r->calib_bf16 ? "bf16" : "f32");
     cJSON *tm = cJSON_AddObjectToObject(j, "timing");

@@ -241,6 +241,15 @@ struct qz_engine {
      * Hessians' bf16 products (lb_gptq_hessian_use_bf16; not the context's
      * pool, whose forward job runs the capture hook); NULL: f32 ssyrk */
     lb_pool *hpool;
+    /* --calib-cache (quantize.c): per calibration sequence s < nc the
+     * current layer's attention output (o_proj's input) [T, n_heads *
+     * head_dim] in attc and MLP activation (down_proj's input) [T,
+     * intermediate_size] in actc, bf16 (cache_bf16) or f32; att_ok/act_ok:
+     * filled in this layer; cx: a [T, max of both widths] f32 copy */
+    uint8_t *attc, *actc;
+    int64_t nc;
+    bool cache_bf16, att_ok, act_ok;
+    float *cx;
 };
 
 /* A Hessian accumulator for inputs of width in: f32 or f64 as the
