@@ -50,7 +50,12 @@
 #    [gate,up]: +o, [down]: gate/up only and a replay the MLP only (both
 #    start from the post-attention residual the [gate,up] pass kept,
 #    quantize.c h_kept; the [q,k,v] pass stops at its input); replays on
-#    all layers but the last.
+#    all layers but the last. With the calibration cache (--calib-cache,
+#    the default; report "cache_sequences" of them) the [gate,up] pass
+#    starts at o_proj (no qkv+attn) and the replay at down_proj (no
+#    gate/up) for the cached sequences. The projection to 128 x 2048
+#    assumes the cache holds what a quarter of this machine's RAM holds
+#    (the default budget) when the run had one.
 # The times are lowbit's own (quantize_report.json "timing"); peak RSS is
 # /usr/bin/time -v's "Maximum resident set size" (it includes the pages of
 # the mmap'ed source that were touched).
@@ -166,7 +171,7 @@ for (k, n), g in sorted(cal.items()):
     ref = p16 if k.startswith("bf16") or k == "peak_bf16" else p32
     print("  %-12s %-11s %7.1f GFLOP/s  %4.0f%% of its peak" % (k, n, g, 100 * g / ref if ref else 0))
 BS = 128
-def flops(cfg, N, T, L, replays):
+def flops(cfg, N, T, L, replays, cached=0):
     d, f = cfg["hidden_size"], cfg["intermediate_size"]
     hd = d // cfg["num_attention_heads"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
@@ -179,8 +184,8 @@ def flops(cfg, N, T, L, replays):
     solve = chol + sum(loop1(m, n) for m, n in mods)
     p_qkv, p_o, p_gu, p_dn = 2 * T * d * (q + 2 * kv), 2 * T * q * d, 2 * T * 2 * d * f, 2 * T * f * d
     att = 2 * q * T * (T + 1)
-    fwd = N * (2 * (p_qkv + att) + p_o + p_gu)
-    rep = N * (p_gu + p_dn)
+    fwd = (2 * N - cached) * (p_qkv + att) + N * (p_o + p_gu)
+    rep = N * p_dn + (N - cached) * p_gu
     return dict(hess=hess * L, solve=solve * L, chol=chol * L, fwd=fwd * L, replay=rep * replays)
 FULL = {"qwen2.5-0.5b": 24, "llama3.2-1b": 16}
 for name in runs:
@@ -195,7 +200,7 @@ for name in runs:
     share = min(1.0, cpu / (wall * TH)) if wall > 0 else 1.0
     L = cfg["num_hidden_layers"]
     N, T = r["nsamples"], r["seqlen"]
-    F = flops(cfg, N, T, L, L - 1)
+    F = flops(cfg, N, T, L, L - 1, r.get("cache_sequences", 0))
     tm = r["timing"]
     parts = tm["hessian_s"] + tm["forward_s"] + tm["solve_s"] + tm["replay_s"]
     dt = r.get("calib_dtype", "f32")
@@ -222,14 +227,21 @@ for name in runs:
         continue
     full = FULL.get(SHAPE, L)
     N2, T2 = 128, 2048
-    F2 = flops(cfg, N2, T2, full, full - 1)
+    nc2 = 0
+    if r.get("cache_sequences", 0) > 0:
+        hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+        per = T2 * (cfg["num_attention_heads"] * hd + cfg["intermediate_size"]) * (2 if dt == "bf16" else 4)
+        ram = int(re.search(r"MemTotal:\s+(\d+)", open("/proc/meminfo").read()).group(1)) * 1024
+        nc2 = min(N2, int(ram / 4 // per))
+    F2 = flops(cfg, N2, T2, full, full - 1, nc2)
     rate = lambda k, sec: F[k] / sec
     e2 = (F2["hess"] / rate("hess", tm["hessian_s"]) + F2["fwd"] / rate("fwd", tm["forward_s"]) +
           F2["replay"] / rate("replay", tm["replay_s"]) + tm["solve_s"] / L * full)
     print("  projected to %d layers at 128 x 2048 (this run's rates): %.0f s = %.1f min "
           "(Hessian %.0f%%, forwards+replays %.0f%%, solve %.0f%%); own-CPU estimate %.1f min; "
-          "activations %.2f GiB" % (
+          "activations %.2f GiB, cache %d of 128 sequences" % (
           full, e2, e2 / 60, 100 * F2["hess"] / rate("hess", tm["hessian_s"]) / e2,
           100 * (F2["fwd"] / rate("fwd", tm["forward_s"]) + F2["replay"] / rate("replay", tm["replay_s"])) / e2,
-          100 * tm["solve_s"] / L * full / e2, e2 * share / 60, N2 * T2 * cfg["hidden_size"] * 4 / 2 ** 30))
+          100 * tm["solve_s"] / L * full / e2, e2 * share / 60, N2 * T2 * cfg["hidden_size"] * 4 / 2 ** 30,
+          nc2))
 PY

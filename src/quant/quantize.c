@@ -452,11 +452,16 @@ static size_t cache_esize(const qz_engine *e) {
 
 static void fmt_bytes(char *buf, size_t n, double b);
 
+/* Width of the kept input: down_proj's (act) or o_proj's. */
+static int64_t cache_width(const qz_engine *e, bool act) {
+    return act ? e->m->config.intermediate_size
+               : (int64_t)e->m->config.n_heads * e->m->config.head_dim;
+}
+
 static void *cache_slot(const qz_engine *e, bool act, int64_t s) {
-    const int64_t w = act ? e->m->config.intermediate_size
-                          : (int64_t)e->m->config.n_heads * e->m->config.head_dim;
     uint8_t *base = act ? e->actc : e->attc;
-    return base + (size_t)s * (size_t)(e->T * w) * cache_esize(e);
+    return base + (size_t)s * (size_t)(e->T * cache_width(e, act)) *
+                      cache_esize(e);
 }
 
 static void cache_put(const qz_engine *e, void *dst, const float *X,
@@ -472,9 +477,7 @@ static void cache_put(const qz_engine *e, void *dst, const float *X,
 static const float *cache_get(engine *e, bool act, int64_t s) {
     const void *p = cache_slot(e, act, s);
     if (!e->cache_bf16) return p;
-    const int64_t w = act ? e->m->config.intermediate_size
-                          : (int64_t)e->m->config.n_heads * e->m->config.head_dim;
-    lb_bf16_to_f32_row(p, e->cx, (size_t)(e->T * w));
+    lb_bf16_to_f32_row(p, e->cx, (size_t)(e->T * cache_width(e, act)));
     return e->cx;
 }
 
@@ -504,8 +507,7 @@ static lb_status cache_alloc(engine *e) {
     if (!(e->proc->needs & QZ_NEED_HESSIAN) || e->arch.n_subsets < 2 ||
         lb_model_config_is_ext(c) || e->p->calib_cache_mib == 0)
         return LB_OK;
-    const int64_t qd = (int64_t)c->n_heads * c->head_dim,
-                  ff = c->intermediate_size;
+    const int64_t qd = cache_width(e, false), ff = cache_width(e, true);
     const double per_seq = (double)e->T * (double)(qd + ff) *
                            (double)cache_esize(e);
     double budget = (double)e->p->calib_cache_mib * 1048576.0;
