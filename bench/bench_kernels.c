@@ -20,9 +20,18 @@
  * The reference GEMM is timed at 16 tokens (its cost per token is constant:
  * it is a loop of dot products) so that the run stays short; every other
  * GEMM uses 512 tokens.
+ *
+ * --shape OUTxIN (repeatable): these shapes instead of the default three
+ * (e.g. --shape 896x896 --shape 151936x896 for Qwen2.5-0.5B's square
+ * projections and lm_head). --tokens LIST: the decode-side token counts,
+ * comma-separated (default 1; e.g. 1,2,4,8,15 for the server's small
+ * tiles): each is timed like the GEMV (weights cycled with --dram) and
+ * reported in GB/s of weights as "tok<N>". --prefill N: the GEMM's token
+ * count (default 512; 0 skips the GEMM). BF16 runs only with --only bf16.
  */
 #include "kernels/kernels_internal.h"
 #include "lowbit/quants.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,24 +125,58 @@ static uint8_t *pack_x16(lb_type t, const uint8_t *w, int64_t out, int64_t in, s
 int main(int argc, char **argv) {
     int quick = 0, dram = 0, only = -1;
     double min_time = 0.25;
+    int64_t user_shapes[16][2];
+    int n_user_shapes = 0;
+    int64_t toks[16] = {1};
+    int n_toks = 1;
+    int64_t NT = 512;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--dram")) dram = 1;
         else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = lb_type_from_name(argv[++i]);
         else if (!strcmp(argv[i], "--min-time") && i + 1 < argc) min_time = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) NT = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            long long o, n;
+            if (sscanf(argv[++i], "%lldx%lld", &o, &n) != 2 || o <= 0 || n <= 0 ||
+                n_user_shapes >= 16) {
+                fprintf(stderr, "bench_kernels: bad --shape %s (OUTxIN, at most 16)\n", argv[i]);
+                return 2;
+            }
+            user_shapes[n_user_shapes][0] = o;
+            user_shapes[n_user_shapes++][1] = n;
+        } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            n_toks = 0;
+            for (char *p = argv[++i]; *p && n_toks < 16;) {
+                char *e;
+                long long v = strtoll(p, &e, 10);
+                if (e == p || v < 1 || v > 64) {
+                    fprintf(stderr, "bench_kernels: bad --tokens %s (1..64, comma-separated)\n",
+                            argv[i]);
+                    return 2;
+                }
+                toks[n_toks++] = v;
+                p = *e == ',' ? e + 1 : e;
+            }
+        }
     }
+    if (NT < 0 || NT > 4096) NT = 512;
     char feats[256];
     printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
            lb_kernels_variant());
     const lb_type types[] = {LB_TYPE_Q4_0,        LB_TYPE_Q8_0,    LB_TYPE_Q5_0,
                              LB_TYPE_Q4_K,        LB_TYPE_Q6_K,    LB_TYPE_F16,
                              LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64, LB_TYPE_FP4_B64,
-                             LB_TYPE_I8_B32,      LB_TYPE_Q4_1,    LB_TYPE_Q5_1};
+                             LB_TYPE_I8_B32,      LB_TYPE_Q4_1,    LB_TYPE_Q5_1,
+                             LB_TYPE_BF16};
     const size_t n_default = 6; /* the rest only with --only */
-    const int64_t shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
-    const int n_shapes = quick ? 2 : 3;
-    const int64_t NT = 512, NT_REF = 16;
+    const int64_t def_shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
+    const int64_t(*shapes)[2] = n_user_shapes ? (const int64_t(*)[2])user_shapes : def_shapes;
+    const int n_shapes = n_user_shapes ? n_user_shapes : quick ? 2 : 3;
+    const int64_t NT_REF = 16;
+    int64_t maxt = NT;
+    for (int k = 0; k < n_toks; k++) maxt = LB_MAX(maxt, toks[k]);
     printf("%-5s %-11s %-6s %2s %-12s %10s %8s %9s %9s\n", "type", "[out,in]", "mode", "th",
            "variant", "ms/call", "GB/s", "GFLOP/s", "x ref");
     for (int th = 1; th <= 2; th++) {
@@ -164,10 +207,13 @@ int main(int argc, char **argv) {
                         Wx[k].layout = LB_LAYOUT_X16;
                     }
                 }
-                float *X = malloc(sizeof(float) * (size_t)(NT * in));
-                float *Y = malloc(sizeof(float) * (size_t)(NT * out));
-                for (int64_t i = 0; i < NT * in; i++) X[i] = rndf();
-                for (int mode = 0; mode < 2; mode++) {
+                float *X = malloc(sizeof(float) * (size_t)(maxt * in));
+                float *Y = malloc(sizeof(float) * (size_t)(maxt * out));
+                for (int64_t i = 0; i < maxt * in; i++) X[i] = rndf();
+                /* modes 0..n_toks-1: decode-side token counts; n_toks: GEMM */
+                for (int mode = 0; mode <= n_toks; mode++) {
+                    if (mode == n_toks && NT == 0) break;
+                    const bool dec = mode < n_toks;
                     double ref_gflops = 0;
                     for (int vx = 0; vx < 2 * LB_KV_COUNT; vx++) {
                         const int v = vx / 2, x16 = vx % 2;
@@ -175,7 +221,7 @@ int main(int argc, char **argv) {
                         const lb_kernel_table *kt = lb_kernels_table(v);
                         if (x16 && (!xq || !kt->w[types[ti]].x16_fast)) continue;
                         const lb_tensor *W = x16 ? Wx : Ws;
-                        const int nw = mode == 0 ? ncopy : 1;
+                        const int nw = dec ? ncopy : 1;
                         /* skip variants identical to the one below for this type */
                         if (v > 0 && !x16) {
                             const lb_wkernel *a = &kt->w[types[ti]], *b = &lb_kernels_table(v - 1)->w[types[ti]];
@@ -183,7 +229,7 @@ int main(int argc, char **argv) {
                                 kt->qact[a->act_type] == lb_kernels_table(v - 1)->qact[a->act_type])
                                 continue;
                         }
-                        int64_t nt = mode == 0 ? 1 : (v == LB_KV_REF ? NT_REF : NT);
+                        int64_t nt = dec ? toks[mode] : (v == LB_KV_REF ? LB_MIN(NT_REF, NT) : NT);
                         double sec = time_it(kt, pool, W, nw, X, Y, nt, v == LB_KV_REF ? min_time / 2 : min_time);
                         double gflops = 2.0 * (double)out * (double)in * (double)nt / sec * 1e-9;
                         double gbs = (double)wbytes / sec * 1e-9;
@@ -191,11 +237,15 @@ int main(int argc, char **argv) {
                         char shape[32], vname[32];
                         snprintf(vname, sizeof vname, "%s%s", kt->name, x16 ? "+x16" : "");
                         snprintf(shape, sizeof shape, "%lldx%lld", (long long)out, (long long)in);
+                        char mname[16];
+                        if (!dec) snprintf(mname, sizeof mname, "gemm");
+                        else if (toks[mode] == 1) snprintf(mname, sizeof mname, "gemv");
+                        else snprintf(mname, sizeof mname, "tok%lld", (long long)toks[mode]);
                         printf("%-5s %-11s %-6s %2d %-12s %10.3f %8.2f %9.2f %9.2f%s\n",
-                               lb_type_name(types[ti]), shape, mode == 0 ? "gemv" : "gemm", th,
-                               vname, sec * 1e3, mode == 0 ? gbs : 0.0, gflops,
+                               lb_type_name(types[ti]), shape, mname, th,
+                               vname, sec * 1e3, dec ? gbs : 0.0, gflops,
                                ref_gflops > 0 ? gflops / ref_gflops : 0.0,
-                               (mode == 1 && v == LB_KV_REF) ? "  (ref at 16 tokens)" : "");
+                               (!dec && v == LB_KV_REF) ? "  (ref at 16 tokens)" : "");
                         fflush(stdout);
                     }
                 }

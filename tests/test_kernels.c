@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define LB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 static int n_compared[LB_KV_COUNT];
 
 static void test_variants_vs_ref(void) {
@@ -56,6 +58,106 @@ static void test_f32_same_bits(void) {
     TH_CHECK_MSG(diff == 0, "%lld of %lld F32 outputs differ from avx2",
                  (long long)diff, (long long)n);
     fprintf(stderr, "  F32: %lld outputs bit-identical to avx2\n", (long long)n);
+}
+
+/* F16 / BF16 weights: the AVX-512 tables' kernels (f16_avx512.c: 8-row
+ * decode tiles for 1-3 tokens, 4 x 6 tiles above) give the AVX2 kernels'
+ * bits, called directly on awkward sizes (odd n, n < 8, tails of 8 and of
+ * the 32-element unrolled step, row counts around the 8/4/1 tiles, 1..70
+ * tokens) and through lb_matmul with 1 and 3 threads (decode chunks cut at
+ * multiples of 4 rows, so 4-row and 1-row tiles after the 8-row ones); and
+ * within a stated tolerance of the scalar reference (double accumulation):
+ * |y - ref| <= 1e-5 * sum |w a| + 1e-30. */
+static uint16_t rd16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+static void test_f16_bf16_same_bits(void) {
+    if (!lb_kernels_usable(LB_KV_AVX512)) {
+        fprintf(stderr, "  (no AVX-512: F16/BF16 same-bits check not run here; "
+                        "test_kernels_emu runs the kernels built for AVX2)\n");
+        return;
+    }
+    const int64_t ins[] = {1, 5, 7, 8, 9, 31, 32, 33, 63, 65, 100, 896},
+                  outs[] = {1, 3, 4, 7, 8, 9, 12, 13, 17, 33},
+                  toks[] = {1, 2, 3, 4, 5, 6, 7, 13, 15, 16, 64, 70};
+    lb_pool *pool3 = lb_pool_create(3);
+    TH_CHECK(pool3 != NULL);
+    for (int k = 0; k < 2; k++) {
+        const lb_type wt = k ? LB_TYPE_BF16 : LB_TYPE_F16;
+        const lb_wkernel *k2 = &lb_kernels_table(LB_KV_AVX2)->w[wt];
+        const lb_wkernel *kr = &lb_kernels_table(LB_KV_REF)->w[wt];
+        int64_t n = 0, diff = 0, off = 0;
+        double worst = 0;
+        for (int v = LB_KV_AVX512; v < LB_KV_COUNT; v++) {
+            if (!lb_kernels_usable(v)) continue;
+            const lb_kernel_table *kt = lb_kernels_table(v);
+            const lb_wkernel *kv = &kt->w[wt];
+            TH_CHECK(kv->mm != k2->mm && kv->act_type == LB_TYPE_F32);
+            for (size_t ii = 0; ii < LB_ARRAY_LEN(ins); ii++)
+                for (size_t io = 0; io < LB_ARRAY_LEN(outs); io++)
+                    for (size_t it = 0; it < LB_ARRAY_LEN(toks); it++) {
+                        if (ins[ii] == 896 && toks[it] > 16 && outs[io] > 9) continue; /* trim */
+                        const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                        const size_t ws = 2 * ((size_t)in + 5); /* padded rows (bytes) */
+                        const size_t as = (size_t)in + 3;       /* padded rows (floats) */
+                        uint8_t *w = malloc(ws * (size_t)out);
+                        float *a = malloc(sizeof(float) * as * (size_t)nt);
+                        float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                        float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                        float *yr = malloc(sizeof(float) * (size_t)(out * nt));
+                        for (int64_t o = 0; o < out; o++)
+                            make_weights(wt, w + (size_t)o * ws, 1, in, (int)((o + it) % 3 == 0));
+                        for (size_t i = 0; i < as * (size_t)nt; i++) a[i] = rng_f(-3, 3);
+                        k2->mm(in, w, ws, out, a, as * 4, nt, y0, (size_t)out);
+                        kv->mm(in, w, ws, out, a, as * 4, nt, y1, (size_t)out);
+                        kr->mm(in, w, ws, out, a, as * 4, nt, yr, (size_t)out);
+                        for (int64_t t = 0; t < nt; t++)
+                            for (int64_t o = 0; o < out; o++, n++) {
+                                const int64_t i = t * out + o;
+                                diff += memcmp(&y0[i], &y1[i], 4) != 0;
+                                double mag = 0;
+                                for (int64_t j = 0; j < in; j++) {
+                                    float wf = wt == LB_TYPE_F16
+                                        ? lb_f16_to_f32(rd16(w + (size_t)o * ws + 2 * (size_t)j))
+                                        : lb_bf16_to_f32(rd16(w + (size_t)o * ws + 2 * (size_t)j));
+                                    mag += fabs((double)wf * a[(size_t)t * as + (size_t)j]);
+                                }
+                                const double e = fabs((double)y1[i] - yr[i]);
+                                if (mag > 0 && e / mag > worst) worst = e / mag;
+                                off += e > 1e-5 * mag + 1e-30;
+                            }
+                        free(w), free(a), free(y0), free(y1), free(yr);
+                    }
+            /* lb_matmul, 1 and 3 threads: the same bytes, and the AVX2 table's */
+            const int64_t mshapes[][3] = {{896, 67, 1}, {100, 130, 2}, {33, 45, 3}, {896, 29, 15}, {65, 77, 70}};
+            for (size_t s = 0; s < LB_ARRAY_LEN(mshapes); s++) {
+                const int64_t in = mshapes[s][0], out = mshapes[s][1], nt = mshapes[s][2];
+                uint8_t *w = malloc(2 * (size_t)(in * out));
+                float *x = malloc(sizeof(float) * (size_t)(in * nt));
+                float *y[3];
+                make_weights(wt, w, out, in, 0);
+                for (int64_t i = 0; i < in * nt; i++) x[i] = rng_f(-1, 1);
+                lb_tensor W = {"w_f16", wt, 2, {out, in}, w, 2 * (size_t)(in * out), LB_LAYOUT_ROWS};
+                for (int p = 0; p < 3; p++) y[p] = malloc(sizeof(float) * (size_t)(out * nt));
+                TH_CHECK_OK(lb_matmul_table(kt, NULL, &W, x, y[0], nt));
+                TH_CHECK_OK(lb_matmul_table(kt, pool3, &W, x, y[1], nt));
+                TH_CHECK_OK(lb_matmul_table(lb_kernels_table(LB_KV_AVX2), pool3, &W, x, y[2], nt));
+                TH_CHECK(memcmp(y[0], y[1], sizeof(float) * (size_t)(out * nt)) == 0);
+                TH_CHECK(memcmp(y[0], y[2], sizeof(float) * (size_t)(out * nt)) == 0);
+                for (int p = 0; p < 3; p++) free(y[p]);
+                free(w), free(x);
+            }
+        }
+        TH_CHECK_MSG(diff == 0, "%lld of %lld %s outputs differ from avx2", (long long)diff,
+                     (long long)n, lb_type_name(wt));
+        TH_CHECK_MSG(off == 0, "%lld of %lld %s outputs off the reference by > 1e-5 sum|wa| (worst %g)",
+                     (long long)off, (long long)n, lb_type_name(wt), worst);
+        fprintf(stderr, "  %s: %lld outputs bit-identical to avx2, worst |y - ref| / sum|wa| %.3g\n",
+                lb_type_name(wt), (long long)n, worst);
+    }
+    lb_pool_free(pool3);
 }
 
 static void test_simd_same_bits(void) {
@@ -218,6 +320,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_variants_vs_ref);
     TH_RUN(test_simd_same_bits);
     TH_RUN(test_f32_same_bits);
+    TH_RUN(test_f16_bf16_same_bits);
     TH_RUN(test_x16_same_bits);
     TH_RUN(test_kx16_ref_bits);
     TH_RUN(test_tensor_repack);

@@ -757,6 +757,51 @@ static void test_emu_fp8_bnb_kernels(void) {
             hw ? " and bit for bit vs the hardware" : " (no AVX-512 here: no hardware comparison)");
 }
 
+/* The F16/BF16 AVX-512 kernels (f16_avx512.c: AVX2/F16C intrinsics only,
+ * built here with AVX2 flags) on any AVX2 machine: bit for bit the AVX2
+ * kernels' results (the arithmetic they keep), and the real AVX-512
+ * build's where the CPU has it, on awkward sizes (odd n, n < 8, tails of
+ * the 32-element step, 8/4/1-row tiles, 1..70 tokens). */
+static void test_emu_f16_kernels(void) {
+    lb_kernel_table emu = *lb_kernels_table(LB_KV_AVX2);
+    emu.name = "avx512(emu)";
+    lb_kernels_fill_f16_avx512_emu(&emu);
+    const lb_kernel_table *avx2 = lb_kernels_table(LB_KV_AVX2);
+    const bool hw = lb_kernels_usable(LB_KV_AVX512);
+    const int64_t ins[] = {3, 8, 37, 65, 896}, outs[] = {1, 9, 13, 21}, toks[] = {1, 2, 3, 7, 70};
+    int differ = 0, differ_hw = 0, n = 0;
+    for (int k = 0; k < 2; k++) {
+        const lb_type wt = k ? LB_TYPE_BF16 : LB_TYPE_F16;
+        TH_CHECK(emu.w[wt].mm != avx2->w[wt].mm);
+        for (size_t ii = 0; ii < LB_ARRAY_LEN(ins); ii++)
+            for (size_t io = 0; io < LB_ARRAY_LEN(outs); io++)
+                for (size_t it = 0; it < LB_ARRAY_LEN(toks); it++) {
+                    const int64_t in = ins[ii], out = outs[io], nt = toks[it];
+                    uint8_t *w = malloc(2 * (size_t)(in * out));
+                    float *x = malloc(sizeof(float) * (size_t)(in * nt));
+                    float *y0 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y1 = malloc(sizeof(float) * (size_t)(out * nt));
+                    float *y2 = malloc(sizeof(float) * (size_t)(out * nt));
+                    make_weights(wt, w, out, in, 0);
+                    for (int64_t i = 0; i < in * nt; i++) x[i] = rng_f(-2, 2);
+                    avx2->w[wt].mm(in, w, 2 * (size_t)in, out, x, 4 * (size_t)in, nt, y0, (size_t)out);
+                    emu.w[wt].mm(in, w, 2 * (size_t)in, out, x, 4 * (size_t)in, nt, y1, (size_t)out);
+                    if (hw)
+                        lb_kernels_table(LB_KV_AVX512)->w[wt].mm(in, w, 2 * (size_t)in, out, x,
+                                                                 4 * (size_t)in, nt, y2, (size_t)out);
+                    for (int64_t i = 0; i < out * nt; i++, n++) {
+                        differ += !same_float(y0[i], y1[i]);
+                        differ_hw += hw && !same_float(y1[i], y2[i]);
+                    }
+                    free(w), free(x), free(y0), free(y1), free(y2);
+                }
+    }
+    TH_CHECK_MSG(differ == 0, "%d of %d F16/BF16 outputs differ from avx2", differ, n);
+    TH_CHECK_MSG(differ_hw == 0, "%d of %d F16/BF16 outputs differ from the AVX-512 build", differ_hw, n);
+    fprintf(stderr, "  F16/BF16 AVX-512 kernels built for AVX2: %d outputs bit for bit vs avx2%s\n", n,
+            hw ? " and vs the AVX-512 build" : " (no AVX-512 here: no hardware comparison)");
+}
+
 int main(int argc, char **argv) {
     kc_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     if (!lb_kernels_usable(LB_KV_AVX2))
@@ -780,6 +825,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_emu_vs_hardware);
     TH_RUN(test_emu_fp8_bnb_intrinsics);
     TH_RUN(test_emu_fp8_bnb_kernels);
+    TH_RUN(test_emu_f16_kernels);
     for (int e = 0; e < E_COUNT; e++)
         fprintf(stderr, "variant %-17s tested: %d kernel cases vs ref + oracle + threads\n",
                 g_emu[e].name, n_cases[e]);

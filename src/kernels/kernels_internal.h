@@ -327,6 +327,13 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt);
 /* The AVX2 F32 kernel's bits with a 4 x 6 tile (24 ymm accumulators). */
 void lb_kernels_fill_f32_avx512(lb_kernel_table *kt);
 
+/* ---- F16 / BF16 weights on AVX-512 (f16_avx512.c) ----------------------- */
+/* The AVX2 F16/BF16 kernels' bits (kernels_avx2.c mmf) with 8-row
+ * prefetching decode tiles (1-3 tokens) and 4 x 6 tiles (more tokens).
+ * Only AVX2/F16C intrinsics: test_kernels_emu builds it with AVX2 flags
+ * (the _emu name) and checks it on any AVX2 machine. */
+void LB_KSYM(lb_kernels_fill_f16_avx512)(lb_kernel_table *kt);
+
 /* ---- BF16 activations (bf16x_ref.c, bf16x_avx512bf16.c) ----------------- */
 /* Products of bf16 weights and bf16 activations with f32 accumulation, for
  * the calibration forwards of `quantize --calib-dtype bf16` (not for

@@ -63,6 +63,7 @@ static void init_tables(void) {
             lb_kernels_fill_bnb_avx512(&g_tables[v]); /* bnb_avx512.c */
             g_tables[v].vec.hadamard = lb_hadamard_f32_avx512; /* hadamard_avx512.c */
             lb_kernels_fill_f32_avx512(&g_tables[v]); /* f32_avx512.c: F32 retiled */
+            lb_kernels_fill_f16_avx512(&g_tables[v]); /* f16_avx512.c: F16/BF16 */
             break;
         case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;
         case LB_KV_AMX: lb_kernels_fill_amx(&g_tables[v]); break;
