@@ -486,10 +486,21 @@ static inline int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pair
     return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
 }
 
+/* Q5_K (q5): the same with the fifth bits merged: qh vector m (at 256,
+ * the file's bits) shifted within each byte so that bit 2g / 2g + 1 lands
+ * on bit 4, masked, or'd into the low / high nibbles of qs vector 8g + m
+ * (at 768): u = q in 0..31, the reference's integers and float order
+ * (lb_vec_dot_q5_K_q8_K_ref is Q4_K's with these codes). */
+static inline __attribute__((always_inline)) __m512i k5_hbit(__m512i H, int bit) {
+    const __m512i h = bit < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - bit))
+                    : bit > 4 ? _mm512_srli_epi32(H, (unsigned)(bit - 4)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+}
+
 static inline __attribute__((always_inline)) void
-q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
-              size_t ldy) {
-    const size_t BB = 16 * 144;
+q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
+              size_t as, float *y, size_t ldy) {
+    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
                   m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
     __m512 acc[4];
@@ -512,10 +523,12 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
-            const uint8_t *q = p + 256 + (size_t)g * 512;
+            const uint8_t *q = p + QS + (size_t)g * 512;
             for (int l = 0; l < 8; l++) _mm_prefetch((const char *)(q + BB + 64 * l), _MM_HINT_T0);
             if (g == 0)
                 for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(p + BB + 64 * l), _MM_HINT_T0);
+            if (q5 && g == 1) /* the next super-block's qh */
+                for (int l = 4; l < 12; l++) _mm_prefetch((const char *)(p + BB + 64 * l), _MM_HINT_T0);
             const __m512i scv = g < 2 ? sc03 : sc47;
             const __m512i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
             __m512i lo[8], hi[8];
@@ -524,6 +537,11 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                 const __m512i v = _mm512_loadu_si512(q + 64 * m);
                 lo[m] = _mm512_and_si512(v, m4);
                 hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                if (q5) {
+                    const __m512i H = _mm512_loadu_si512(p + 256 + 64 * m);
+                    lo[m] = _mm512_or_si512(lo[m], k5_hbit(H, 2 * g));
+                    hi[m] = _mm512_or_si512(hi[m], k5_hbit(H, 2 * g + 1));
+                }
             }
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
@@ -646,7 +664,8 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
-static void mm_kx16(int q6, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+/* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
+static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 256, ng = nr / 16;
@@ -654,24 +673,30 @@ static void mm_kx16(int q6, int64_t n, const void *vw, size_t ws, int64_t nr, co
         const uint8_t *gp = w + (size_t)g * 16 * ws;
         float *yg = y + 16 * g;
         int64_t t = 0;
-        if (q6) {
+        if (kind == 1) {
             for (; t + 4 <= nt; t += 4)
                 q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
                 q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 2) {
+            for (; t + 4 <= nt; t += 4)
+                q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q4_K_x16_pass(1, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         } else {
             for (; t + 4 <= nt; t += 4)
-                q4_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass(4, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
-                q4_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         }
     }
     /* rows after the last whole group (row form): the reference */
+    float (*const dot)(int64_t, const void *, const void *) =
+        kind == 1 ? lb_vec_dot_q6_K_q8_K_ref
+        : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
     for (int64_t r = 16 * ng; r < nr; r++)
         for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] =
-                (q6 ? lb_vec_dot_q6_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref)(n, w + (size_t)r * ws,
-                                                                         a + (size_t)t * as);
+            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
 }
 static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
@@ -680,6 +705,10 @@ static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 static void mm_q6_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
     mm_kx16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q5_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(2, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 /* ---- X16 Q5_0 against Q8_0 activations ----------------------------------
@@ -925,4 +954,7 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q6_K].mm_x16 = mm_q6_K_x16_avx512_vnni;
     kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_avx512_vnni";
     kt->w[LB_TYPE_Q6_K].x16_fast = true;
+    kt->w[LB_TYPE_Q5_K].mm_x16 = mm_q5_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q5_K].x16_fast = true;
 }
