@@ -664,7 +664,101 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
-/* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
+/* Q3_K: 16 sub-blocks of 16 with 6-bit scales (sc - 32), codes u = 2 low
+ * bits | hmask bit << 2 (0..7, value u - 4). Layout (kernels_internal.h):
+ * d at 0, scale dwords D0, D1, D2 at 32 / 96 / 160, hmask at 224 (8
+ * vectors), qs at 736 (16 vectors). Scales of sub-blocks 4q..4q+3 in the
+ * bytes of SC[q] (lb_q3_K_scales for 16 rows at once: low nibbles from
+ * D0 / D1, 2 high bits from D2). For half k, shift j (sub-blocks 8k + 2j,
+ * 8k + 2j + 1), dword m < 8: u = (qs vector 8k + m >> 2j) & 3 | hmask
+ * vector m's bit 4k + j moved within each byte to bit 2; two chains per
+ * sub-block start at -4 * bsums[is] and 0; isum = sum (sc - 32) * s by
+ * vpmulld; acc = acc + (d * da) * isum (lb_vec_dot_q3_K_q8_K_ref's order). */
+static inline __attribute__((always_inline)) __m512i k3_hbit(__m512i H, int bit) {
+    const __m512i h = bit < 2 ? _mm512_slli_epi32(H, (unsigned)(2 - bit))
+                    : bit > 2 ? _mm512_srli_epi32(H, (unsigned)(bit - 2)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x04));
+}
+
+static inline __attribute__((always_inline)) void
+q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
+              size_t ldy) {
+    const size_t BB = 16 * 110;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30),
+                  m3 = _mm512_set1_epi8(0x03), c32 = _mm512_set1_epi32(32);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512i D0 = _mm512_loadu_si512(p + 32), D1 = _mm512_loadu_si512(p + 96),
+                      D2 = _mm512_loadu_si512(p + 160);
+        __m512i SC[4];
+        SC[0] = _mm512_or_si512(_mm512_and_si512(D0, m4),
+                                _mm512_and_si512(_mm512_slli_epi32(D2, 4), m30));
+        SC[1] = _mm512_or_si512(_mm512_and_si512(D1, m4),
+                                _mm512_and_si512(_mm512_slli_epi32(D2, 2), m30));
+        SC[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(D0, 4), m4),
+                                _mm512_and_si512(D2, m30));
+        SC[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(D1, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi32(D2, 2), m30));
+        __m512i isum[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int is = 8 * k + 2 * j;
+#pragma GCC unroll 4
+                for (int l = 0; l < 4; l++)
+                    _mm_prefetch((const char *)(p + BB + 64 * (4 * (4 * k + j) + l)), _MM_HINT_T0);
+                const __m512i sc0 = _mm512_sub_epi32(kx_byte(SC[is / 4], is % 4), c32);
+                const __m512i sc1 = _mm512_sub_epi32(kx_byte(SC[is / 4], is % 4 + 1), c32);
+                __m512i s[4][4];
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+                    s[u][0] = _mm512_set1_epi32(-4 * bs[is]);
+                    s[u][1] = _mm512_setzero_si512();
+                    s[u][2] = _mm512_set1_epi32(-4 * bs[is + 1]);
+                    s[u][3] = _mm512_setzero_si512();
+                }
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; m++) {
+                    const __m512i Q = _mm512_loadu_si512(p + 736 + 64 * (8 * k + m));
+                    const __m512i H = _mm512_loadu_si512(p + 224 + 64 * m);
+                    const __m512i q = j ? _mm512_srli_epi32(Q, (unsigned)(2 * j)) : Q;
+                    const __m512i uq = _mm512_or_si512(_mm512_and_si512(q, m3), k3_hbit(H, 4 * k + j));
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m;
+                        const int c = (m / 4) * 2 + m % 2;
+                        s[u][c] = _mm512_dpbusd_epi32(s[u][c], uq, KBC(a8));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++)
+                    isum[u] = _mm512_add_epi32(
+                        isum[u],
+                        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(s[u][0], s[u][1]), sc0),
+                                         _mm512_mullo_epi32(_mm512_add_epi32(s[u][2], s[u][3]), sc1)));
+            }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            float da;
+            memcpy(&da, ab + (size_t)u * as, 4);
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(da)),
+                                                         _mm512_cvtepi32_ps(isum[u])));
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+/* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K */
 static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -678,6 +772,11 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
                 q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
                 q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 3) {
+            for (; t + 4 <= nt; t += 4)
+                q3_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q3_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         } else if (kind == 2) {
             for (; t + 4 <= nt; t += 4)
                 q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
@@ -693,7 +792,8 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
     /* rows after the last whole group (row form): the reference */
     float (*const dot)(int64_t, const void *, const void *) =
         kind == 1 ? lb_vec_dot_q6_K_q8_K_ref
-        : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
+        : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref
+        : kind == 3 ? lb_vec_dot_q3_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
     for (int64_t r = 16 * ng; r < nr; r++)
         for (int64_t t = 0; t < nt; t++)
             y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
@@ -709,6 +809,10 @@ static void mm_q6_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 static void mm_q5_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
     mm_kx16(2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q3_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(3, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 /* ---- X16 Q5_0 against Q8_0 activations ----------------------------------
@@ -957,4 +1061,7 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_K].mm_x16 = mm_q5_K_x16_avx512_vnni;
     kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_avx512_vnni";
     kt->w[LB_TYPE_Q5_K].x16_fast = true;
+    kt->w[LB_TYPE_Q3_K].mm_x16 = mm_q3_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q3_K].x16_fast = true;
 }
