@@ -454,19 +454,25 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
             }
         return p;
     }
-    if (wt == LB_TYPE_Q3_K) { /* d (16 halves), scales (3 x 64), hmask (8 x 64), qs (16 x 64) */
+    if (wt == LB_TYPE_Q3_K || wt == LB_TYPE_Q2_K) {
+        /* Q3_K: d (16 halves), scales (3 x 64), hmask (8 x 64), qs (16 x 64);
+         * Q2_K: d, dmin (16 halves each), scales (4 x 64), qs (16 x 64) */
+        const int q2 = wt == LB_TYPE_Q2_K;
+        const size_t bb = q2 ? 84 : 110;
         const int f3[4][2] = {{108, 2}, {96, 12}, {0, 32}, {32, 64}};
+        const int f2[4][2] = {{80, 2}, {82, 2}, {0, 16}, {16, 64}};
+        const int (*ff)[2] = q2 ? f2 : f3;
         for (int64_t g = 0; g < out / 16; g++)
             for (int64_t b = 0; b < in / 256; b++) {
-                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * 110;
+                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
                 for (int f = 0; f < 4; f++) {
                     for (int n = 0; n < 16; n++) {
-                        const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * 110 + f3[f][0];
-                        if (f3[f][1] == 2) memcpy(dst + 2 * n, src, 2);
+                        const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + ff[f][0];
+                        if (ff[f][1] == 2) memcpy(dst + 2 * n, src, 2);
                         else
-                            for (int k = 0; k < f3[f][1]; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
+                            for (int k = 0; k < ff[f][1]; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
                     }
-                    dst += 16 * (size_t)f3[f][1];
+                    dst += 16 * (size_t)ff[f][1];
                 }
             }
         return p;
@@ -502,7 +508,7 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     return p;
 }
 
-/* Table kt on X16 Q3_K / Q4_K / Q5_K / Q6_K / Q5_0 / Q4_1 / Q5_1 weights gives the reference table's bits on
+/* Table kt on X16 Q2_K..Q6_K / Q5_0 / Q4_1 / Q5_1 weights gives the reference table's bits on
  * the row-form weights (the X16 K-quant kernels claim it), on awkward
  * shapes (rows below, at and past multiples of 16; 1..38 super-blocks),
  * 1..70 tokens, 1 and 3 threads; every other shape with extreme data
@@ -516,7 +522,7 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
     lb_pool *pool = lb_pool_create(3);
     int runs = 0, bad = 0;
     const lb_type wts[] = {LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q5_0, LB_TYPE_Q4_1, LB_TYPE_Q5_1,
-                           LB_TYPE_Q5_K, LB_TYPE_Q3_K};
+                           LB_TYPE_Q5_K, LB_TYPE_Q3_K, LB_TYPE_Q2_K};
     for (int k = 0; k < (int)(sizeof wts / sizeof wts[0]); k++) {
         const lb_type wt = wts[k];
         TH_CHECK_MSG(kt->w[wt].mm_x16 != NULL, "%s: no X16 kernel for %s", kt->name,
@@ -539,7 +545,9 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
                             size_t sbb; /* bytes of 256 elements */
                             lb_row_size(wt, 256, &sbb);
                             uint8_t *blk = w + (size_t)o * rb + (size_t)b * sbb;
-                            if (wt == LB_TYPE_Q3_K) { /* scales -32, codes -4 (d kept) */
+                            if (wt == LB_TYPE_Q2_K) { /* scales, mins 15; codes 3 (d, dmin kept) */
+                                memset(blk, 0xFF, 80);
+                            } else if (wt == LB_TYPE_Q3_K) { /* scales -32, codes -4 (d kept) */
                                 memset(blk, 0, 108);
                             } else if (wt == LB_TYPE_Q5_K) { /* scales, mins 63; codes 31 */
                                 memset(blk + 4, 0xFF, 12 + 32 + 128);
