@@ -455,7 +455,7 @@ static void mm_q8_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 }
 
 
-/* ---- X16 K-quants (Q4_K, Q6_K) against Q8_K activations ------------------
+/* ---- X16 K-quants (Q2_K..Q6_K) against Q8_K activations ------------------
  * One group of 16 rows is one sequential stream of super-blocks
  * (kernels_internal.h). Per super-block, the 16 rows' codes are loaded 64
  * bytes at a time (lane n = 4 codes of row n, as unsigned bytes) and
