@@ -13,18 +13,11 @@
  * reference only in the float summation order.
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 #include "lowbit/bnb.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-static inline float hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 /* table[idx] for 8 int32 indices 0..15 */
 static inline __m256 lut16(__m256 t0, __m256 t1, __m256i idx) {
@@ -64,7 +57,7 @@ static inline void b4_tile(int64_t n, const uint8_t *w, size_t ws, int64_t nr, c
                 acc[t] = _mm256_fmadd_ps(dv, _mm256_add_ps(s0, s1), acc[t]);
             }
         }
-        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = hsum8(acc[t]);
+        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = lb_hsum8_ps(acc[t]);
     }
 }
 
@@ -111,7 +104,7 @@ static inline void i8_tile(int64_t n, const uint8_t *w, size_t ws, int64_t nr, c
                 acc[t] = _mm256_fmadd_ps(dv, _mm256_add_ps(s0, s1), acc[t]);
             }
         }
-        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = hsum8(acc[t]);
+        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = lb_hsum8_ps(acc[t]);
     }
 }
 

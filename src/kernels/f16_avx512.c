@@ -5,7 +5,7 @@
  * mmf/tilef), bit for bit: per output y[t, r],
  *   acc (8 lanes) = 0; for i in steps of 8 while i + 8 <= n:
  *       acc = fma(w[r, i..i+8) converted to f32, a[t, i..i+8), acc)
- *   s = hsum8(acc) ((lo + hi) then pairs, as kernels_avx2.c), then
+ *   s = lb_hsum8_ps(acc) (simd_avx2.h: lo + hi, then pairs), then
  *   s += w[r, j] * a[t, j] for the tail j (the AVX2 kernel's expression),
  * with the conversions exact (F16: vcvtph2ps; BF16: the 16 bits shifted
  * into the top of an f32), so a model gives the same logits on AVX2 and
@@ -25,6 +25,7 @@
  * with AVX2 flags and checks the same bits on any AVX2 machine.
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 #include "core/internal.h"
 
 #include <immintrin.h>
@@ -40,13 +41,6 @@ typedef enum { H_F16, H_BF16 } hkind;
  * prefetch of the next tile's rows at the same offset, of a sequential
  * prefetch of the next tile, and of none) */
 #define PF_F16 512
-
-LB_AI float hsum8(__m256 v) { /* kernels_avx2.c's hsum8 */
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 LB_AI __m256 load8h(hkind k, const uint8_t *w, int64_t i) {
     const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i));
@@ -107,7 +101,7 @@ LB_AI void tile_h(hkind k, const int RM, const int RN, const int pf, int64_t n,
     }
     for (int r = 0; r < RM; r++)
         for (int t = 0; t < RN; t++) {
-            float s = hsum8(acc[r][t]);
+            float s = lb_hsum8_ps(acc[r][t]);
             const float *ap = a + (size_t)t * as;
             for (int64_t j = i; j < n; j++) s += load1h(k, w + (size_t)r * ws, j) * ap[j];
             y[(size_t)t * ldy + (size_t)r] = s;

@@ -5,7 +5,7 @@
  * for bit: per output y[t, r],
  *   acc (8 lanes) = 0; for i in steps of 8 while i + 8 <= n:
  *       acc = fma(w[r, i..i+8), a[t, i..i+8), acc)
- *   s = hsum8(acc) ((lo + hi) then pairs, as kernels_avx2.c), then
+ *   s = lb_hsum8_ps(acc) (simd_avx2.h: lo + hi, then pairs), then
  *   s += w[r, j] * a[t, j] (product rounded, then the sum) for the tail j,
  * so a model gives the same logits (and GPTQ the same Hessians and codes)
  * on AVX2 and AVX-512 machines. What changes is the tile: 4 weight rows x
@@ -16,18 +16,12 @@
  * FMAs as two 256-bit halves, so ymm FMAs already reach its peak).
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
 
 #define LB_AI static inline __attribute__((always_inline))
-
-LB_AI float hsum8(__m256 v) { /* kernels_avx2.c's hsum8 */
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 /* RM weight rows x RN tokens (RM <= 4, RN <= 6) */
 LB_AI void tile_f32(const int RM, const int RN, int64_t n, const float *w, size_t ws,
@@ -51,7 +45,7 @@ LB_AI void tile_f32(const int RM, const int RN, int64_t n, const float *w, size_
     }
     for (int r = 0; r < RM; r++)
         for (int t = 0; t < RN; t++) {
-            float s = hsum8(acc[r][t]);
+            float s = lb_hsum8_ps(acc[r][t]);
             const float *wr = w + (size_t)r * ws, *ap = a + (size_t)t * as;
             for (int64_t j = i; j < n; j++) {
                 const float p = wr[j] * ap[j];

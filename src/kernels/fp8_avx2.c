@@ -14,6 +14,7 @@
  * float summation order.
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 #include "lowbit/fp8.h"
 
 #include <immintrin.h>
@@ -21,14 +22,6 @@
 #include <string.h>
 
 #define NT_MAX 4
-
-static inline float hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 static inline __m256 e4m3x8(const uint8_t *q) {
     const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
@@ -62,7 +55,7 @@ static inline void f8_tile(int64_t n, const uint8_t *w, size_t ws, int64_t nr, c
                 acc[t] = _mm256_fmadd_ps(dv, _mm256_add_ps(s0, s1), acc[t]);
             }
         }
-        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = hsum8(acc[t]);
+        for (int t = 0; t < NT; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = lb_hsum8_ps(acc[t]);
     }
 }
 

@@ -25,6 +25,7 @@
  * weights stream from memory once per token).
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 #include "core/internal.h"
 
 #include <immintrin.h>
@@ -35,13 +36,6 @@ LB_AI float h2f(const void *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h); /* exact, same as lb_f16_to_f32 */
-}
-
-LB_AI float hsum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
 }
 
 LB_AI int hsum8_epi32(__m256i v) {
@@ -168,7 +162,7 @@ LB_AI void tile32(qkind k, const int RM, const int RN, int64_t nb, const uint8_t
 #pragma GCC unroll 4
     for (int r = 0; r < RM; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < RN; t++) y[(size_t)t * ldy + (size_t)r] = hsum8(acc[r][t]) + summ[r][t];
+        for (int t = 0; t < RN; t++) y[(size_t)t * ldy + (size_t)r] = lb_hsum8_ps(acc[r][t]) + summ[r][t];
 }
 
 LB_AI void mm32(qkind k, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
@@ -571,7 +565,7 @@ static float dot_q2_K(int64_t n, const lb_block_q2_K *x, const lb_block_q8_K *y)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
         accm += dmin * (float)summs;
     }
-    return hsum8(acc) - accm;
+    return lb_hsum8_ps(acc) - accm;
 }
 
 static float dot_q3_K(int64_t n, const lb_block_q3_K *x, const lb_block_q8_K *y) {
@@ -599,7 +593,7 @@ static float dot_q3_K(int64_t n, const lb_block_q3_K *x, const lb_block_q8_K *y)
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(&x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum8(acc);
+    return lb_hsum8_ps(acc);
 }
 
 /* sum_j bsums[j] * mn[j/2] (exact int32) with one vpmaddwd. */
@@ -653,7 +647,7 @@ LB_AI void tile_q4_K(const int RN, int64_t nb, const lb_block_q4_K *x, const uin
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]) - accm[t];
+    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = lb_hsum8_ps(acc[t]) - accm[t];
 }
 
 static float dot_q5_K(int64_t n, const lb_block_q5_K *x, const lb_block_q8_K *y) {
@@ -685,7 +679,7 @@ static float dot_q5_K(int64_t n, const lb_block_q5_K *x, const lb_block_q8_K *y)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         accm += dmin * (float)imin;
     }
-    return hsum8(acc) - accm;
+    return lb_hsum8_ps(acc) - accm;
 }
 
 /* Q6_K: one weight row against RN (1..4) token rows. */
@@ -735,7 +729,7 @@ LB_AI void tile_q6_K(const int RN, int64_t nb, const lb_block_q6_K *x, const uin
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]);
+    for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = lb_hsum8_ps(acc[t]);
 }
 
 /* Tiled K-quant matmul: 4 tokens share each unpacked weight row. */
@@ -818,7 +812,7 @@ LB_AI void tilef(fkind k, const int RM, const int RN, int64_t n, const uint8_t *
     }
     for (int r = 0; r < RM; r++)
         for (int t = 0; t < RN; t++) {
-            float s = hsum8(acc[r][t]);
+            float s = lb_hsum8_ps(acc[r][t]);
             const float *ap = (const float *)(const void *)(a + (size_t)t * as);
             for (int64_t j = i; j < n; j++) s += load1w(k, w + (size_t)r * ws, j) * ap[j];
             y[(size_t)t * ldy + (size_t)r] = s;

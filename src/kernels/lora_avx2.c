@@ -5,17 +5,11 @@
 #include "lowbit/lora.h"
 #include "core/internal.h"
 
+#include "simd_avx2.h"
 #include <immintrin.h>
 
 void lb_lora_apply_avx2(const lb_lora_linear *l, const float *x, float *y,
                         float scale, float *tmp);
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static float dot_row(lb_type t, const void *row, const float *x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -43,7 +37,7 @@ static float dot_row(lb_type t, const void *row, const float *x, int64_t n) {
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + i), _mm256_loadu_ps(x + i), a0);
         for (; i < n; i++) tail += r[i] * x[i];
     }
-    return hsum8(_mm256_add_ps(a0, a1)) + tail;
+    return lb_hsum8_ps(_mm256_add_ps(a0, a1)) + tail;
 }
 
 void lb_lora_apply_avx2(const lb_lora_linear *l, const float *x, float *y,

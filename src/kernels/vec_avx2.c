@@ -16,19 +16,13 @@
  * tail (head sizes such as 8 or 72 work).
  */
 #include "kernels_internal.h"
+#include "simd_avx2.h"
 #include "core/internal.h"
 
 #include <immintrin.h>
 #include <math.h>
 
 #define LB_AI static inline __attribute__((always_inline))
-
-LB_AI float hsum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 /* exp of 8 lanes (see the file comment). */
 LB_AI __m256 exp8(__m256 x) {
@@ -93,7 +87,7 @@ static void qk_avx2(int G, int hd, const float *q, const float *K, int64_t n,
             __m256 a = _mm256_setzero_ps();
             for (int c = 0; c < hd8; c += 8)
                 a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_loadu_ps(kr + c), a);
-            float t = hsum8(a);
+            float t = lb_hsum8_ps(a);
             for (int c = hd8; c < hd; c++) t += qg[c] * kr[c];
             sg[j] = t * scale;
         }
@@ -180,7 +174,7 @@ static float exp_sum_avx2(float *x, int64_t n, float m) {
         for (int64_t k = r; k < 8; k++) t[k] = 0.0f;
         s = _mm256_add_ps(s, _mm256_loadu_ps(t));
     }
-    return hsum8(s);
+    return lb_hsum8_ps(s);
 }
 
 static void silu_mul_avx2(float *g, const float *u, int64_t n) {
