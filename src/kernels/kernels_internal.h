@@ -330,6 +330,22 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 #define LB_KSYM(name) name
 #endif
 
+/* LB_UNROLL(n): "#pragma GCC unroll n" before a loop; LB_KINLINE: a static
+ * function the compiler must inline (static inline always_inline). Both are
+ * speed hints for the real kernels. The emulated build (LB_EMULATE_SIMD,
+ * tests only) turns them off: there every intrinsic is a C loop over lanes,
+ * and forced inlining plus unrolling made single functions so large that
+ * compiling kernels_avx512vnni.c under ASan+UBSan took over half an hour.
+ * Results do not depend on either (same operations in the same order). */
+#define LB_PRAGMA_(x) _Pragma(#x)
+#ifdef LB_EMULATE_SIMD
+#define LB_UNROLL(n)
+#define LB_KINLINE static inline
+#else
+#define LB_UNROLL(n) LB_PRAGMA_(GCC unroll n)
+#define LB_KINLINE static inline __attribute__((always_inline))
+#endif
+
 /* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */
 /* The avx512 (F/BW/VL/DQ, no VNNI) table keeps the AVX2 kernels: without
  * vpdpbusd the u8 x s8 products would go through vpmaddubsw, which saturates.
