@@ -15,7 +15,7 @@
  * (less disturbed on a shared machine: time the process spends descheduled
  * does not count). --only TYPE: one weight type; F8_E4M3_B32, NF4_B64,
  * FP4_B64 and I8_B32 (the FP8 / bitsandbytes in-memory types, random
- * codes) and Q4_1 / Q5_1 (X16 too) run only when named so.
+ * codes) and Q4_1 / Q5_1 / Q5_K / Q3_K / Q2_K (X16 too) run only when named so.
  *
  * The reference GEMM is timed at 16 tokens (its cost per token is constant:
  * it is a loop of dot products) so that the run stays short; every other
@@ -110,7 +110,7 @@ static double time_it(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor 
     return el / iters;
 }
 
-/* Copy of row-form weights in LB_LAYOUT_X16 (Q4_0/Q8_0/Q4_K/Q6_K). */
+/* Copy of row-form weights in LB_LAYOUT_X16 (the lb_x16_type types). */
 static uint8_t *pack_x16(lb_type t, const uint8_t *w, int64_t out, int64_t in, size_t bytes) {
     size_t rb;
     lb_row_size(t, in, &rb);
@@ -169,7 +169,8 @@ int main(int argc, char **argv) {
                              LB_TYPE_Q4_K,        LB_TYPE_Q6_K,    LB_TYPE_F16,
                              LB_TYPE_F8_E4M3_B32, LB_TYPE_NF4_B64, LB_TYPE_FP4_B64,
                              LB_TYPE_I8_B32,      LB_TYPE_Q4_1,    LB_TYPE_Q5_1,
-                             LB_TYPE_BF16};
+                             LB_TYPE_BF16,        LB_TYPE_Q5_K,    LB_TYPE_Q3_K,
+                             LB_TYPE_Q2_K};
     const size_t n_default = 6; /* the rest only with --only */
     const int64_t def_shapes[][2] = {{4864, 896}, {896, 4864}, {8192, 2048}}; /* [out, in] */
     const int64_t(*shapes)[2] = n_user_shapes ? (const int64_t(*)[2])user_shapes : def_shapes;

@@ -454,10 +454,35 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
             }
         return p;
     }
-    const int q6 = wt == LB_TYPE_Q6_K;
-    const size_t bb = q6 ? 210 : 144;
-    /* (offset in the row-form block, bytes) in X16 order */
+    if (wt == LB_TYPE_Q3_K || wt == LB_TYPE_Q2_K) {
+        /* Q3_K: d (16 halves), scales (3 x 64), hmask (8 x 64), qs (16 x 64);
+         * Q2_K: d, dmin (16 halves each), scales (4 x 64), qs (16 x 64) */
+        const int q2 = wt == LB_TYPE_Q2_K;
+        const size_t bb = q2 ? 84 : 110;
+        const int f3[4][2] = {{108, 2}, {96, 12}, {0, 32}, {32, 64}};
+        const int f2[4][2] = {{80, 2}, {82, 2}, {0, 16}, {16, 64}};
+        const int (*ff)[2] = q2 ? f2 : f3;
+        for (int64_t g = 0; g < out / 16; g++)
+            for (int64_t b = 0; b < in / 256; b++) {
+                uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
+                for (int f = 0; f < 4; f++) {
+                    for (int n = 0; n < 16; n++) {
+                        const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + ff[f][0];
+                        if (ff[f][1] == 2) memcpy(dst + 2 * n, src, 2);
+                        else
+                            for (int k = 0; k < ff[f][1]; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
+                    }
+                    dst += 16 * (size_t)ff[f][1];
+                }
+            }
+        return p;
+    }
+    const int q6 = wt == LB_TYPE_Q6_K, q5k = wt == LB_TYPE_Q5_K;
+    const size_t bb = q6 ? 210 : q5k ? 176 : 144;
+    /* (offset in the row-form block, bytes) in X16 order; Q5_K: d, dmin,
+     * scales, qh (as in the file), qs */
     const int f4[4][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}};
+    const int f5[5][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}};
     int f6[50][2] = {{208, 2}, {192, 16}};
     for (int k = 0; k < 16; k++) { /* ql at 0, qh at 128 in the row-form block */
         const int h = k / 8, m = k % 8;
@@ -468,8 +493,9 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     for (int64_t g = 0; g < out / 16; g++)
         for (int64_t b = 0; b < in / 256; b++) {
             uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
-            for (int f = 0; f < (q6 ? 50 : 4); f++) {
-                const int off = q6 ? f6[f][0] : f4[f][0], sz = q6 ? f6[f][1] : f4[f][1];
+            for (int f = 0; f < (q6 ? 50 : q5k ? 5 : 4); f++) {
+                const int off = q6 ? f6[f][0] : q5k ? f5[f][0] : f4[f][0];
+                const int sz = q6 ? f6[f][1] : q5k ? f5[f][1] : f4[f][1];
                 for (int n = 0; n < 16; n++) {
                     const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + off;
                     if (sz == 2) memcpy(dst + 2 * n, src, 2);
@@ -482,7 +508,7 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     return p;
 }
 
-/* Table kt on X16 Q4_K / Q6_K / Q5_0 / Q4_1 / Q5_1 weights gives the reference table's bits on
+/* Table kt on X16 Q2_K..Q6_K / Q5_0 / Q4_1 / Q5_1 weights gives the reference table's bits on
  * the row-form weights (the X16 K-quant kernels claim it), on awkward
  * shapes (rows below, at and past multiples of 16; 1..38 super-blocks),
  * 1..70 tokens, 1 and 3 threads; every other shape with extreme data
@@ -495,8 +521,9 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
     const int64_t toks[] = {1, 2, 4, 5, 15, 17, 70};
     lb_pool *pool = lb_pool_create(3);
     int runs = 0, bad = 0;
-    const lb_type wts[] = {LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q5_0, LB_TYPE_Q4_1, LB_TYPE_Q5_1};
-    for (int k = 0; k < 5; k++) {
+    const lb_type wts[] = {LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q5_0, LB_TYPE_Q4_1, LB_TYPE_Q5_1,
+                           LB_TYPE_Q5_K, LB_TYPE_Q3_K, LB_TYPE_Q2_K};
+    for (int k = 0; k < (int)(sizeof wts / sizeof wts[0]); k++) {
         const lb_type wt = wts[k];
         TH_CHECK_MSG(kt->w[wt].mm_x16 != NULL, "%s: no X16 kernel for %s", kt->name,
                      lb_type_name(wt));
@@ -518,7 +545,13 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
                             size_t sbb; /* bytes of 256 elements */
                             lb_row_size(wt, 256, &sbb);
                             uint8_t *blk = w + (size_t)o * rb + (size_t)b * sbb;
-                            if (k == 2) { /* Q5_0: every block's codes 31 */
+                            if (wt == LB_TYPE_Q2_K) { /* scales, mins 15; codes 3 (d, dmin kept) */
+                                memset(blk, 0xFF, 80);
+                            } else if (wt == LB_TYPE_Q3_K) { /* scales -32, codes -4 (d kept) */
+                                memset(blk, 0, 108);
+                            } else if (wt == LB_TYPE_Q5_K) { /* scales, mins 63; codes 31 */
+                                memset(blk + 4, 0xFF, 12 + 32 + 128);
+                            } else if (k == 2) { /* Q5_0: every block's codes 31 */
                                 for (int64_t c = 0; c < 8; c++) memset(blk + 22 * c + 2, 0xFF, 20);
                             } else if (k >= 3) { /* Q4_1 / Q5_1: codes 15 / 31 (d, m kept) */
                                 const size_t bb1 = k == 4 ? 24 : 20;

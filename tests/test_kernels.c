@@ -177,11 +177,11 @@ static void test_x16_same_bits(void) {
                     lb_kernels_table(v)->name, kc_x16_same_bits(lb_kernels_table(v)));
 }
 
-/* X16 Q4_K / Q6_K / Q5_0 / Q4_1 / Q5_1 weights: every usable table gives the reference's bits */
+/* X16 Q2_K..Q6_K / Q5_0 / Q4_1 / Q5_1 weights: every usable table gives the reference's bits */
 static void test_kx16_ref_bits(void) {
     for (int v = 0; v < LB_KV_COUNT; v++)
         if (lb_kernels_usable(v))
-            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q4_K, Q6_K, Q5_0, Q4_1, Q5_1)\n",
+            fprintf(stderr, "  %s: %d X16 products bit-identical to ref (Q2_K..Q6_K, Q5_0, Q4_1, Q5_1)\n",
                     lb_kernels_table(v)->name, kc_kx16_ref_bits(lb_kernels_table(v)));
 }
 
@@ -220,11 +220,13 @@ static void test_tensor_repack(void) {
         TH_CHECK(lb_x16_type((lb_type)t) ==
                  (t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 ||
                   t == LB_TYPE_Q4_K || t == LB_TYPE_Q6_K || t == LB_TYPE_Q4_1 ||
-                  t == LB_TYPE_Q5_1));
+                  t == LB_TYPE_Q5_1 || t == LB_TYPE_Q5_K || t == LB_TYPE_Q3_K ||
+                  t == LB_TYPE_Q2_K));
     /* Q5_0 / Q4_K / Q6_K: repacked where the family asks for it, row form
      * back, and then the reference's bits */
-    const lb_type kts[] = {LB_TYPE_Q5_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q4_1, LB_TYPE_Q5_1};
-    for (int k = 0; k < 5; k++) {
+    const lb_type kts[] = {LB_TYPE_Q5_0, LB_TYPE_Q4_K, LB_TYPE_Q6_K, LB_TYPE_Q4_1, LB_TYPE_Q5_1,
+                           LB_TYPE_Q5_K, LB_TYPE_Q3_K, LB_TYPE_Q2_K};
+    for (int k = 0; k < (int)(sizeof kts / sizeof kts[0]); k++) {
         const lb_type wt = kts[k];
         const int64_t kin = 512;
         size_t rb;

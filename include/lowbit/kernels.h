@@ -55,14 +55,14 @@ lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
  * machine; falls back to the best usable family below it). */
 const char *lb_kernels_variant(void);
 
-/* Repack a Q4_0, Q8_0, Q5_0, Q4_K or Q6_K weight in place into
+/* Repack a Q4_0, Q8_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K or Q6_K weight in place into
  * LB_LAYOUT_X16 (lowbit/types.h) when the kernel family in use streams that
  * layout faster for that type (today: Q4_0/Q8_0 on avx2, avx512,
- * avx512_vnni and amx; Q5_0/Q4_K/Q6_K on avx512_vnni and amx; never ref)
+ * avx512_vnni and amx; Q5_0/Q5_1/Q4_K/Q5_K/Q6_K on avx512_vnni and amx; never ref)
  * and W has at least 16 rows. `data` is W's
  * data, writable (W->data itself is const); W->layout is set on success.
  * Same products afterwards, bit for bit, for Q4_0/Q8_0 (the repacked
- * kernels give each family's row-form results); Q5_0/Q4_K/Q6_K repacked give the
+ * kernels give each family's row-form results); the other types repacked give the
  * scalar reference's bits, which the row-form AVX2 kernels match only to
  * f32 rounding (a different float summation order). Does nothing (LB_OK, layout
  * unchanged) for other types, fewer than 16 rows, an already repacked W, a

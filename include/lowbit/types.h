@@ -93,7 +93,7 @@ typedef struct lb_tensor {
 } lb_tensor;
 
 /* lb_tensor.layout. LB_LAYOUT_ROWS: rows back to back as described above
- * (the file's form). LB_LAYOUT_X16: Q4_0/Q8_0/Q5_0/Q4_K/Q6_K weights repacked in place at
+ * (the file's form). LB_LAYOUT_X16: Q4_0/Q8_0/Q5_0/Q4_1/Q5_1/Q4_K/Q5_K/Q6_K weights repacked in place at
  * load for the matmul kernels: each group of 16 whole rows keeps its bytes
  * (rows 16g..16g+15 at data + 16g * row_bytes) but interleaved block by
  * block (src/kernels/kernels_internal.h describes it); rows after the last

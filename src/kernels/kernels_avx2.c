@@ -1167,4 +1167,10 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
     kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
     kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_ref";
+    kt->w[LB_TYPE_Q5_K].mm_x16 = lb_mm_q5_K_x16_ref;
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_ref";
+    kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_ref;
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_ref";
+    kt->w[LB_TYPE_Q2_K].mm_x16 = lb_mm_q2_K_x16_ref;
+    kt->w[LB_TYPE_Q2_K].x16_name = "mm_q2_K_x16_ref";
 }

@@ -126,7 +126,7 @@ static inline __m512i block16(const wblock *W, const uint8_t *ap, int32_t corr) 
  * else starts at 0, and goes back to acc[u] (the same float chain whether
  * a chunk is done in one sub-chunk or several). U tokens share each
  * block's repacked weights. */
-static inline __attribute__((always_inline)) void
+LB_KINLINE void
 tokens_pass(const int U, const wblock *W, float (*dw)[16], const uint8_t *at, size_t as,
             int64_t b0, int sn, int32_t (*corr)[SB], float (*da)[SB], bool cont,
             float (*acc_out)[16]) {
@@ -340,13 +340,13 @@ static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
  * sums. */
 #define XB(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
 
-static inline __attribute__((always_inline)) void
+LB_KINLINE void
 x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
          size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
     const size_t bb = q4 ? 16 * 18 : 16 * 34;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
     const uint8_t *p = gp + (size_t)kb0 * bb;
     for (int i = 0; i < kbn; i++, p += bb) {
@@ -364,17 +364,17 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
         const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         __m512i k[8];
         if (q4) {
-#pragma GCC unroll 4
+LB_UNROLL(4)
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
                 k[j] = _mm512_and_si512(v, m4);
                 k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
             }
         } else {
-#pragma GCC unroll 8
+LB_UNROLL(8)
             for (int j = 0; j < 8; j++) k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
         }
-    #pragma GCC unroll 4
+    LB_UNROLL(4)
     for (int u = 0; u < U; u++) {
             const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
             /* Q4_0: k[j] = elements 4j.. (j < 4) and 16 + 4(j-4).., i.e.
@@ -392,7 +392,7 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
                                      _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[u]);
         }
     }
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) {
         float *yu = y + (size_t)u * ldy;
         const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u]) : acc[u];
@@ -455,7 +455,7 @@ static void mm_q8_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 }
 
 
-/* ---- X16 K-quants (Q4_K, Q6_K) against Q8_K activations ------------------
+/* ---- X16 K-quants (Q2_K..Q6_K) against Q8_K activations ------------------
  * One group of 16 rows is one sequential stream of super-blocks
  * (kernels_internal.h). Per super-block, the 16 rows' codes are loaded 64
  * bytes at a time (lane n = 4 codes of row n, as unsigned bytes) and
@@ -486,14 +486,25 @@ static inline int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pair
     return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
 }
 
-static inline __attribute__((always_inline)) void
-q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
-              size_t ldy) {
-    const size_t BB = 16 * 144;
+/* Q5_K (q5): the same with the fifth bits merged: qh vector m (at 256,
+ * the file's bits) shifted within each byte so that bit 2g / 2g + 1 lands
+ * on bit 4, masked, or'd into the low / high nibbles of qs vector 8g + m
+ * (at 768): u = q in 0..31, the reference's integers and float order
+ * (lb_vec_dot_q5_K_q8_K_ref is Q4_K's with these codes). */
+LB_KINLINE __m512i k5_hbit(__m512i H, int bit) {
+    const __m512i h = bit < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - bit))
+                    : bit > 4 ? _mm512_srli_epi32(H, (unsigned)(bit - 4)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+}
+
+LB_KINLINE void
+q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
+              size_t as, float *y, size_t ldy) {
+    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
                   m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
     __m512 acc[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
@@ -508,29 +519,36 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
         const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4),
                                              _mm512_and_si512(_mm512_srli_epi32(S1, 2), m30));
         __m512i isum[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int g = 0; g < 4; g++) {
-            const uint8_t *q = p + 256 + (size_t)g * 512;
+            const uint8_t *q = p + QS + (size_t)g * 512;
             for (int l = 0; l < 8; l++) _mm_prefetch((const char *)(q + BB + 64 * l), _MM_HINT_T0);
             if (g == 0)
                 for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(p + BB + 64 * l), _MM_HINT_T0);
+            if (q5 && g == 1) /* the next super-block's qh */
+                for (int l = 4; l < 12; l++) _mm_prefetch((const char *)(p + BB + 64 * l), _MM_HINT_T0);
             const __m512i scv = g < 2 ? sc03 : sc47;
             const __m512i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
             __m512i lo[8], hi[8];
-#pragma GCC unroll 8
+LB_UNROLL(8)
             for (int m = 0; m < 8; m++) {
                 const __m512i v = _mm512_loadu_si512(q + 64 * m);
                 lo[m] = _mm512_and_si512(v, m4);
                 hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                if (q5) {
+                    const __m512i H = _mm512_loadu_si512(p + 256 + 64 * m);
+                    lo[m] = _mm512_or_si512(lo[m], k5_hbit(H, 2 * g));
+                    hi[m] = _mm512_or_si512(hi[m], k5_hbit(H, 2 * g + 1));
+                }
             }
-#pragma GCC unroll 4
+LB_UNROLL(4)
             for (int u = 0; u < U; u++) {
                 const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g;
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
                 __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
-#pragma GCC unroll 8
+LB_UNROLL(8)
                 for (int m = 0; m < 8; m += 2) {
                     s0 = _mm512_dpbusd_epi32(s0, lo[m], KBC(a8 + 4 * m));
                     s1 = _mm512_dpbusd_epi32(s1, lo[m + 1], KBC(a8 + 4 * m + 4));
@@ -544,7 +562,7 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
         }
         const __m512i m02 = _mm512_and_si512(mn03, mw), m13 = _mm512_and_si512(_mm512_srli_epi32(mn03, 8), mw);
         const __m512i m46 = _mm512_and_si512(mn47, mw), m57 = _mm512_and_si512(_mm512_srli_epi32(mn47, 8), mw);
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) {
             const uint8_t *au = ab + (size_t)u * as;
             const uint8_t *bs = au + 260;
@@ -561,44 +579,44 @@ q4_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                                                          _mm512_cvtepi32_ps(imin)));
         }
     }
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
-static inline __attribute__((always_inline)) void
+LB_KINLINE void
 q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
               size_t ldy) {
     const size_t BB = 16 * 210;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
         const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         __m512i isum[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
-#pragma GCC unroll 2
+LB_UNROLL(2)
         for (int h = 0; h < 2; h++)
-#pragma GCC unroll 2
+LB_UNROLL(2)
             for (int r = 0; r < 2; r++) {
                 /* sub-blocks j = 8h + 2q + r (q = 0..3): m = 4r..4r+3 */
                 __m512i sc[4]; /* scale j: vector j / 4, byte j % 4 */
-#pragma GCC unroll 4
+LB_UNROLL(4)
                 for (int qd = 0; qd < 4; qd++)
                     sc[qd] = kx_sbyte(_mm512_loadu_si512(p + 32 + 64 * ((8 * h + 2 * qd + r) / 4)),
                                       (8 * h + 2 * qd + r) % 4);
                 __m512i s[4][4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
                 for (int u = 0; u < U; u++) {
                     const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
-#pragma GCC unroll 4
+LB_UNROLL(4)
                     for (int qd = 0; qd < 4; qd++)
                         s[u][qd] = _mm512_set1_epi32(-32 * bs[8 * h + 2 * qd + r]);
                 }
-#pragma GCC unroll 4
+LB_UNROLL(4)
                 for (int m = 4 * r; m < 4 * r + 4; m++) {
                     const uint8_t *q = p + 288 + 192 * (8 * h + m); /* ql, ql, qh */
                     _mm_prefetch((const char *)(p + BB + 256 * (8 * h + m)), _MM_HINT_T0);
@@ -617,15 +635,15 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                                             _mm512_and_si512(H, m30));
                     uq[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B, 4), m4),
                                             _mm512_and_si512(_mm512_srli_epi32(H, 2), m30));
-#pragma GCC unroll 4
+LB_UNROLL(4)
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * h + 4 * m;
-#pragma GCC unroll 4
+LB_UNROLL(4)
                         for (int qd = 0; qd < 4; qd++)
                             s[u][qd] = _mm512_dpbusd_epi32(s[u][qd], uq[qd], KBC(a8 + 32 * qd));
                     }
                 }
-#pragma GCC unroll 4
+LB_UNROLL(4)
                 for (int u = 0; u < U; u++)
                     isum[u] = _mm512_add_epi32(
                         isum[u],
@@ -634,7 +652,7 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                                          _mm512_add_epi32(_mm512_mullo_epi32(s[u][2], sc[2]),
                                                           _mm512_mullo_epi32(s[u][3], sc[3]))));
             }
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) {
             float da;
             memcpy(&da, ab + (size_t)u * as, 4);
@@ -642,11 +660,206 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
                                                          _mm512_cvtepi32_ps(isum[u])));
         }
     }
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
-static void mm_kx16(int q6, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+/* Q3_K: 16 sub-blocks of 16 with 6-bit scales (sc - 32), codes u = 2 low
+ * bits | hmask bit << 2 (0..7, value u - 4). Layout (kernels_internal.h):
+ * d at 0, scale dwords D0, D1, D2 at 32 / 96 / 160, hmask at 224 (8
+ * vectors), qs at 736 (16 vectors). Scales of sub-blocks 4q..4q+3 in the
+ * bytes of SC[q] (lb_q3_K_scales for 16 rows at once: low nibbles from
+ * D0 / D1, 2 high bits from D2). For half k, shift j (sub-blocks 8k + 2j,
+ * 8k + 2j + 1), dword m < 8: u = (qs vector 8k + m >> 2j) & 3 | hmask
+ * vector m's bit 4k + j moved within each byte to bit 2; two chains per
+ * sub-block start at -4 * bsums[is] and 0; isum = sum (sc - 32) * s by
+ * vpmulld; acc = acc + (d * da) * isum (lb_vec_dot_q3_K_q8_K_ref's order). */
+LB_KINLINE __m512i k3_hbit(__m512i H, int bit) {
+    const __m512i h = bit < 2 ? _mm512_slli_epi32(H, (unsigned)(2 - bit))
+                    : bit > 2 ? _mm512_srli_epi32(H, (unsigned)(bit - 2)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x04));
+}
+
+LB_KINLINE void
+q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
+              size_t ldy) {
+    const size_t BB = 16 * 110;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30),
+                  m3 = _mm512_set1_epi8(0x03), c32 = _mm512_set1_epi32(32);
+    __m512 acc[4];
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512i D0 = _mm512_loadu_si512(p + 32), D1 = _mm512_loadu_si512(p + 96),
+                      D2 = _mm512_loadu_si512(p + 160);
+        __m512i SC[4];
+        SC[0] = _mm512_or_si512(_mm512_and_si512(D0, m4),
+                                _mm512_and_si512(_mm512_slli_epi32(D2, 4), m30));
+        SC[1] = _mm512_or_si512(_mm512_and_si512(D1, m4),
+                                _mm512_and_si512(_mm512_slli_epi32(D2, 2), m30));
+        SC[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(D0, 4), m4),
+                                _mm512_and_si512(D2, m30));
+        SC[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(D1, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi32(D2, 2), m30));
+        __m512i isum[4];
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+LB_UNROLL(2)
+        for (int k = 0; k < 2; k++)
+LB_UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const int is = 8 * k + 2 * j;
+LB_UNROLL(4)
+                for (int l = 0; l < 4; l++)
+                    _mm_prefetch((const char *)(p + BB + 64 * (4 * (4 * k + j) + l)), _MM_HINT_T0);
+                const __m512i sc0 = _mm512_sub_epi32(kx_byte(SC[is / 4], is % 4), c32);
+                const __m512i sc1 = _mm512_sub_epi32(kx_byte(SC[is / 4], is % 4 + 1), c32);
+                __m512i s[4][4];
+LB_UNROLL(4)
+                for (int u = 0; u < U; u++) {
+                    const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+                    s[u][0] = _mm512_set1_epi32(-4 * bs[is]);
+                    s[u][1] = _mm512_setzero_si512();
+                    s[u][2] = _mm512_set1_epi32(-4 * bs[is + 1]);
+                    s[u][3] = _mm512_setzero_si512();
+                }
+LB_UNROLL(8)
+                for (int m = 0; m < 8; m++) {
+                    const __m512i Q = _mm512_loadu_si512(p + 736 + 64 * (8 * k + m));
+                    const __m512i H = _mm512_loadu_si512(p + 224 + 64 * m);
+                    const __m512i q = j ? _mm512_srli_epi32(Q, (unsigned)(2 * j)) : Q;
+                    const __m512i uq = _mm512_or_si512(_mm512_and_si512(q, m3), k3_hbit(H, 4 * k + j));
+LB_UNROLL(4)
+                    for (int u = 0; u < U; u++) {
+                        const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m;
+                        const int c = (m / 4) * 2 + m % 2;
+                        s[u][c] = _mm512_dpbusd_epi32(s[u][c], uq, KBC(a8));
+                    }
+                }
+LB_UNROLL(4)
+                for (int u = 0; u < U; u++)
+                    isum[u] = _mm512_add_epi32(
+                        isum[u],
+                        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(s[u][0], s[u][1]), sc0),
+                                         _mm512_mullo_epi32(_mm512_add_epi32(s[u][2], s[u][3]), sc1)));
+            }
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) {
+            float da;
+            memcpy(&da, ab + (size_t)u * as, 4);
+            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(da)),
+                                                         _mm512_cvtepi32_ps(isum[u])));
+        }
+    }
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+/* Q2_K: 16 sub-blocks of 16, scale sc & 15 and min sc >> 4 per byte of
+ * scales[16], codes u = 2 bits (0..3, unsigned: chains start at 0).
+ * Layout (kernels_internal.h): d at 0, dmin at 32, scales at 64 (4
+ * vectors: lane n of vector q = sub-blocks 4q..4q+3 of row n), qs at 320
+ * (16 vectors). For half k, shift j (sub-blocks 8k + 2j, 8k + 2j + 1),
+ * dword m < 8: u = (qs vector 8k + m >> 2j) & 3; isum = sum sc * s by
+ * vpmulld; imin = sum_j bsums[j] * min_j by vpmaddwd (mins as int16 pairs
+ * of bytes 0/2 and 1/3, bsums as int16 pairs); in
+ * lb_vec_dot_q2_K_q8_K_ref's order
+ *   acc = acc + ((d * da) * isum - (dmin * da) * imin)
+ * (the subtraction as + (-x): the same IEEE result). */
+static inline int32_t kx_pair2(const uint8_t *bs, int k0, int k1) { /* bsums k0, k1 as int16 x2 */
+    const int16_t *b = (const int16_t *)(const void *)bs;
+    return (int32_t)((uint32_t)(uint16_t)b[k0] | ((uint32_t)(uint16_t)b[k1] << 16));
+}
+
+LB_KINLINE void
+q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
+              size_t ldy) {
+    const size_t BB = 16 * 84;
+    const __m512i m3 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F),
+                  mw = _mm512_set1_epi32(0x00FF00FF);
+    __m512 acc[4];
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        __m512i S[4];
+LB_UNROLL(4)
+        for (int q = 0; q < 4; q++) S[q] = _mm512_loadu_si512(p + 64 + 64 * q);
+        __m512i isum[4];
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
+LB_UNROLL(2)
+        for (int k = 0; k < 2; k++)
+LB_UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const int is = 8 * k + 2 * j;
+LB_UNROLL(3)
+                for (int l = 0; l < 3; l++)
+                    _mm_prefetch((const char *)(p + BB + 64 * (3 * (4 * k + j) + l)), _MM_HINT_T0);
+                const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(S[is / 4], 8 * (is % 4)),
+                                                     _mm512_set1_epi32(0x0F));
+                const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(S[is / 4], 8 * (is % 4 + 1)),
+                                                     _mm512_set1_epi32(0x0F));
+                __m512i s[4][4];
+LB_UNROLL(4)
+                for (int u = 0; u < U; u++)
+LB_UNROLL(4)
+                    for (int c = 0; c < 4; c++) s[u][c] = _mm512_setzero_si512();
+LB_UNROLL(8)
+                for (int m = 0; m < 8; m++) {
+                    const __m512i Q = _mm512_loadu_si512(p + 320 + 64 * (8 * k + m));
+                    const __m512i uq = _mm512_and_si512(j ? _mm512_srli_epi32(Q, (unsigned)(2 * j)) : Q, m3);
+LB_UNROLL(4)
+                    for (int u = 0; u < U; u++) {
+                        const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m;
+                        const int c = (m / 4) * 2 + m % 2;
+                        s[u][c] = _mm512_dpbusd_epi32(s[u][c], uq, KBC(a8));
+                    }
+                }
+LB_UNROLL(4)
+                for (int u = 0; u < U; u++)
+                    isum[u] = _mm512_add_epi32(
+                        isum[u],
+                        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(s[u][0], s[u][1]), sc0),
+                                         _mm512_mullo_epi32(_mm512_add_epi32(s[u][2], s[u][3]), sc1)));
+            }
+        __m512i mlo[4], mhi[4]; /* mins of bytes 0/2 and 1/3 as int16 pairs */
+LB_UNROLL(4)
+        for (int q = 0; q < 4; q++) {
+            const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(S[q], 4), m4);
+            mlo[q] = _mm512_and_si512(mn, mw);
+            mhi[q] = _mm512_and_si512(_mm512_srli_epi32(mn, 8), mw);
+        }
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) {
+            const uint8_t *au = ab + (size_t)u * as;
+            const uint8_t *bs = au + 260;
+            __m512i imin = _mm512_setzero_si512();
+LB_UNROLL(4)
+            for (int q = 0; q < 4; q++)
+                imin = _mm512_add_epi32(
+                    imin, _mm512_add_epi32(
+                              _mm512_madd_epi16(mlo[q], _mm512_set1_epi32(kx_pair2(bs, 4 * q, 4 * q + 2))),
+                              _mm512_madd_epi16(mhi[q], _mm512_set1_epi32(kx_pair2(bs, 4 * q + 1, 4 * q + 3)))));
+            float da;
+            memcpy(&da, au, 4);
+            const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(isum[u]));
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(mv, _mm512_set1_ps(-da)), _mm512_cvtepi32_ps(imin));
+            acc[u] = _mm512_add_ps(acc[u], _mm512_add_ps(t, v));
+        }
+    }
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
+}
+
+/* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K, 4 Q2_K */
+static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 256, ng = nr / 16;
@@ -654,24 +867,42 @@ static void mm_kx16(int q6, int64_t n, const void *vw, size_t ws, int64_t nr, co
         const uint8_t *gp = w + (size_t)g * 16 * ws;
         float *yg = y + 16 * g;
         int64_t t = 0;
-        if (q6) {
+        if (kind == 1) {
             for (; t + 4 <= nt; t += 4)
                 q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
                 q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 4) {
+            for (; t + 4 <= nt; t += 4)
+                q2_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q2_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 3) {
+            for (; t + 4 <= nt; t += 4)
+                q3_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q3_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 2) {
+            for (; t + 4 <= nt; t += 4)
+                q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q4_K_x16_pass(1, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         } else {
             for (; t + 4 <= nt; t += 4)
-                q4_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass(4, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
-                q4_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         }
     }
     /* rows after the last whole group (row form): the reference */
+    float (*const dot)(int64_t, const void *, const void *) =
+        kind == 1 ? lb_vec_dot_q6_K_q8_K_ref
+        : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref
+        : kind == 3 ? lb_vec_dot_q3_K_q8_K_ref
+        : kind == 4 ? lb_vec_dot_q2_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
     for (int64_t r = 16 * ng; r < nr; r++)
         for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] =
-                (q6 ? lb_vec_dot_q6_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref)(n, w + (size_t)r * ws,
-                                                                         a + (size_t)t * as);
+            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
 }
 static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
@@ -680,6 +911,18 @@ static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 static void mm_q6_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
     mm_kx16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q5_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q3_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(3, n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void mm_q2_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
+                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_kx16(4, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 /* ---- X16 Q5_0 against Q8_0 activations ----------------------------------
@@ -691,36 +934,36 @@ static void mm_q6_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
  * -16 * sum a). Scaled in the reference's order, acc = acc + (dw * da) *
  * isum block after block (a K-chunk continues from the stored y), so the
  * result is lb_vec_dot_q5_0_q8_0_ref's bits. */
-static inline __attribute__((always_inline)) __m512i q5_hbits(__m512i H, int k) {
+LB_KINLINE __m512i q5_hbits(__m512i H, int k) {
     const __m512i h = k < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - k))
                     : k > 4 ? _mm512_srli_epi32(H, (unsigned)(k - 4)) : H;
     return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
 }
 
-static inline __attribute__((always_inline)) void
+LB_KINLINE void
 q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at, size_t as,
               int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
     const size_t BB = 16 * 22;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++)
         acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
     const uint8_t *p = gp + (size_t)kb0 * BB;
     for (int i = 0; i < kbn; i++, p += BB) {
-#pragma GCC unroll 6
+LB_UNROLL(6)
         for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
         const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         const __m512i H = _mm512_loadu_si512(p + 32);
         __m512i k[8];
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_loadu_si512(p + 96 + 64 * j);
             k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
             k[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
                                        q5_hbits(H, j + 4));
         }
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) {
             const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
             __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = _mm512_setzero_si512();
@@ -736,7 +979,7 @@ q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_
                                                          _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
         }
     }
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
@@ -788,25 +1031,25 @@ static void mm_q5_0_x16_avx512_vnni(int64_t n, const void *vw, size_t ws, int64_
  * result is the reference's bits. */
 #define XB1(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 4 + 4 * (j)))
 
-static inline __attribute__((always_inline)) void
+LB_KINLINE void
 q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
             size_t as, float (*da)[KB], float (*sa)[KB], float *y, size_t ldy) {
     const size_t BB = q5 ? 16 * 24 : 16 * 20, QS = q5 ? 128 : 64;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4];
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++)
         acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
     const uint8_t *p = gp + (size_t)kb0 * BB;
     for (int i = 0; i < kbn; i++, p += BB) {
-#pragma GCC unroll 6
+LB_UNROLL(6)
         for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
         const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         const __m512 mwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
         __m512i k[8];
         if (q5) {
             const __m512i H = _mm512_loadu_si512(p + 64);
-#pragma GCC unroll 4
+LB_UNROLL(4)
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
                 k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
@@ -814,14 +1057,14 @@ q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn, 
                                            q5_hbits(H, j + 4));
             }
         } else {
-#pragma GCC unroll 4
+LB_UNROLL(4)
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
                 k[j] = _mm512_and_si512(v, m4);
                 k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
             }
         }
-#pragma GCC unroll 4
+LB_UNROLL(4)
         for (int u = 0; u < U; u++) {
             const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 36;
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
@@ -838,7 +1081,7 @@ q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn, 
             acc[u] = _mm512_add_ps(acc[u], _mm512_add_ps(t, _mm512_mul_ps(mwv, _mm512_set1_ps(sa[u][i]))));
         }
     }
-#pragma GCC unroll 4
+LB_UNROLL(4)
     for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
 }
 
@@ -925,4 +1168,13 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q6_K].mm_x16 = mm_q6_K_x16_avx512_vnni;
     kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_avx512_vnni";
     kt->w[LB_TYPE_Q6_K].x16_fast = true;
+    kt->w[LB_TYPE_Q5_K].mm_x16 = mm_q5_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q5_K].x16_fast = true;
+    kt->w[LB_TYPE_Q3_K].mm_x16 = mm_q3_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q3_K].x16_fast = true;
+    kt->w[LB_TYPE_Q2_K].mm_x16 = mm_q2_K_x16_avx512_vnni;
+    kt->w[LB_TYPE_Q2_K].x16_name = "mm_q2_K_x16_avx512_vnni";
+    kt->w[LB_TYPE_Q2_K].x16_fast = true;
 }

@@ -54,12 +54,12 @@ typedef struct lb_wkernel {
     lb_mm_fn mm_batch;  /* optional kernel for n_tokens >= batch_min       */
     int batch_min;      /* (e.g. AMX tiles); 0 when mm_batch is NULL       */
     const char *mm_name, *batch_name; /* for test/benchmark output         */
-    /* Kernels for LB_LAYOUT_X16 weights (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K; layout
+    /* Kernels for LB_LAYOUT_X16 weights (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1/Q2_K..Q6_K; layout
      * below): same contract as mm with w at a row that is a multiple of 16
      * in the tensor; the nr / 16 whole groups from there are interleaved,
      * the nr % 16 rows after them in row form (only a tensor's last chunk
      * has such rows). Q4_0/Q8_0: same bits as mm on the row-form tensor;
-     * Q5_0/Q4_1/Q5_1/Q4_K/Q6_K: the scalar reference's bits (lb_vec_dot_q*_K_q8_K_ref) in
+     * Q5_0/Q4_1/Q5_1/Q2_K..Q6_K: the scalar reference's bits (lb_vec_dot_q*_K_q8_K_ref) in
      * every variant (integer sums, the reference's float order). mm_x16_batch for n_tokens >=
      * batch_min when set. x16_fast: this family streams X16 faster than row
      * form, so lb_tensor_repack repacks (false in the ref table). */
@@ -69,7 +69,7 @@ typedef struct lb_wkernel {
 } lb_wkernel;
 
 /* ---- LB_LAYOUT_X16 ---------------------------------------------------------
- * Types: Q4_0, Q5_0, Q4_1, Q5_1, Q8_0 (blocks of 32 elements), Q4_K, Q6_K (super-blocks of
+ * Types: Q4_0, Q5_0, Q4_1, Q5_1, Q8_0 (blocks of 32 elements), Q2_K..Q6_K (super-blocks of
  * 256). The rows 16g..16g+15 of a matrix with nb blocks per row (block
  * bytes BB) occupy the same 16 * nb * BB bytes as in row form, block by
  * block: block b of the group is at offset b * 16 * BB and holds the
@@ -90,6 +90,16 @@ typedef struct lb_wkernel {
  *         packed -- 16 x 6 bits fill the 12 bytes, there is no room to
  *         store them decoded in place -- and are decoded for 16 rows at
  *         once with 8 vector ops), qs[128] (32 vectors)
+ *   Q5_K: d, dmin, scales[12] (3 vectors, as Q4_K's), qh[32] (8 vectors,
+ *         the file's bits: no transposition is needed, since vector m's
+ *         bit 2g / 2g + 1 of each byte, shifted within the byte to bit 4,
+ *         is the fifth bit of the low / high nibbles of qs vector 8g + m),
+ *         qs[128] (32 vectors, as Q4_K's)
+ *   Q3_K: d, scales[12] (3 vectors: the 16 six-bit scales decoded for 16
+ *         rows at once with 12 vector ops), hmask[32] (8 vectors), qs[64]
+ *         (16 vectors)
+ *   Q2_K: d, dmin, scales[16] (4 vectors: scale | min << 4 per byte),
+ *         qs[64] (16 vectors)
  *   Q6_K: d, scales[16] (4 vectors), then 48 code vectors in the order
  *         the kernels use them: for k = 8h + m (h < 2, m < 8) three
  *         vectors, the dwords ql[64h+4m], ql[64h+32+4m], qh[32h+4m] (one
@@ -271,6 +281,12 @@ void lb_mm_q4_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q6_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q5_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q3_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q2_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_ref(lb_kernel_table *kt);  /* vec_ref.c */
 /* Hadamard transform kernels (hadamard.c, hadamard_avx2.c,
  * hadamard_avx512.c; lb_vec_kernels.hadamard). */
@@ -312,6 +328,22 @@ void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 #define LB_KSYM(name) name##_emu
 #else
 #define LB_KSYM(name) name
+#endif
+
+/* LB_UNROLL(n): "#pragma GCC unroll n" before a loop; LB_KINLINE: a static
+ * function the compiler must inline (static inline always_inline). Both are
+ * speed hints for the real kernels. The emulated build (LB_EMULATE_SIMD,
+ * tests only) turns them off: there every intrinsic is a C loop over lanes,
+ * and forced inlining plus unrolling made single functions so large that
+ * compiling kernels_avx512vnni.c under ASan+UBSan took over half an hour.
+ * Results do not depend on either (same operations in the same order). */
+#define LB_PRAGMA_(x) _Pragma(#x)
+#ifdef LB_EMULATE_SIMD
+#define LB_UNROLL(n)
+#define LB_KINLINE static inline
+#else
+#define LB_UNROLL(n) LB_PRAGMA_(GCC unroll n)
+#define LB_KINLINE static inline __attribute__((always_inline))
 #endif
 
 /* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */

@@ -310,6 +310,18 @@ static int x16_fields(lb_type t, x16_field *f) {
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
         f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
         return 4;
+    case LB_TYPE_Q5_K: /* d, dmin, scales, qh (8 vectors, bits as in the file), qs */
+        f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
+        f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 32, 0}, f[4] = (x16_field){48, 128, 0};
+        return 5;
+    case LB_TYPE_Q3_K: /* d, scales, hmask (8 vectors), qs (16 vectors) */
+        f[0] = (x16_field){108, 2, 0}, f[1] = (x16_field){96, 12, 0};
+        f[2] = (x16_field){0, 32, 0}, f[3] = (x16_field){32, 64, 0};
+        return 4;
+    case LB_TYPE_Q2_K: /* d, dmin, scales (4 vectors), qs (16 vectors) */
+        f[0] = (x16_field){80, 2, 0}, f[1] = (x16_field){82, 2, 0};
+        f[2] = (x16_field){0, 16, 0}, f[3] = (x16_field){16, 64, 0};
+        return 4;
     case LB_TYPE_Q6_K: {
         /* d, scales, then for k = 8h + m (h < 2, m < 8) the code dwords in
          * the order the kernels use them: ql[64h+4m], ql[64h+32+4m],
@@ -331,7 +343,8 @@ static int x16_fields(lb_type t, x16_field *f) {
 
 bool lb_x16_type(lb_type t) { /* the types x16_fields knows (matmul's hot path) */
     return t == LB_TYPE_Q4_0 || t == LB_TYPE_Q8_0 || t == LB_TYPE_Q5_0 || t == LB_TYPE_Q4_K ||
-           t == LB_TYPE_Q6_K || t == LB_TYPE_Q4_1 || t == LB_TYPE_Q5_1;
+           t == LB_TYPE_Q6_K || t == LB_TYPE_Q4_1 || t == LB_TYPE_Q5_1 || t == LB_TYPE_Q5_K ||
+           t == LB_TYPE_Q3_K || t == LB_TYPE_Q2_K;
 }
 
 /* dir 0: row n's block blk -> its place in the X16 block p; 1: back */
@@ -436,6 +449,18 @@ void lb_mm_q6_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const v
                         size_t as, int64_t nt, float *y, size_t ldy) {
     mm_x16_ref(LB_TYPE_Q6_K, lb_vec_dot_q6_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
 }
+void lb_mm_q5_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q5_K, lb_vec_dot_q5_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q3_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q3_K, lb_vec_dot_q3_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q2_K_x16_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                        size_t as, int64_t nt, float *y, size_t ldy) {
+    mm_x16_ref(LB_TYPE_Q2_K, lb_vec_dot_q2_K_q8_K_ref, n, w, ws, nr, a, as, nt, y, ldy);
+}
 
 static void qact_q8_0_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_0_ref(x, y, n); }
 static void qact_q8_1_ref(const float *x, void *y, int64_t n) { lb_quantize_row_q8_1_ref(x, y, n); }
@@ -474,4 +499,10 @@ void lb_kernels_fill_ref(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
     kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
     kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_ref";
+    kt->w[LB_TYPE_Q5_K].mm_x16 = lb_mm_q5_K_x16_ref;
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_ref";
+    kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_ref;
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_ref";
+    kt->w[LB_TYPE_Q2_K].mm_x16 = lb_mm_q2_K_x16_ref;
+    kt->w[LB_TYPE_Q2_K].x16_name = "mm_q2_K_x16_ref";
 }
