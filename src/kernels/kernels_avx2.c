@@ -1069,14 +1069,6 @@ LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t k
         }
 }
 
-/* sum of the 32 int8 activations of a Q8_0 block (codes at ap + 2) */
-LB_AI int32_t q8_block_sum(const uint8_t *ap) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(ap + 2));
-    const __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
-                                        _mm256_set1_epi16(1));
-    return hsum8_epi32(w);
-}
-
 static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                         size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -1088,7 +1080,7 @@ static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr
         for (int64_t t = 0; t < nt; t++)
             for (int i = 0; i < kbn; i++) {
                 const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
-                corr[t][i] = q4 ? 8 * q8_block_sum(ap) : 0;
+                corr[t][i] = q4 ? 8 * lb_q8_0_sum_avx2(ap) : 0;
                 da[t][i] = h2f(ap);
             }
         for (int64_t g = 0; g < ng; g++) {
@@ -1155,20 +1147,25 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     SETW(LB_TYPE_F16, LB_TYPE_F32, mm_f16_avx2);
     SETW(LB_TYPE_BF16, LB_TYPE_F32, mm_bf16_avx2);
 #undef SETW
-    /* X16 K-quants (repacked for another family): the reference's X16
-     * kernels, which give the bits every X16 K-quant kernel gives */
-    kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_ref;
-    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_ref";
+    /* X16 Q4_K / Q5_K / Q6_K / Q5_0 (kx16_avx2.c): streamed, the reference's bits */
+    kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_avx2;
+    kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_avx2";
+    kt->w[LB_TYPE_Q4_K].x16_fast = true;
+    kt->w[LB_TYPE_Q5_K].mm_x16 = lb_mm_q5_K_x16_avx2;
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_avx2";
+    kt->w[LB_TYPE_Q5_K].x16_fast = true;
+    kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_avx2;
+    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_avx2";
+    kt->w[LB_TYPE_Q6_K].x16_fast = true;
+    kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_avx2;
+    kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_avx2";
+    kt->w[LB_TYPE_Q5_0].x16_fast = true;
+    /* the other X16 types (repacked for another family): the reference's X16
+     * kernels, which give the bits every X16 kernel of those types gives */
     kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_ref;
     kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_ref";
     kt->w[LB_TYPE_Q5_1].mm_x16 = lb_mm_q5_1_x16_ref;
     kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_ref";
-    kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_ref;
-    kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_ref";
-    kt->w[LB_TYPE_Q6_K].mm_x16 = lb_mm_q6_K_x16_ref;
-    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_ref";
-    kt->w[LB_TYPE_Q5_K].mm_x16 = lb_mm_q5_K_x16_ref;
-    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_ref";
     kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_ref;
     kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_ref";
     kt->w[LB_TYPE_Q2_K].mm_x16 = lb_mm_q2_K_x16_ref;

@@ -317,6 +317,17 @@ void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
+/* X16 Q4_K / Q5_K / Q6_K / Q5_0 on AVX2 (kx16_avx2.c): the reference's
+ * bits, any n_tokens (4-token tiles), rows after the last whole group by
+ * the reference dot. */
+void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q6_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q5_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 
 /* LB_KSYM(name): exported name of a function defined in kernels_avx512vnni.c

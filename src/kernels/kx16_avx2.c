@@ -1,0 +1,390 @@
+/*
+ * X16 kernels on AVX2 for the types whose X16 bits are the reference's:
+ * Q4_K, Q5_K, Q6_K against Q8_K activations and Q5_0 against Q8_0
+ * (compiled with -mavx2 -mfma -mf16c).
+ *
+ * Layout: kernels_internal.h ("X16"): a group of 16 whole rows is one
+ * sequential stream of super-blocks, each field stored as the 16 rows'
+ * copies interleaved (fp16 fields as 16 halves, the others in 64-byte
+ * vectors whose int32 lane n holds 4 bytes of row n). AVX2 reads each
+ * 64-byte vector as two 8-row halves (bytes 0-31: rows 0-7, bytes 32-63:
+ * rows 8-15), both from the same cache line, so a group is still read
+ * once, front to back.
+ *
+ * Arithmetic: the AVX-512 VNNI kernels' (kernels_avx512vnni.c, "X16
+ * K-quants" and "X16 Q5_0"), which are the scalar reference's (kernels_ref.c
+ * lb_vec_dot_qN_K_q8_K_ref), float order included, with vpdpbusd replaced by
+ * vpmaddubsw + vpmaddwd(1): the unsigned codes (Q4_K 0..15, Q5_K 0..31,
+ * Q6_K q + 32 in 0..63) times the signed activation bytes, adjacent pairs
+ * summed in int16 (|pair| <= 2 * 63 * 128 = 16128 < 2^15: no saturation),
+ * then widened to the int32 sum of the 4 bytes of a lane (exact). Per
+ * super-block:
+ *   Q4_K / Q5_K: acc = acc + (d * da) * isum;  acc = acc + (dmin * -da) * imin
+ *   Q6_K:        acc = acc + (d * da) * isum
+ *   Q5_0 (per 32-block): acc = acc + (d * da) * isum
+ * with the same exact integers as the reference (isum = sum over
+ * sub-blocks of scale * code sums; imin = sum_j bsums[j] * min[j / 2]), so
+ * the outputs are the reference's bits, as every X16 K-quant kernel's are
+ * (test_kernels test_kx16_ref_bits). No FMA contraction (ISO C mode).
+ *
+ * Tiles: U tokens (1..4) share each super-block's decoded codes; decode is
+ * one token, prefill runs 4-token tiles over the same stream. Rows after
+ * the last whole group are in row form: the reference dot.
+ */
+#include "kernels_internal.h"
+#include "simd_avx2.h"
+#include "core/internal.h"
+
+#include <immintrin.h>
+
+#define LB_AI static inline __attribute__((always_inline))
+#define Q8K_BYTES 292 /* lb_block_q8_K: d (f32) at 0, qs at 4, bsums at 260 */
+
+/* activation dword (4 int8) at p, in every lane */
+LB_AI __m256i kbc(const uint8_t *p) { return _mm256_set1_epi32((int)lb_rd_u32(p)); }
+
+/* sum over the 4 bytes of each lane of u * a (u unsigned <= 63, a int8) */
+LB_AI __m256i dot4(__m256i u, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+}
+
+LB_AI __m256i kx_byte(__m256i v, int b) { /* byte b of each dword, 0..255 */
+    return _mm256_and_si256(_mm256_srli_epi32(v, 8 * b), _mm256_set1_epi32(0xFF));
+}
+LB_AI __m256i kx_sbyte(__m256i v, int b) { /* the same, as int8 */
+    const __m256i x80 = _mm256_set1_epi32(0x80);
+    return _mm256_sub_epi32(_mm256_xor_si256(kx_byte(v, b), x80), x80);
+}
+LB_AI int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int16 x2 */
+    const int16_t *b = (const int16_t *)(const void *)bs;
+    const int lo = b[2 * k0] + b[2 * k0 + 1], hi = b[2 * k1] + b[2 * k1 + 1];
+    return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
+}
+/* Q5_K: bit `bit` of each byte of the qh vector moved to bit 4 */
+LB_AI __m256i k5_hbit(__m256i H, int bit) {
+    const __m256i h = bit < 4 ? _mm256_slli_epi32(H, 4 - bit) : bit > 4 ? _mm256_srli_epi32(H, bit - 4) : H;
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K (q5 = 0) / Q5_K (q5 = 1): one group, U tokens. Super-block fields
+ * (bytes from its start p): d at 0, dmin at 32 (16 halves each), the 12
+ * scale bytes as 3 vectors at 64, [Q5_K: qh as 8 vectors at 256], codes
+ * as 32 vectors at QS (vector 8g + m: sub-blocks 2g (low nibbles) and
+ * 2g + 1 (high nibbles), dword m). */
+LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
+                         size_t as, float *y, size_t ldy) {
+    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F),
+                  m30 = _mm256_set1_epi8(0x30), mw = _mm256_set1_epi32(0x00FF00FF);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ph = p + 32 * h; /* this half's bytes of each vector */
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+            const __m256i S0 = _mm256_loadu_si256((const __m256i *)(ph + 64)),
+                          S1 = _mm256_loadu_si256((const __m256i *)(ph + 128)),
+                          S2 = _mm256_loadu_si256((const __m256i *)(ph + 192));
+            /* lb_get_scale_min_k4 for 8 rows: scales / mins of sub-blocks 0-3
+             * and 4-7, one byte each */
+            const __m256i sc03 = _mm256_and_si256(S0, m6), mn03 = _mm256_and_si256(S1, m6);
+            const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(S2, m4),
+                                                 _mm256_and_si256(_mm256_srli_epi32(S0, 2), m30));
+            const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4),
+                                                 _mm256_and_si256(_mm256_srli_epi32(S1, 2), m30));
+            __m256i isum[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) isum[u] = _mm256_setzero_si256();
+            for (int g = 0; g < 4; g++) {
+                const uint8_t *q = ph + QS + (size_t)g * 512;
+                const __m256i scv = g < 2 ? sc03 : sc47;
+                const __m256i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
+                __m256i s[4], t[4];
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int m = 0; m < 8; m++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * m));
+                    __m256i lo = _mm256_and_si256(v, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
+                    if (q5) {
+                        const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 256 + 64 * m));
+                        lo = _mm256_or_si256(lo, k5_hbit(H, 2 * g));
+                        hi = _mm256_or_si256(hi, k5_hbit(H, 2 * g + 1));
+                    }
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g + 4 * m;
+                        s[u] = _mm256_add_epi32(s[u], dot4(lo, kbc(a8)));
+                        t[u] = _mm256_add_epi32(t[u], dot4(hi, kbc(a8 + 32)));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++)
+                    isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_mullo_epi32(s[u], sl),
+                                                                         _mm256_mullo_epi32(t[u], sh)));
+            }
+            const __m256i m02 = _mm256_and_si256(mn03, mw),
+                          m13 = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
+            const __m256i m46 = _mm256_and_si256(mn47, mw),
+                          m57 = _mm256_and_si256(_mm256_srli_epi32(mn47, 8), mw);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *au = ab + (size_t)u * as;
+                const uint8_t *bs = au + 260;
+                const __m256i imin = _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(m02, _mm256_set1_epi32(kx_pair(bs, 0, 2))),
+                                     _mm256_madd_epi16(m13, _mm256_set1_epi32(kx_pair(bs, 1, 3)))),
+                    _mm256_add_epi32(_mm256_madd_epi16(m46, _mm256_set1_epi32(kx_pair(bs, 4, 6))),
+                                     _mm256_madd_epi16(m57, _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
+                float da;
+                memcpy(&da, au, 4);
+                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
+                                                                   _mm256_cvtepi32_ps(isum[u])));
+                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)),
+                                                                   _mm256_cvtepi32_ps(imin)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
+        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
+    }
+}
+
+/* Q6_K: one group, U tokens. Super-block fields: d at 0 (16 halves), the
+ * 16 int8 scales as 4 vectors at 32 (scale j: vector j / 4, byte j % 4),
+ * then 16 steps of (ql, ql, qh) vectors at 288: step 8h + m holds dword m
+ * of sub-blocks 8h + 2q + r (q = 0..3, r = m / 4). Each sub-block's chain
+ * starts at -32 * bsums[j] (codes u = q + 32). */
+LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
+                         float *y, size_t ldy) {
+    const size_t BB = 16 * 210;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int hf = 0; hf < 2; hf++) {
+            const uint8_t *ph = p + 32 * hf;
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf)));
+            __m256i isum[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) isum[u] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 2; r++) {
+                    __m256i sc[4];
+#pragma GCC unroll 4
+                    for (int qd = 0; qd < 4; qd++) {
+                        const int j = 8 * h + 2 * qd + r;
+                        sc[qd] = kx_sbyte(_mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * (j / 4))), j % 4);
+                    }
+                    __m256i s[4][4];
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+#pragma GCC unroll 4
+                        for (int qd = 0; qd < 4; qd++)
+                            s[u][qd] = _mm256_set1_epi32(-32 * bs[8 * h + 2 * qd + r]);
+                    }
+#pragma GCC unroll 4
+                    for (int m = 4 * r; m < 4 * r + 4; m++) {
+                        const uint8_t *q = ph + 288 + 192 * (8 * h + m); /* ql, ql, qh */
+                        const __m256i A = _mm256_loadu_si256((const __m256i *)q);
+                        const __m256i B = _mm256_loadu_si256((const __m256i *)(q + 64));
+                        const __m256i H = _mm256_loadu_si256((const __m256i *)(q + 128));
+                        __m256i uq[4];
+                        uq[0] = _mm256_or_si256(_mm256_and_si256(A, m4),
+                                                _mm256_and_si256(_mm256_slli_epi32(H, 4), m30));
+                        uq[1] = _mm256_or_si256(_mm256_and_si256(B, m4),
+                                                _mm256_and_si256(_mm256_slli_epi32(H, 2), m30));
+                        uq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(A, 4), m4),
+                                                _mm256_and_si256(H, m30));
+                        uq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(B, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(H, 2), m30));
+#pragma GCC unroll 4
+                        for (int u = 0; u < U; u++) {
+                            const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * h + 4 * m;
+#pragma GCC unroll 4
+                            for (int qd = 0; qd < 4; qd++)
+                                s[u][qd] = _mm256_add_epi32(s[u][qd], dot4(uq[qd], kbc(a8 + 32 * qd)));
+                        }
+                    }
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++)
+                        isum[u] = _mm256_add_epi32(
+                            isum[u],
+                            _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(s[u][0], sc[0]),
+                                                              _mm256_mullo_epi32(s[u][1], sc[1])),
+                                             _mm256_add_epi32(_mm256_mullo_epi32(s[u][2], sc[2]),
+                                                              _mm256_mullo_epi32(s[u][3], sc[3]))));
+                }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                float da;
+                memcpy(&da, ab + (size_t)u * as, 4);
+                acc[u][hf] = _mm256_add_ps(acc[u][hf], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
+                                                                     _mm256_cvtepi32_ps(isum[u])));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
+        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
+    }
+}
+
+/* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
+static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                    size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 256, ng = nr / 16;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * 16 * ws;
+        float *yg = y + 16 * g;
+        int64_t t = 0;
+        if (kind == 1) {
+            for (; t + 4 <= nt; t += 4)
+                q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else if (kind == 2) {
+            for (; t + 4 <= nt; t += 4)
+                q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q4_K_x16_pass(1, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else {
+            for (; t + 4 <= nt; t += 4)
+                q4_K_x16_pass(4, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        }
+    }
+    /* rows after the last whole group (row form): the reference */
+    float (*const dot)(int64_t, const void *, const void *) =
+        kind == 1 ? lb_vec_dot_q6_K_q8_K_ref : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
+    for (int64_t r = 16 * ng; r < nr; r++)
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
+}
+
+void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_kx16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q6_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_kx16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_kx16(2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
+/* ---- Q5_0 --------------------------------------------------------------
+ * Block of 16 rows (22 bytes each): d (16 halves) at 0, the bit-transposed
+ * qh vector at 32, the nibble vectors at 96 (vector j: elements 4j..4j+3
+ * in its low nibbles, 4j+16..4j+19 in its high ones, lane n = row n).
+ * k5_hbit(H, k) puts the fifth bits of elements 4k..4k+3 at bit 4 of
+ * bytes 0..3 (kernels_internal.h): u = q + 16 in 0..31, isum = sum u * a -
+ * 16 * sum a (|4 int16 pair sums| <= 4 * 2 * 31 * 128 < 2^15, so four
+ * vpmaddubsw add up in int16 before one vpmaddwd). A K-chunk of KB blocks
+ * continues from the stored y (the reference's block-after-block order). */
+#define KB 256
+
+LB_AI void q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
+                         size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
+    const size_t BB = 16 * 22;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        for (int h = 0; h < 2; h++)
+            acc[u][h] = kb0 ? _mm256_loadu_ps(y + (size_t)u * ldy + 8 * h) : _mm256_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * BB;
+    for (int i = 0; i < kbn; i++, p += BB) {
+        for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 32 + 32 * h));
+            __m256i k[8];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 96 + 64 * j + 32 * h));
+                k[j] = _mm256_or_si256(_mm256_and_si256(v, m4), k5_hbit(H, j));
+                k[j + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4), m4), k5_hbit(H, j + 4));
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
+                __m256i s16[2];
+                for (int e = 0; e < 2; e++)
+                    s16[e] = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e], kbc(ap + 16 * e)),
+                                         _mm256_maddubs_epi16(k[4 * e + 1], kbc(ap + 16 * e + 4))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e + 2], kbc(ap + 16 * e + 8)),
+                                         _mm256_maddubs_epi16(k[4 * e + 3], kbc(ap + 16 * e + 12))));
+                const __m256i is = _mm256_add_epi32(
+                    _mm256_set1_epi32(-corr[u][i]),
+                    _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_madd_epi16(s16[1], ones)));
+                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
+                                                                   _mm256_cvtepi32_ps(is)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
+        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
+    }
+}
+
+void lb_mm_q5_0_x16_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    int32_t corr[16][KB];
+    float da[16][KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+            const int64_t tn = LB_MIN(16, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 34;
+                    corr[t][i] = 16 * lb_q8_0_sum_avx2(ap);
+                    uint16_t hd;
+                    memcpy(&hd, ap, 2);
+                    da[t][i] = _cvtsh_ss(hd);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
+                int64_t t = 0;
+                for (; t + 4 <= tn; t += 4)
+                    q5_0_x16_pass(4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+                for (; t < tn; t++)
+                    q5_0_x16_pass(1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                                  yg + (size_t)t * ldy, ldy);
+            }
+        }
+    }
+    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
+        for (int64_t t = 0; t < nt; t++)
+            y[(size_t)t * ldy + (size_t)r] = lb_vec_dot_q5_0_q8_0_ref(n, w + (size_t)r * ws, a + (size_t)t * as);
+}
