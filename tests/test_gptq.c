@@ -9,6 +9,7 @@
 #include "quant/gptq_internal.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1018,13 +1019,22 @@ static void test_bitexact_netlib(void) {
 #endif
 }
 
-/* The f32 accumulator (ssyrk, lower triangle, mirrored on read) equals
- * torch's formula done with a full cblas_sgemm bit for bit: H *= n/(n+k);
- * x = sqrt(2/(n+k)) X; H += x^T x. Awkward widths, growing and shrinking
- * batch sizes, 1 and 2 BLAS threads. */
-static void test_hessian_syrk_bitexact(void) {
+/* The f32 accumulator (ssyrk, lower triangle, mirrored on read) against
+ * torch's formula, H *= n/(n+k); x = sqrt(2/(n+k)) X; H += x^T x, computed
+ * in float64 from the same f32 x: every element within the f32 summation
+ * bound 2 (rows + 4) eps sum|terms| (the same recurrence on |x_i x_j|).
+ * Bit equality with the formula done by cblas_sgemm is reported, not
+ * required: it depends on OpenBLAS's kernels (its SkylakeX core gives it
+ * for batches up to one K block; the Haswell core, which OpenBLAS 0.3.21
+ * picks on an AMD "Turin-like" VM, differs from 77 rows on). The golden
+ * AutoGPTQ comparisons (test_gptq_reference, test_quantize_ckpt and the
+ * netlib re-run) hold the end result. Awkward widths, growing and
+ * shrinking batch sizes, 1 and 2 BLAS threads. */
+static void test_hessian_syrk(void) {
     static const int ins[] = {1, 37, 130, 300};
     static const int rows[] = {5, 77, 3, 260, 1};
+    int64_t same_bits = 0, total = 0;
+    double worst_all = 0;
     for (int th = 1; th <= 2; th++) {
         openblas_set_num_threads(th);
         for (size_t a = 0; a < sizeof ins / sizeof *ins; a++) {
@@ -1032,6 +1042,8 @@ static void test_hessian_syrk_bitexact(void) {
             lb_gptq_hessian *h;
             TH_CHECK_OK(lb_gptq_hessian_create(in, false, &h));
             float *ref = calloc((size_t)in * in, sizeof(float));
+            double *r64 = calloc((size_t)in * in, sizeof(double));
+            double *abs64 = calloc((size_t)in * in, sizeof(double));
             float *T = malloc((size_t)in * in * sizeof(float));
             float *got = malloc((size_t)in * in * sizeof(float));
             float *X = malloc((size_t)260 * in * sizeof(float));
@@ -1044,27 +1056,51 @@ static void test_hessian_syrk_bitexact(void) {
                 const double n1 = n + 1;
                 const float ratio = (float)(n / n1), f = (float)sqrt(2.0 / n1);
                 n = n1;
-                for (int i = 0; i < in * in; i++) ref[i] *= ratio;
+                for (int i = 0; i < in * in; i++) {
+                    ref[i] *= ratio;
+                    r64[i] *= ratio;
+                    abs64[i] *= ratio;
+                }
                 for (int i = 0; i < r * in; i++) xs[i] = f * X[i];
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, in, r,
                             1.0f, xs, in, xs, in, 0.0f, T, in);
                 for (int i = 0; i < in * in; i++) ref[i] += T[i];
+                for (int k = 0; k < r; k++)
+                    for (int i = 0; i < in; i++)
+                        for (int j = 0; j < in; j++) {
+                            const double p = (double)xs[k * in + i] * xs[k * in + j];
+                            r64[i * in + j] += p;
+                            abs64[i * in + j] += fabs(p);
+                        }
             }
             lb_gptq_hessian_get(h, got);
-            int64_t diff = 0;
-            for (int i = 0; i < in * in; i++)
-                diff += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
-            TH_CHECK_MSG(diff == 0, "in %d, %d threads: %lld of %d H "
-                         "elements differ from the sgemm formula", in, th,
-                         (long long)diff, in * in);
+            int64_t far = 0;
+            double worst = 0;
+            for (int i = 0; i < in * in; i++) {
+                same_bits += memcmp(&got[i], &ref[i], sizeof(float)) == 0;
+                const double bound = 2.0 * (260 + 4) * FLT_EPSILON * abs64[i] + 1e-30;
+                const double e = fabs((double)got[i] - r64[i]) / bound;
+                far += e > 1;
+                if (e > worst) worst = e;
+            }
+            total += (int64_t)in * in;
+            if (worst > worst_all) worst_all = worst;
+            TH_CHECK_MSG(far == 0, "in %d, %d threads: %lld of %d H elements outside the "
+                         "f32 summation bound (worst %.2f x bound)", in, th, (long long)far,
+                         in * in, worst);
             lb_gptq_hessian_free(h);
             free(ref);
+            free(r64);
+            free(abs64);
             free(T);
             free(got);
             free(X);
             free(xs);
         }
     }
+    fprintf(stderr, "  ssyrk H: worst error %.3f x the f32 bound; %lld of %lld elements bit-equal "
+            "to the sgemm formula (OpenBLAS core %s)\n", worst_all, (long long)same_bits,
+            (long long)total, openblas_get_corename());
     openblas_set_num_threads(1);
 }
 
@@ -1084,7 +1120,7 @@ int main(void) {
     TH_RUN(test_rtn_units);
     TH_RUN(test_rtn_reference);
     TH_RUN(test_hessian_units);
-    TH_RUN(test_hessian_syrk_bitexact);
+    TH_RUN(test_hessian_syrk);
     TH_RUN(test_hessian_reference);
     TH_RUN(test_gptq_reference);
     TH_RUN(test_gptq_from_own_hessian);
