@@ -66,7 +66,14 @@ typedef struct lb_wkernel {
     lb_mm_fn mm_x16, mm_x16_batch;
     const char *x16_name, *x16_batch_name;
     bool x16_fast;
+    /* Decode kernel for X16 weights (n_tokens < LB_X16_DEC_MAX) chosen by
+     * measurement among the usable families' mm_x16 (tune.c; same bits);
+     * NULL: mm_x16. Set only in the table lb_kernels_current() returns. */
+    lb_mm_fn mm_x16_dec;
+    const char *x16_dec_name;
 } lb_wkernel;
+#define LB_X16_DEC_MAX 16
+
 
 /* ---- LB_LAYOUT_X16 ---------------------------------------------------------
  * Types: Q4_0, Q5_0, Q4_1, Q5_1, Q8_0 (blocks of 32 elements), Q2_K..Q6_K (super-blocks of
@@ -186,8 +193,16 @@ enum {
  * lb_kernels_usable(v): the running CPU supports it (lb_cpu_get()). */
 const lb_kernel_table *lb_kernels_table(int v);
 bool lb_kernels_usable(int v);
-/* The table lb_matmul uses (best usable, or ref under LB_FORCE_REF=1). */
+/* The table lb_matmul uses (best usable, or ref under LB_FORCE_REF=1),
+ * with the measured X16 decode kernels of lb_kernels_tune. */
 const lb_kernel_table *lb_kernels_current(void);
+/* Measured decode-kernel choice (tune.c): fills tuned->w[t].mm_x16_dec for
+ * the X16 types where a kernel of tables[0..ntab) (the usable SIMD tables
+ * up to tuned's family) is measurably faster than tuned's own; cached per
+ * CPU model, microcode, family and version in the user's cache directory.
+ * LB_TUNE=0: no change; LB_TUNE=1: measure again. Never fails (a kernel it
+ * cannot measure keeps the family's). */
+void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab);
 
 /* lb_matmul with an explicit table (tests/benchmarks). The table must be
  * usable on this CPU. */

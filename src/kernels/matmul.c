@@ -25,6 +25,7 @@
 /* Variant tables                                                          */
 
 static lb_kernel_table g_tables[LB_KV_COUNT];
+static lb_kernel_table g_tuned; /* g_tables[g_current] + measured decode kernels */
 static bool g_usable[LB_KV_COUNT];
 static int g_current = LB_KV_REF;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -85,6 +86,17 @@ static void init_tables(void) {
                 g_current = v;
                 break;
             }
+    /* The X16 decode kernels of the usable SIMD families give the same
+     * bits: pick the fastest by measurement (tune.c), unless LB_KERNELS
+     * names the family to use */
+    g_tuned = g_tables[g_current];
+    if (!want && g_current != LB_KV_REF) {
+        const lb_kernel_table *simd[LB_KV_COUNT];
+        int n = 0;
+        for (int v = 1; v <= g_current; v++)
+            if (g_usable[v]) simd[n++] = &g_tables[v];
+        lb_kernels_tune(&g_tuned, simd, n);
+    }
 }
 
 const lb_kernel_table *lb_kernels_table(int v) {
@@ -100,7 +112,7 @@ bool lb_kernels_usable(int v) {
 
 const lb_kernel_table *lb_kernels_current(void) {
     pthread_once(&g_once, init_tables);
-    return &g_tables[g_current];
+    return &g_tuned;
 }
 
 const char *lb_kernels_variant(void) { return lb_kernels_current()->name; }
@@ -213,6 +225,7 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
             return lb_set_error(LB_ERR_UNSUPPORTED, "matmul: %s: no kernel for repacked %s", name,
                                 lb_type_name((int)W->type));
         pl->mm = wk->mm_x16;
+        if (wk->mm_x16_dec && n_tokens < LB_X16_DEC_MAX) pl->mm = wk->mm_x16_dec;
         if (wk->mm_x16_batch && n_tokens >= wk->batch_min) pl->mm = wk->mm_x16_batch;
     } else if (W->layout != LB_LAYOUT_ROWS) {
         return lb_set_error(LB_ERR_INVALID_ARG, "matmul: %s: unknown layout %d", name, W->layout);
@@ -357,8 +370,10 @@ const char *lb_kernel_name(lb_type type, int64_t n_tokens) {
     if ((int)type < 0 || type >= LB_TYPE_COUNT_) return NULL;
     const lb_wkernel *wk = &lb_kernels_current()->w[type];
     if (!wk->mm) return NULL;
-    if (repacks(type))
-        return wk->mm_x16_batch && n_tokens >= wk->batch_min ? wk->x16_batch_name : wk->x16_name;
+    if (repacks(type)) {
+        if (wk->mm_x16_batch && n_tokens >= wk->batch_min) return wk->x16_batch_name;
+        return wk->mm_x16_dec && n_tokens < LB_X16_DEC_MAX ? wk->x16_dec_name : wk->x16_name;
+    }
     return wk->mm_batch && n_tokens >= wk->batch_min ? wk->batch_name : wk->mm_name;
 }
 
