@@ -54,7 +54,7 @@ static void cpu_brand(char out[49]) {
     snprintf(out, 49, "unknown");
 #if defined(__x86_64__) || defined(__i386__)
     unsigned r[12];
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
     for (unsigned i = 0; i < 3; i++) __cpuid(0x80000002u + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
     char b[49];
     memcpy(b, r, 48);
