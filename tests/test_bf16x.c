@@ -5,7 +5,9 @@
  * AVX512_BF16 variant against the reference on awkward sizes (odd K,
  * partial 32-row panels and 12-token tiles, K blocks), the activation
  * converter's bytes against lb_f32_to_bf16, F32 weights equal to BF16
- * weights holding the same rounded values, and tile invariance.
+ * weights holding the same rounded values, tile invariance, and the
+ * AVX512_BF16 variant's bits against one vdpbf16ps chain per output (its
+ * summation order, across K blocks).
  */
 #include "th.h"
 
@@ -14,6 +16,7 @@
 #include "lowbit/gptq.h"
 #include "lowbit/kernels.h"
 
+#include <immintrin.h>
 #include <math.h>
 
 static uint64_t rs = 0x243F6A8885A308D3ull;
@@ -151,6 +154,67 @@ static void test_variants(void) {
     check_kernels(&k, &ref);
 }
 
+/* y[t, r] as one vdpbf16ps chain per output over its pairs in order, from
+ * +0 (lane 0 of a broadcast): the summation order the AVX512_BF16 kernel
+ * keeps whatever its K blocks, tiles or the caller's cuts (so the bytes of
+ * a --calib-dtype bf16 checkpoint do not depend on them) */
+__attribute__((target("avx512f,avx512bf16"))) static float chain(const uint16_t *w,
+                                                                  const uint16_t *a,
+                                                                  int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 2) {
+        const uint32_t wp = w[i] | (i + 1 < n ? (uint32_t)w[i + 1] << 16 : 0);
+        const uint32_t ap = a[i] | (i + 1 < n ? (uint32_t)a[i + 1] << 16 : 0);
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int32_t)wp),
+                               (__m512bh)_mm512_set1_epi32((int32_t)ap));
+    }
+    return _mm512_cvtss_f32(acc);
+}
+
+static void test_chain(void) {
+    lb_bf16x_kernels k;
+    if (!lb_kernels_bf16x(false, &k) || strcmp(k.name, "bf16x_avx512bf16") != 0) {
+        fprintf(stderr, "  no AVX512_BF16 variant: not run\n");
+        return;
+    }
+    const int64_t ns[] = {1, 2, 3, 33, 1023, 1024, 1025, 1100, 2049, 3001};
+    const int64_t nrs[] = {1, 17, 32, 45, 64};
+    const int64_t nts[] = {1, 12, 13, 25};
+    int64_t bad = 0, cases = 0;
+    for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+        for (size_t ir = 0; ir < sizeof nrs / sizeof *nrs; ir++)
+            for (size_t it = 0; it < sizeof nts / sizeof *nts; it++) {
+                if ((in + ir + it) % 2) continue; /* trim */
+                const int64_t n = ns[in], nr = nrs[ir], nt = nts[it];
+                const size_t ws = (size_t)n + 3, as = (size_t)n + 1;
+                float *w = malloc(sizeof(float) * ws * (size_t)nr);
+                uint16_t *wb = malloc(2 * ws * (size_t)nr), *a = malloc(2 * as * (size_t)nt);
+                float *y0 = malloc(sizeof(float) * (size_t)(nr * nt));
+                float *y1 = malloc(sizeof(float) * (size_t)(nr * nt));
+                for (size_t i = 0; i < ws * (size_t)nr; i++) {
+                    w[i] = frnd() * (i % 7 == 0 ? 8.0f : 1.0f);
+                    if (i % 97 == 3) w[i] = 0x1.fffffcp-127f * frnd(); /* f32 subnormal */
+                    wb[i] = lb_f32_to_bf16(w[i]);
+                }
+                for (size_t i = 0; i < as * (size_t)nt; i++)
+                    a[i] = lb_f32_to_bf16(frnd() * 3.0f);
+                k.mm_f32w(n, w, ws * 4, nr, a, as * 2, nt, y0, (size_t)nr);
+                k.mm_bf16w(n, wb, ws * 2, nr, a, as * 2, nt, y1, (size_t)nr);
+                for (int64_t t = 0; t < nt; t++)
+                    for (int64_t r = 0; r < nr; r++) {
+                        const float e = chain(wb + (size_t)r * ws, a + (size_t)t * as, n);
+                        bad += memcmp(&e, &y0[t * nr + r], 4) != 0;
+                        bad += memcmp(&e, &y1[t * nr + r], 4) != 0;
+                        th_n_checks += 2;
+                    }
+                cases++;
+                free(w), free(wb), free(a), free(y0), free(y1);
+            }
+    TH_CHECK_MSG(bad == 0, "%s: %lld outputs differ from the vdpbf16ps chain", k.name,
+                 (long long)bad);
+    fprintf(stderr, "  %s: %lld cases, the vdpbf16ps chain's bits\n", k.name, (long long)cases);
+}
+
 /* lb_gram_bf16 (the bf16 GPTQ Hessian): every lower-triangle entry
  * against an independent double sum of the bf16-rounded columns (bound:
  * the worst case of an f32 sum of n_rows exact terms, (n_rows + 1) 2^-24
@@ -243,6 +307,7 @@ static void test_gram(void) {
 int main(void) {
     TH_RUN(test_exact);
     TH_RUN(test_variants);
+    TH_RUN(test_chain);
     TH_RUN(test_gram);
     return th_report();
 }

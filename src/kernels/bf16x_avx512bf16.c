@@ -7,13 +7,19 @@
  * Outer-product form, as a GEMM micro-kernel: 32 weight rows sit in the 16
  * f32 lanes of two zmm, one element pair (2k, 2k+1) per lane:
  *   panel[k][r] (32 bits) = bf16(w[r, 2k]) | bf16(w[r, 2k+1]) << 16,
- * repacked per call in blocks of KP pairs (16 KiB on the stack, L1). A
- * token's pair (a[t, 2k], a[t, 2k+1]) is one 32-bit broadcast, so one
- * vdpbf16ps adds two products to each of 16 rows and the 16 results are
- * contiguous outputs y[t, r0 .. r0 + 15]: no horizontal sums. Tile: 32 rows
- * x 12 tokens = 24 zmm accumulators; per pair 2 weight loads + 12
- * broadcasts for 24 vdpbf16ps. Between K blocks the partial sums go
- * through y (f32, so the accumulation is unchanged).
+ * packed per call in blocks of KP = 512 pairs (64 KiB on the stack, L2;
+ * one block for K <= 1024) by 16 x 16 word transposes (F32 rows rounded as
+ * read), prefetching the rows PACK_PF groups ahead. A token's pair
+ * (a[t, 2k], a[t, 2k+1]) is one 32-bit broadcast, so one vdpbf16ps adds
+ * two products to each of 16 rows and the 16 results are contiguous
+ * outputs y[t, r0 .. r0 + 15]: no horizontal sums. Tile: 32 rows x 12
+ * tokens = 24 zmm accumulators; per pair 2 weight loads + 12 broadcasts
+ * for 24 vdpbf16ps; while a tile runs, the next tile's activation rows and
+ * output lines are prefetched (prefetchw: the outputs are written, and
+ * read back after the first K block). Between K blocks the partial sums go
+ * through y (f32, so the accumulation is unchanged): every output is one
+ * vdpbf16ps chain over its pairs in order, from 0, whatever the blocking,
+ * so the bits do not depend on KP, the tile or the caller's cuts.
  */
 #include "kernels_internal.h"
 #include "core/internal.h"
@@ -22,10 +28,9 @@
 #include <string.h>
 
 #define LB_AI static inline __attribute__((always_inline))
-#ifndef KP
-#define KP 512 /* element pairs per K block (panel 32 x KP x 4 bytes) */
-#endif
-#define TN 12  /* tokens per tile */
+#define KP 512 /* element pairs per K block (panel 32 x KP x 4 bytes: 64 KiB) */
+#define TN 12 /* tokens per tile */
+#define PACK_PF 4 /* groups of 16 pairs the pack prefetches ahead */
 
 /* f32 -> bf16, round to nearest even, NaN quieted (lb_f32_to_bf16) */
 LB_AI __m256i cvt16(__m512i u) {
@@ -91,6 +96,13 @@ static void pack(bool f32w, const uint8_t *w, size_t ws, int nrows, int64_t k0, 
                     continue;
                 }
                 const uint8_t *p = w + (size_t)row * ws;
+                /* PACK_PF groups ahead (a prefetch never faults) */
+                if (f32w) {
+                    _mm_prefetch((const char *)(p + 4 * (e0 + 32 * PACK_PF)), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + 4 * (e0 + 32 * PACK_PF) + 64), _MM_HINT_T0);
+                } else {
+                    _mm_prefetch((const char *)(p + 2 * (e0 + 32 * PACK_PF)), _MM_HINT_T0);
+                }
                 if (f32w) {
                     const float *f = (const float *)(const void *)p + e0;
                     const __mmask16 ml = (__mmask16)(ne >= 16 ? 0xffff : (1u << ne) - 1);
@@ -121,6 +133,15 @@ LB_AI __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 LB_AI void ukernel(const int RN, const uint32_t *panel, int npf, bool half,
                    const uint8_t *a, size_t as, const uint8_t *an, float *y, size_t ldy,
                    __mmask16 m0, __mmask16 m1, bool first) {
+    if (an) {
+        /* the next tile's outputs, for writing (or reading, not first) */
+        float *yn = y + TN * ldy;
+#pragma GCC unroll 12
+        for (int t = 0; t < TN; t++) {
+            _mm_prefetch((const char *)(yn + (size_t)t * ldy), _MM_HINT_ET0);
+            _mm_prefetch((const char *)(yn + (size_t)t * ldy + 16), _MM_HINT_ET0);
+        }
+    }
     __m512 acc[TN][2];
 #pragma GCC unroll 12
     for (int t = 0; t < RN; t++) {
