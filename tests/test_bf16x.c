@@ -5,7 +5,8 @@
  * AVX512_BF16 variant against the reference on awkward sizes (odd K,
  * partial 32-row panels and 12-token tiles, K blocks), the activation
  * converter's bytes against lb_f32_to_bf16, F32 weights equal to BF16
- * weights holding the same rounded values, tile invariance, and the
+ * weights holding the same rounded values, the transposing converter
+ * (lb_gram_bf16's x^T) against the reference, tile invariance, and the
  * AVX512_BF16 variant's bits against one vdpbf16ps chain per output (its
  * summation order, across K blocks).
  */
@@ -106,6 +107,47 @@ static void check_kernels(const lb_bf16x_kernels *k, const lb_bf16x_kernels *ref
             }
     TH_CHECK_MSG(bad == 0, "%s: %lld mismatches", k->name, (long long)bad);
     fprintf(stderr, "  %s: %lld cases against the exact sum\n", k->name, (long long)cases);
+}
+
+/* the transposing converter: lb_f32_to_bf16's bytes at y[c, r] for x[r, c]
+ * on edge sizes (16 x 16 blocks and their tails), with NaN, infinities,
+ * subnormals and ties; y's other bytes untouched */
+static void test_qact_t(void) {
+    lb_bf16x_kernels ref, k;
+    TH_CHECK(lb_kernels_bf16x(true, &ref));
+    const bool fast = lb_kernels_bf16x(false, &k);
+    const int64_t sz[] = {1, 2, 15, 16, 17, 33, 50};
+    for (size_t a = 0; a < sizeof sz / sizeof *sz; a++)
+        for (size_t b = 0; b < sizeof sz / sizeof *sz; b++) {
+            const int64_t rows = sz[a], cols = sz[b];
+            const size_t ldx = (size_t)cols + 3, ldy = (size_t)rows + 5;
+            float *x = malloc(sizeof(float) * ldx * (size_t)rows);
+            uint16_t *y0 = malloc(2 * ldy * (size_t)cols), *y1 = malloc(2 * ldy * (size_t)cols);
+            for (size_t i = 0; i < ldx * (size_t)rows; i++) {
+                x[i] = frnd() * 4.0f;
+                if (i % 11 == 1) x[i] = 0x1.fffffcp-127f * frnd(); /* f32 subnormal */
+                if (i % 13 == 2) x[i] = NAN;
+                if (i % 17 == 3) x[i] = -INFINITY;
+                if (i % 19 == 4) x[i] = 1.00390625f; /* tie */
+            }
+            memset(y0, 0xa5, 2 * ldy * (size_t)cols);
+            memset(y1, 0xa5, 2 * ldy * (size_t)cols);
+            ref.qact_t(x, ldx, rows, cols, y0, ldy);
+            int64_t bad = 0;
+            for (int64_t c = 0; c < cols; c++)
+                for (int64_t r = 0; r < (int64_t)ldy; r++)
+                    bad += y0[(size_t)c * ldy + (size_t)r] !=
+                           (r < rows ? lb_f32_to_bf16(x[(size_t)r * ldx + (size_t)c]) : 0xa5a5);
+            TH_CHECK_MSG(bad == 0, "qact_t ref %lldx%lld: %lld", (long long)rows,
+                         (long long)cols, (long long)bad);
+            if (fast) {
+                k.qact_t(x, ldx, rows, cols, y1, ldy);
+                TH_CHECK_MSG(memcmp(y0, y1, 2 * ldy * (size_t)cols) == 0,
+                             "%s qact_t %lldx%lld differs from the reference", k.name,
+                             (long long)rows, (long long)cols);
+            }
+            free(x), free(y0), free(y1);
+        }
 }
 
 /* small integers: every product and partial sum is exact, so every
@@ -306,6 +348,7 @@ static void test_gram(void) {
 
 int main(void) {
     TH_RUN(test_exact);
+    TH_RUN(test_qact_t);
     TH_RUN(test_variants);
     TH_RUN(test_chain);
     TH_RUN(test_gram);

@@ -125,6 +125,29 @@ static void pack(bool f32w, const uint8_t *w, size_t ws, int nrows, int64_t k0, 
     }
 }
 
+/* qact_t: 16 x 16 blocks (rows r0.., columns c0..), transposed as words
+ * and converted; masked at the edges */
+static void qact_t_bf16_avx512bf16(const float *x, size_t ldx, int64_t rows, int64_t cols,
+                                   uint16_t *y, size_t ldy) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const int64_t nc = LB_MIN(16, cols - c0);
+        const __mmask16 mc = (__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1);
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+            const int64_t nrw = LB_MIN(16, rows - r0);
+            const __mmask16 mr = (__mmask16)(nrw >= 16 ? 0xffff : (1u << nrw) - 1);
+            __m512i v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nrw ? _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                                     mc, x + (size_t)(r0 + i) * ldx + (size_t)c0))
+                               : _mm512_setzero_si512();
+            tr16(v);
+            for (int j = 0; j < nc; j++)
+                _mm256_mask_storeu_epi16(y + (size_t)(c0 + j) * ldy + (size_t)r0, mr,
+                                         cvt16(v[j]));
+        }
+    }
+}
+
 LB_AI __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 /* RN tokens (rows of a at element k0) x 32 rows; npf whole pairs, then a
@@ -249,6 +272,7 @@ static void mm_bf16w_bf16a_avx512bf16(int64_t n, const void *w, size_t ws, int64
 
 void lb_kernels_fill_bf16x_avx512bf16(lb_bf16x_kernels *k) {
     k->qact = qact_bf16_avx512bf16;
+    k->qact_t = qact_t_bf16_avx512bf16;
     k->mm_f32w = mm_f32w_bf16a_avx512bf16;
     k->mm_bf16w = mm_bf16w_bf16a_avx512bf16;
     k->name = "bf16x_avx512bf16";
