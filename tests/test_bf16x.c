@@ -5,7 +5,10 @@
  * AVX512_BF16 variant against the reference on awkward sizes (odd K,
  * partial 32-row panels and 12-token tiles, K blocks), the activation
  * converter's bytes against lb_f32_to_bf16, F32 weights equal to BF16
- * weights holding the same rounded values, and tile invariance.
+ * weights holding the same rounded values, the transposing converter
+ * (lb_gram_bf16's x^T) against the reference, tile invariance, and the
+ * AVX512_BF16 variant's bits against one vdpbf16ps chain per output (its
+ * summation order, across K blocks).
  */
 #include "th.h"
 
@@ -14,6 +17,7 @@
 #include "lowbit/gptq.h"
 #include "lowbit/kernels.h"
 
+#include <immintrin.h>
 #include <math.h>
 
 static uint64_t rs = 0x243F6A8885A308D3ull;
@@ -105,6 +109,47 @@ static void check_kernels(const lb_bf16x_kernels *k, const lb_bf16x_kernels *ref
     fprintf(stderr, "  %s: %lld cases against the exact sum\n", k->name, (long long)cases);
 }
 
+/* the transposing converter: lb_f32_to_bf16's bytes at y[c, r] for x[r, c]
+ * on edge sizes (16 x 16 blocks and their tails), with NaN, infinities,
+ * subnormals and ties; y's other bytes untouched */
+static void test_qact_t(void) {
+    lb_bf16x_kernels ref, k;
+    TH_CHECK(lb_kernels_bf16x(true, &ref));
+    const bool fast = lb_kernels_bf16x(false, &k);
+    const int64_t sz[] = {1, 2, 15, 16, 17, 33, 50};
+    for (size_t a = 0; a < sizeof sz / sizeof *sz; a++)
+        for (size_t b = 0; b < sizeof sz / sizeof *sz; b++) {
+            const int64_t rows = sz[a], cols = sz[b];
+            const size_t ldx = (size_t)cols + 3, ldy = (size_t)rows + 5;
+            float *x = malloc(sizeof(float) * ldx * (size_t)rows);
+            uint16_t *y0 = malloc(2 * ldy * (size_t)cols), *y1 = malloc(2 * ldy * (size_t)cols);
+            for (size_t i = 0; i < ldx * (size_t)rows; i++) {
+                x[i] = frnd() * 4.0f;
+                if (i % 11 == 1) x[i] = 0x1.fffffcp-127f * frnd(); /* f32 subnormal */
+                if (i % 13 == 2) x[i] = NAN;
+                if (i % 17 == 3) x[i] = -INFINITY;
+                if (i % 19 == 4) x[i] = 1.00390625f; /* tie */
+            }
+            memset(y0, 0xa5, 2 * ldy * (size_t)cols);
+            memset(y1, 0xa5, 2 * ldy * (size_t)cols);
+            ref.qact_t(x, ldx, rows, cols, y0, ldy);
+            int64_t bad = 0;
+            for (int64_t c = 0; c < cols; c++)
+                for (int64_t r = 0; r < (int64_t)ldy; r++)
+                    bad += y0[(size_t)c * ldy + (size_t)r] !=
+                           (r < rows ? lb_f32_to_bf16(x[(size_t)r * ldx + (size_t)c]) : 0xa5a5);
+            TH_CHECK_MSG(bad == 0, "qact_t ref %lldx%lld: %lld", (long long)rows,
+                         (long long)cols, (long long)bad);
+            if (fast) {
+                k.qact_t(x, ldx, rows, cols, y1, ldy);
+                TH_CHECK_MSG(memcmp(y0, y1, 2 * ldy * (size_t)cols) == 0,
+                             "%s qact_t %lldx%lld differs from the reference", k.name,
+                             (long long)rows, (long long)cols);
+            }
+            free(x), free(y0), free(y1);
+        }
+}
+
 /* small integers: every product and partial sum is exact, so every
  * variant gives the exact value */
 static void test_exact(void) {
@@ -149,6 +194,67 @@ static void test_variants(void) {
         return;
     }
     check_kernels(&k, &ref);
+}
+
+/* y[t, r] as one vdpbf16ps chain per output over its pairs in order, from
+ * +0 (lane 0 of a broadcast): the summation order the AVX512_BF16 kernel
+ * keeps whatever its K blocks, tiles or the caller's cuts (so the bytes of
+ * a --calib-dtype bf16 checkpoint do not depend on them) */
+__attribute__((target("avx512f,avx512bf16"))) static float chain(const uint16_t *w,
+                                                                  const uint16_t *a,
+                                                                  int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 2) {
+        const uint32_t wp = w[i] | (i + 1 < n ? (uint32_t)w[i + 1] << 16 : 0);
+        const uint32_t ap = a[i] | (i + 1 < n ? (uint32_t)a[i + 1] << 16 : 0);
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int32_t)wp),
+                               (__m512bh)_mm512_set1_epi32((int32_t)ap));
+    }
+    return _mm512_cvtss_f32(acc);
+}
+
+static void test_chain(void) {
+    lb_bf16x_kernels k;
+    if (!lb_kernels_bf16x(false, &k) || strcmp(k.name, "bf16x_avx512bf16") != 0) {
+        fprintf(stderr, "  no AVX512_BF16 variant: not run\n");
+        return;
+    }
+    const int64_t ns[] = {1, 2, 3, 33, 1023, 1024, 1025, 1100, 2049, 3001};
+    const int64_t nrs[] = {1, 17, 32, 45, 64};
+    const int64_t nts[] = {1, 12, 13, 25};
+    int64_t bad = 0, cases = 0;
+    for (size_t in = 0; in < sizeof ns / sizeof *ns; in++)
+        for (size_t ir = 0; ir < sizeof nrs / sizeof *nrs; ir++)
+            for (size_t it = 0; it < sizeof nts / sizeof *nts; it++) {
+                if ((in + ir + it) % 2) continue; /* trim */
+                const int64_t n = ns[in], nr = nrs[ir], nt = nts[it];
+                const size_t ws = (size_t)n + 3, as = (size_t)n + 1;
+                float *w = malloc(sizeof(float) * ws * (size_t)nr);
+                uint16_t *wb = malloc(2 * ws * (size_t)nr), *a = malloc(2 * as * (size_t)nt);
+                float *y0 = malloc(sizeof(float) * (size_t)(nr * nt));
+                float *y1 = malloc(sizeof(float) * (size_t)(nr * nt));
+                for (size_t i = 0; i < ws * (size_t)nr; i++) {
+                    w[i] = frnd() * (i % 7 == 0 ? 8.0f : 1.0f);
+                    if (i % 97 == 3) w[i] = 0x1.fffffcp-127f * frnd(); /* f32 subnormal */
+                    wb[i] = lb_f32_to_bf16(w[i]);
+                }
+                for (size_t i = 0; i < as * (size_t)nt; i++)
+                    a[i] = lb_f32_to_bf16(frnd() * 3.0f);
+                k.mm_f32w(n, w, ws * 4, nr, a, as * 2, nt, y0, (size_t)nr);
+                k.mm_bf16w(n, wb, ws * 2, nr, a, as * 2, nt, y1, (size_t)nr);
+                for (int64_t t = 0; t < nt; t++)
+                    for (int64_t r = 0; r < nr; r++) {
+                        const float e = chain(wb + (size_t)r * ws, a + (size_t)t * as, n);
+                        bad += memcmp(&e, &y0[t * nr + r], 4) != 0;
+                        bad += memcmp(&e, &y1[t * nr + r], 4) != 0;
+                        th_n_checks += 2;
+                    }
+                cases++;
+                free(w), free(wb), free(a), free(y0), free(y1);
+            }
+    TH_CHECK_MSG(bad == 0, "%s: %lld outputs differ from the vdpbf16ps chain", k.name,
+                 (long long)bad);
+    fprintf(stderr, "  %s: %lld cases, the vdpbf16ps chain's bits\n", k.name, (long long)cases);
 }
 
 /* lb_gram_bf16 (the bf16 GPTQ Hessian): every lower-triangle entry
@@ -242,7 +348,9 @@ static void test_gram(void) {
 
 int main(void) {
     TH_RUN(test_exact);
+    TH_RUN(test_qact_t);
     TH_RUN(test_variants);
+    TH_RUN(test_chain);
     TH_RUN(test_gram);
     return th_report();
 }

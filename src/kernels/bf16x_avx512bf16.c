@@ -7,13 +7,19 @@
  * Outer-product form, as a GEMM micro-kernel: 32 weight rows sit in the 16
  * f32 lanes of two zmm, one element pair (2k, 2k+1) per lane:
  *   panel[k][r] (32 bits) = bf16(w[r, 2k]) | bf16(w[r, 2k+1]) << 16,
- * repacked per call in blocks of KP pairs (16 KiB on the stack, L1). A
- * token's pair (a[t, 2k], a[t, 2k+1]) is one 32-bit broadcast, so one
- * vdpbf16ps adds two products to each of 16 rows and the 16 results are
- * contiguous outputs y[t, r0 .. r0 + 15]: no horizontal sums. Tile: 32 rows
- * x 12 tokens = 24 zmm accumulators; per pair 2 weight loads + 12
- * broadcasts for 24 vdpbf16ps. Between K blocks the partial sums go
- * through y (f32, so the accumulation is unchanged).
+ * packed per call in blocks of KP = 512 pairs (64 KiB on the stack, L2;
+ * one block for K <= 1024) by 16 x 16 word transposes (F32 rows rounded as
+ * read), prefetching the rows PACK_PF groups ahead. A token's pair
+ * (a[t, 2k], a[t, 2k+1]) is one 32-bit broadcast, so one vdpbf16ps adds
+ * two products to each of 16 rows and the 16 results are contiguous
+ * outputs y[t, r0 .. r0 + 15]: no horizontal sums. Tile: 32 rows x 12
+ * tokens = 24 zmm accumulators; per pair 2 weight loads + 12 broadcasts
+ * for 24 vdpbf16ps; while a tile runs, the next tile's activation rows and
+ * output lines are prefetched (prefetchw: the outputs are written, and
+ * read back after the first K block). Between K blocks the partial sums go
+ * through y (f32, so the accumulation is unchanged): every output is one
+ * vdpbf16ps chain over its pairs in order, from 0, whatever the blocking,
+ * so the bits do not depend on KP, the tile or the caller's cuts.
  */
 #include "kernels_internal.h"
 #include "core/internal.h"
@@ -22,8 +28,9 @@
 #include <string.h>
 
 #define LB_AI static inline __attribute__((always_inline))
-#define KP 128 /* element pairs per K block (panel 32 x KP x 4 bytes) */
-#define TN 12  /* tokens per tile */
+#define KP 512 /* element pairs per K block (panel 32 x KP x 4 bytes: 64 KiB) */
+#define TN 12 /* tokens per tile */
+#define PACK_PF 4 /* groups of 16 pairs the pack prefetches ahead */
 
 /* f32 -> bf16, round to nearest even, NaN quieted (lb_f32_to_bf16) */
 LB_AI __m256i cvt16(__m512i u) {
@@ -45,35 +52,98 @@ static void qact_bf16_avx512bf16(const float *x, void *y, int64_t n) {
     for (; i < n; i++) d[i] = lb_f32_to_bf16(x[i]);
 }
 
+/* 16 x 16 transpose of 32-bit words: r[i] word j -> r[j] word i */
+LB_AI void tr16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + c], 128-bit lane L: rows 4g .. 4g+3 of column 4L + c */
+    for (int g = 0; g < 4; g++) {
+        r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+        const __m512i v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        const __m512i v2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512i v3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        t[0 + c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+        t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+        t[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
 /* panel[k * 32 + r] for k < np pairs from element k0, rows r < nrows (the
- * others zero); an element past n is zero */
+ * others zero); an element past n is zero. Whole groups of 16 pairs are
+ * written (panel holds KP pairs, KP a multiple of 16). */
 static void pack(bool f32w, const uint8_t *w, size_t ws, int nrows, int64_t k0, int np,
                  int64_t n, uint32_t *panel) {
-    for (int r = 0; r < 32; r++) {
-        const uint8_t *row = w + (size_t)r * ws;
-        if (r >= nrows) {
-            for (int k = 0; k < np; k++) panel[k * 32 + r] = 0;
-            continue;
-        }
-        if (f32w) {
-            uint16_t tmp[2 * KP];
-            const float *fr = (const float *)(const void *)row + k0;
-            const int64_t ne = LB_MIN((int64_t)2 * np, n - k0);
-            int64_t i = 0;
-            for (; i + 16 <= ne; i += 16)
-                _mm256_storeu_si256((__m256i *)(void *)(tmp + i),
-                                    cvt16(_mm512_castps_si512(_mm512_loadu_ps(fr + i))));
-            for (; i < ne; i++) tmp[i] = lb_f32_to_bf16(fr[i]);
-            for (; i < 2 * np; i++) tmp[i] = 0;
-            for (int k = 0; k < np; k++)
-                panel[k * 32 + r] = (uint32_t)tmp[2 * k] | (uint32_t)tmp[2 * k + 1] << 16;
-        } else {
-            for (int k = 0; k < np; k++) {
-                const int64_t i = k0 + 2 * k;
-                const uint32_t lo = lb_rd_u16(row + 2 * i);
-                const uint32_t hi = i + 1 < n ? lb_rd_u16(row + 2 * (i + 1)) : 0;
-                panel[k * 32 + r] = lo | hi << 16;
+    for (int kg = 0; kg < np; kg += 16) {
+        const int64_t e0 = k0 + 2 * (int64_t)kg; /* first element */
+        const int64_t ne = LB_MIN(32, n - e0);    /* elements in the group */
+        for (int h = 0; h < 2; h++) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) {
+                const int row = 16 * h + i;
+                if (row >= nrows) {
+                    r[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *p = w + (size_t)row * ws;
+                /* PACK_PF groups ahead (a prefetch never faults) */
+                if (f32w) {
+                    _mm_prefetch((const char *)(p + 4 * (e0 + 32 * PACK_PF)), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p + 4 * (e0 + 32 * PACK_PF) + 64), _MM_HINT_T0);
+                } else {
+                    _mm_prefetch((const char *)(p + 2 * (e0 + 32 * PACK_PF)), _MM_HINT_T0);
+                }
+                if (f32w) {
+                    const float *f = (const float *)(const void *)p + e0;
+                    const __mmask16 ml = (__mmask16)(ne >= 16 ? 0xffff : (1u << ne) - 1);
+                    const __mmask16 mh = (__mmask16)(ne >= 32   ? 0xffff
+                                                      : ne > 16 ? (1u << (ne - 16)) - 1
+                                                                : 0);
+                    const __m256i lo = cvt16(_mm512_castps_si512(_mm512_maskz_loadu_ps(ml, f)));
+                    const __m256i hi =
+                        cvt16(_mm512_castps_si512(_mm512_maskz_loadu_ps(mh, f + 16)));
+                    r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                } else {
+                    const __mmask32 m = ne >= 32 ? 0xffffffffu : (1u << ne) - 1;
+                    r[i] = _mm512_maskz_loadu_epi16(m, p + 2 * e0);
+                }
             }
+            tr16(r);
+            for (int j = 0; j < 16; j++)
+                _mm512_store_si512(panel + (size_t)(kg + j) * 32 + 16 * h, r[j]);
+        }
+    }
+}
+
+/* qact_t: 16 x 16 blocks (rows r0.., columns c0..), transposed as words
+ * and converted; masked at the edges */
+static void qact_t_bf16_avx512bf16(const float *x, size_t ldx, int64_t rows, int64_t cols,
+                                   uint16_t *y, size_t ldy) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+        const int64_t nc = LB_MIN(16, cols - c0);
+        const __mmask16 mc = (__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1);
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+            const int64_t nrw = LB_MIN(16, rows - r0);
+            const __mmask16 mr = (__mmask16)(nrw >= 16 ? 0xffff : (1u << nrw) - 1);
+            __m512i v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nrw ? _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                                     mc, x + (size_t)(r0 + i) * ldx + (size_t)c0))
+                               : _mm512_setzero_si512();
+            tr16(v);
+            for (int j = 0; j < nc; j++)
+                _mm256_mask_storeu_epi16(y + (size_t)(c0 + j) * ldy + (size_t)r0, mr,
+                                         cvt16(v[j]));
         }
     }
 }
@@ -81,10 +151,20 @@ static void pack(bool f32w, const uint8_t *w, size_t ws, int nrows, int64_t k0, 
 LB_AI __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 /* RN tokens (rows of a at element k0) x 32 rows; npf whole pairs, then a
- * half pair (element k0 + 2 npf alone) when half */
+ * half pair (element k0 + 2 npf alone) when half. an: the next tile's
+ * first row (prefetched as this one runs) or NULL */
 LB_AI void ukernel(const int RN, const uint32_t *panel, int npf, bool half,
-                   const uint8_t *a, size_t as, float *y, size_t ldy, __mmask16 m0,
-                   __mmask16 m1, bool first) {
+                   const uint8_t *a, size_t as, const uint8_t *an, float *y, size_t ldy,
+                   __mmask16 m0, __mmask16 m1, bool first) {
+    if (an) {
+        /* the next tile's outputs, for writing (or reading, not first) */
+        float *yn = y + TN * ldy;
+#pragma GCC unroll 12
+        for (int t = 0; t < TN; t++) {
+            _mm_prefetch((const char *)(yn + (size_t)t * ldy), _MM_HINT_ET0);
+            _mm_prefetch((const char *)(yn + (size_t)t * ldy + 16), _MM_HINT_ET0);
+        }
+    }
     __m512 acc[TN][2];
 #pragma GCC unroll 12
     for (int t = 0; t < RN; t++) {
@@ -96,16 +176,24 @@ LB_AI void ukernel(const int RN, const uint32_t *panel, int npf, bool half,
             acc[t][1] = _mm512_maskz_loadu_ps(m1, y + (size_t)t * ldy + 16);
         }
     }
-    for (int k = 0; k < npf; k++) {
-        const __m512bh w0 = as_bh(_mm512_loadu_si512(panel + k * 32));
-        const __m512bh w1 = as_bh(_mm512_loadu_si512(panel + k * 32 + 16));
+    for (int k0 = 0; k0 < npf; k0 += 16) {
+        const int k1 = LB_MIN(k0 + 16, npf);
+        if (an) {
 #pragma GCC unroll 12
-        for (int t = 0; t < RN; t++) {
-            int32_t pr;
-            memcpy(&pr, a + (size_t)t * as + 4 * (size_t)k, 4);
-            const __m512bh b = as_bh(_mm512_set1_epi32(pr));
-            acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, b);
-            acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, b);
+            for (int t = 0; t < TN; t++)
+                _mm_prefetch((const char *)(an + (size_t)t * as + 4 * (size_t)k0), _MM_HINT_T0);
+        }
+        for (int k = k0; k < k1; k++) {
+            const __m512bh w0 = as_bh(_mm512_loadu_si512(panel + k * 32));
+            const __m512bh w1 = as_bh(_mm512_loadu_si512(panel + k * 32 + 16));
+#pragma GCC unroll 12
+            for (int t = 0; t < RN; t++) {
+                int32_t pr;
+                memcpy(&pr, a + (size_t)t * as + 4 * (size_t)k, 4);
+                const __m512bh b = as_bh(_mm512_set1_epi32(pr));
+                acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, b);
+                acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, b);
+            }
         }
     }
     if (half) {
@@ -125,7 +213,7 @@ LB_AI void ukernel(const int RN, const uint32_t *panel, int npf, bool half,
     }
 }
 
-#define UK(RN) ukernel(RN, panel, npf, half, ab, as, yb, ldy, m0, m1, first)
+#define UK(RN) ukernel(RN, panel, npf, half, ab, as, an, yb, ldy, m0, m1, first)
 
 static void mm_bf16x(bool f32w, int64_t n, const void *vw, size_t ws, int64_t nr,
                      const void *va, size_t as, int64_t nt, float *y, size_t ldy) {
@@ -151,6 +239,7 @@ static void mm_bf16x(bool f32w, int64_t n, const void *vw, size_t ws, int64_t nr
             for (int64_t t0 = 0; t0 < nt; t0 += TN) {
                 const uint8_t *ab = a + (size_t)t0 * as + 2 * (size_t)k0;
                 float *yb = y + (size_t)t0 * ldy + (size_t)r0;
+                const uint8_t *an = t0 + 2 * TN <= nt ? ab + TN * as : NULL;
                 switch (LB_MIN(TN, nt - t0)) {
                 case 12: UK(12); break;
                 case 11: UK(11); break;
@@ -183,6 +272,7 @@ static void mm_bf16w_bf16a_avx512bf16(int64_t n, const void *w, size_t ws, int64
 
 void lb_kernels_fill_bf16x_avx512bf16(lb_bf16x_kernels *k) {
     k->qact = qact_bf16_avx512bf16;
+    k->qact_t = qact_t_bf16_avx512bf16;
     k->mm_f32w = mm_f32w_bf16a_avx512bf16;
     k->mm_bf16w = mm_bf16w_bf16a_avx512bf16;
     k->name = "bf16x_avx512bf16";

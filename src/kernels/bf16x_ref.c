@@ -15,6 +15,13 @@ void lb_qact_bf16_ref(const float *x, void *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = lb_f32_to_bf16(x[i]);
 }
 
+void lb_qact_t_bf16_ref(const float *x, size_t ldx, int64_t rows, int64_t cols, uint16_t *y,
+                        size_t ldy) {
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++)
+            y[(size_t)c * ldy + (size_t)r] = lb_f32_to_bf16(x[(size_t)r * ldx + (size_t)c]);
+}
+
 /* w_bf16(r, i): weight element as the bf16 value the product uses */
 static float wval(bool f32w, const uint8_t *row, int64_t i) {
     if (f32w) {
@@ -64,6 +71,7 @@ bool lb_kernels_bf16x(bool ref, lb_bf16x_kernels *k) {
     memset(k, 0, sizeof *k);
     if (ref || force_ref) {
         k->qact = lb_qact_bf16_ref;
+        k->qact_t = lb_qact_t_bf16_ref;
         k->mm_f32w = lb_mm_f32w_bf16a_ref;
         k->mm_bf16w = lb_mm_bf16w_bf16a_ref;
         k->name = "bf16x_ref";

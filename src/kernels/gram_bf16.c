@@ -8,8 +8,10 @@
  *   G[i, j] = sum_t xt[i, t] * xt[j, t] = mm_bf16w(w = xt, a = xt)[j, i]
  *
  * computed for j in row blocks of JB, each over the weight rows i < the
- * block's end (the lower triangle and the diagonal blocks' upper part: the
- * work is a triangle, about half of the full product). Blocks are taken
+ * block's start in one product and the diagonal block by 32-row panels
+ * of i, each over j >= the panel's start (the lower triangle and 32 x 32
+ * squares of the upper one: the work is a triangle, about half of the
+ * full product). Blocks are taken
  * dynamically by the pool's workers, largest first; every G entry is
  * written by one worker with the kernel's own summation order, so the
  * result does not depend on the thread count. xt's rows are XT_PAD
@@ -24,7 +26,6 @@
 #include <string.h>
 
 #define JB 384 /* rows j per block: 4 tiles of the AVX512_BF16 kernel's 12 */
-#define TT 8  /* rows t transposed together */
 #define XT_PAD 32 /* elements (one cache line) added to each xt row */
 
 typedef struct gram_job {
@@ -39,18 +40,12 @@ typedef struct gram_job {
 static void gram_worker(void *arg, int ith, int nth) {
     gram_job *j = arg;
     const int64_t n = j->n, T = j->n_rows;
-    /* 1. xt = bf16(X)^T on this thread's columns [i0, i1), TT rows of X
-     *    at a time (each read line serves 16 columns) */
+    /* 1. xt = bf16(X)^T on this thread's columns [i0, i1) */
     size_t i0, i1;
     lb_split_range((size_t)n, ith, nth, &i0, &i1);
-    for (int64_t t0 = 0; t0 < T; t0 += TT) {
-        const int64_t tn = LB_MIN(TT, T - t0);
-        for (size_t i = i0; i < i1; i++) {
-            uint16_t *d = j->xt + i * (size_t)(T + XT_PAD) + (size_t)t0;
-            for (int64_t t = 0; t < tn; t++)
-                d[t] = lb_f32_to_bf16(j->X[(size_t)(t0 + t) * (size_t)n + i]);
-        }
-    }
+    if (i1 > i0)
+        j->k->qact_t(j->X + i0, (size_t)n, T, (int64_t)(i1 - i0),
+                     j->xt + i0 * (size_t)(T + XT_PAD), (size_t)(T + XT_PAD));
 }
 
 static void gram_blocks(void *arg, int ith, int nth) {
@@ -65,8 +60,18 @@ static void gram_blocks(void *arg, int ith, int nth) {
         if (b >= nb) break;
         const int64_t jb = nb - 1 - b; /* largest first */
         const int64_t r0 = jb * JB, r1 = LB_MIN(n, r0 + JB);
-        j->k->mm_bf16w(T, j->xt, rs, r1, (const uint8_t *)j->xt + (size_t)r0 * rs,
-                       rs, r1 - r0, j->G + (size_t)r0 * (size_t)n, (size_t)n);
+        const uint8_t *xb = (const uint8_t *)j->xt;
+        /* G rows [r0, r1): columns [0, r0) in one product, then the
+         * diagonal block by 32-column panels p, each over rows [p, r1)
+         * only (the block's upper triangle is skipped but for 32 x 32
+         * squares; each entry is the kernel's one chain either way) */
+        if (r0 > 0)
+            j->k->mm_bf16w(T, xb, rs, r0, xb + (size_t)r0 * rs, rs, r1 - r0,
+                           j->G + (size_t)r0 * (size_t)n, (size_t)n);
+        for (int64_t p = r0; p < r1; p += 32)
+            j->k->mm_bf16w(T, xb + (size_t)p * rs, rs, LB_MIN(32, r1 - p),
+                           xb + (size_t)p * rs, rs, r1 - p,
+                           j->G + (size_t)p * (size_t)n + (size_t)p, (size_t)n);
     }
 }
 

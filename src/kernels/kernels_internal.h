@@ -404,12 +404,19 @@ void LB_KSYM(lb_kernels_fill_f16_avx512)(lb_kernel_table *kt);
  * accumulated in f32 (vdpbf16ps); variants differ from the reference in
  * the order of the f32 additions only (and flush bf16 subnormals to zero,
  * as vdpbf16ps does). lb_mm_fn contract otherwise. */
+/* qact_t: the converter transposing, y[c * ldy + r] = bf16(x[r * ldx + c])
+ * for r < rows, c < cols (lb_f32_to_bf16's bytes; lb_gram_bf16's x^T). */
+typedef void (*lb_qact_t_fn)(const float *x, size_t ldx, int64_t rows, int64_t cols,
+                             uint16_t *y, size_t ldy);
 typedef struct lb_bf16x_kernels {
     lb_qact_fn qact;
+    lb_qact_t_fn qact_t;
     lb_mm_fn mm_f32w, mm_bf16w;
     const char *name;
 } lb_bf16x_kernels;
 void lb_qact_bf16_ref(const float *x, void *y, int64_t n);
+void lb_qact_t_bf16_ref(const float *x, size_t ldx, int64_t rows, int64_t cols, uint16_t *y,
+                        size_t ldy);
 void lb_mm_f32w_bf16a_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                           size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_bf16w_bf16a_ref(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
