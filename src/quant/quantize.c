@@ -1604,7 +1604,12 @@ static lb_status run_layers(engine *e) {
                                      : 0));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
             s = e->sink->layer_done(e->sink->user, l);
-        if (!e->sink->keep_in_model) restore_layer(e, l);
+        if (!e->sink->keep_in_model) {
+            /* layer l is not read again (a sink's later read faults the
+             * pages in again): its source pages leave the RSS */
+            restore_layer(e, l);
+            lb_model_release_layer(e->m, l);
+        }
     }
     if (s != LB_OK) {
         if (!e->sink->keep_in_model) restore_layer(e, cur);
@@ -1829,6 +1834,9 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
             }
         }
         if (s != LB_OK) goto done;
+        /* the rows looked up leave the RSS (a tied lm_head reads them
+         * again at the end) */
+        lb_model_release_tensor(e.m, &e.m->tok_embd);
     }
     s = run_layers(&e);
 done:
