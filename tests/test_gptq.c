@@ -1015,6 +1015,7 @@ static void test_hessian_take(void) {
     free(X);
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
 /* One module's Hessian path: accumulate X [rows, in], take H, make the
  * factor, free H, solve W [out, in]. */
 static lb_status hessian_path(const float *X, int64_t rows, const float *W,
@@ -1077,6 +1078,7 @@ static int hessian_memory_child(void) {
     free(W);
     return peak <= 2.5 ? 0 : 1;
 }
+#endif
 
 /* At most two [in, in] f32 buffers of one module's Hessian live at once:
  * measured in a child process (its peak RSS, ru_maxrss). Not under ASan
