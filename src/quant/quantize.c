@@ -670,9 +670,11 @@ static lb_status swap_in(engine *e, const qz_module *q, float *Wd) {
         lb_free(r->buf);
         r->buf = Wd;
     }
-    /* each part: a row view of Wd, keeping its name */
+    /* each part: a row view of Wd, keeping its name; the source pages it
+     * replaces leave the RSS (nothing reads them in this layer again) */
     int64_t r0 = 0;
     for (int i = 0; i < np; i++) {
+        lb_model_release_tensor(e->m, parts[i]);
         lb_tensor v = t;
         v.name = parts[i]->name;
         v.shape[0] = parts[i]->shape[0];
