@@ -119,7 +119,8 @@ static long rss_pages(void) {
 
 /* lb_model_release_layer / _tensor on an HF load (a file mapping): the
  * layers' touched pages leave the RSS and the next forward gives the same
- * logits bit for bit (the pages are read from the file again). */
+ * logits bit for bit (the pages are read from the file again); likewise
+ * lb_context_release_kv for a layer's KV cache. */
 static void test_release_pages(void) {
     lb_model *m = NULL;
     TH_CHECK_OK(lb_model_load_hf(th_shared("models/tinystories-656k"), NULL,
@@ -156,6 +157,36 @@ static void test_release_pages(void) {
     lb_context_free(ctx);
     free(a);
     free(b);
+
+    /* lb_context_release_kv: layer 0's K/V pages (2 x 32 here) leave the
+     * RSS, and the layer's forward from position 0 gives the same bits */
+    enum { T = 512 };
+    const size_t nx = (size_t)T * (size_t)m->config.hidden_size;
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)(i * 7 % 2048);
+    float *x = malloc(nx * sizeof(float)), *h0 = malloc(nx * sizeof(float)),
+          *h1 = malloc(nx * sizeof(float));
+    cp.n_ctx = T;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    TH_CHECK_OK(lb_model_embed(ctx, tok, T, x));
+    memcpy(h0, x, nx * sizeof(float));
+    TH_CHECK_OK(lb_layer_forward(ctx, 0, h0, T, 0));
+    const long k0 = rss_pages();
+    lb_context_release_kv(ctx, 0);
+    lb_context_release_kv(ctx, m->config.n_layers); /* nothing */
+    const long k1 = rss_pages();
+    const long kv_pages = (long)(lb_context_kv_bytes(ctx) /
+                                 (size_t)m->config.n_layers /
+                                 (size_t)sysconf(_SC_PAGESIZE));
+    TH_CHECK_MSG(k0 - k1 >= kv_pages * 3 / 4, "RSS %ld -> %ld pages "
+                 "releasing %ld pages of KV", k0, k1, kv_pages);
+    memcpy(h1, x, nx * sizeof(float));
+    TH_CHECK_OK(lb_layer_forward(ctx, 0, h1, T, 0));
+    TH_CHECK(memcmp(h0, h1, nx * sizeof(float)) == 0);
+    lb_context_free(ctx);
+    free(x);
+    free(h0);
+    free(h1);
     lb_model_free(m);
 }
 

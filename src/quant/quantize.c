@@ -1612,6 +1612,8 @@ static lb_status run_layers(engine *e) {
             restore_layer(e, l);
             lb_model_release_layer(e->m, l);
         }
+        /* its KV cache is written again only by its own forwards */
+        lb_context_release_kv(e->ctx, l);
     }
     if (s != LB_OK) {
         if (!e->sink->keep_in_model) restore_layer(e, cur);
