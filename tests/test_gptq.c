@@ -8,8 +8,12 @@
 #include "test_gptq_st.h"
 #include "quant/gptq_internal.h"
 
+#include "lowbit/kernels.h"
+
 #include <cblas.h>
 #include <float.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -982,6 +986,122 @@ static void test_torch_sum_lengths(void) {
     }
 }
 
+/* lb_gptq_hessian_take hands over the bytes lb_gptq_hessian_get copies
+ * (f32, f64, and bf16 products where the CPU has them) and frees the
+ * accumulator (ASan: no leak). */
+static void test_hessian_take(void) {
+    enum { IN = 67, R = 33 };
+    float *X = malloc(sizeof(float) * R * IN);
+    float *want = malloc(sizeof(float) * IN * IN);
+    for (int i = 0; i < R * IN; i++) X[i] = grand();
+    for (int mode = 0; mode < 3; mode++) {
+        if (mode == 2 && !lb_gram_bf16_available()) continue;
+        lb_gptq_hessian *h;
+        TH_CHECK_OK(lb_gptq_hessian_create(IN, mode == 1, &h));
+        if (mode == 2) TH_CHECK_OK(lb_gptq_hessian_use_bf16(h, NULL));
+        TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X, R, 1));
+        TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X + IN, R - 1, 2));
+        lb_gptq_hessian_get(h, want);
+        float *H = NULL;
+        TH_CHECK_OK(lb_gptq_hessian_take(h, &H));
+        TH_CHECK_MSG(H && memcmp(H, want, sizeof(float) * IN * IN) == 0,
+                     "mode %d: taken H differs from lb_gptq_hessian_get",
+                     mode);
+        lb_free(H);
+    }
+    float *H = want;
+    TH_CHECK_FAILS(lb_gptq_hessian_take(NULL, &H), LB_ERR_INVALID_ARG);
+    TH_CHECK(H == NULL);
+    free(want);
+    free(X);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+/* One module's Hessian path: accumulate X [rows, in], take H, make the
+ * factor, free H, solve W [out, in]. */
+static lb_status hessian_path(const float *X, int64_t rows, const float *W,
+                              int64_t out, int64_t in) {
+    lb_gptq_hessian *h = NULL;
+    lb_status s = lb_gptq_hessian_create(in, false, &h);
+    if (s != LB_OK) return s;
+    s = lb_gptq_hessian_add_batch(h, X, rows, 1);
+    float *H = NULL;
+    if (s == LB_OK)
+        s = lb_gptq_hessian_take(h, &H);
+    else
+        lb_gptq_hessian_free(h);
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    lb_gptq_factor *f = NULL;
+    if (s == LB_OK) s = lb_gptq_factor_make(H, in, &o, &f);
+    lb_free(H);
+    lb_gptq_result r;
+    if (s == LB_OK) s = lb_gptq_quantize_factored(W, out, in, f, &o, &r);
+    if (s == LB_OK) lb_gptq_result_free(&r);
+    lb_gptq_factor_free(f);
+    return s;
+}
+
+/* Resident KiB of this process (/proc/self/statm), -1 if unknown. */
+static long rss_kib(void) {
+    long size = -1, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
+    fclose(f);
+    return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* hessian_path at in = 2048 in this (child) process: exit status 0 when
+ * its peak RSS over the RSS at its start stays within 2.5 [in, in] f32
+ * buffers (two, the accumulator and the factor, plus X and the small work
+ * space; the path used to hold five). */
+static int hessian_memory_child(void) {
+    enum { IN = 2048, R = 128, OUT = 16 };
+    /* every block of 1 MiB or more mmap'ed: a freed one leaves the RSS */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    float *X = malloc(sizeof(float) * R * IN);
+    float *W = malloc(sizeof(float) * OUT * IN);
+    if (!X || !W) return 2;
+    for (int i = 0; i < R * IN; i++) X[i] = grand();
+    for (int i = 0; i < OUT * IN; i++) W[i] = grand();
+    /* warm-up: BLAS/LAPACK buffers, this code's pages */
+    if (hessian_path(X, R, W, OUT, 256) != LB_OK) return 3;
+    const long r0 = rss_kib();
+    if (hessian_path(X, R, W, OUT, IN) != LB_OK) return 3;
+    struct rusage ru;
+    if (r0 < 0 || getrusage(RUSAGE_SELF, &ru) != 0) return 4;
+    const double unit = (double)IN * IN * sizeof(float) / 1024.0;
+    const double peak = (double)(ru.ru_maxrss - r0) / unit;
+    fprintf(stderr, "  Hessian path at in %d: peak RSS %.2f x [in, in] f32 "
+            "above the start\n", IN, peak);
+    free(X);
+    free(W);
+    return peak <= 2.5 ? 0 : 1;
+}
+#endif
+
+/* At most two [in, in] f32 buffers of one module's Hessian live at once:
+ * measured in a child process (its peak RSS, ru_maxrss). Not under ASan
+ * (its quarantine keeps freed blocks resident). */
+static void test_hessian_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "  Hessian path memory: not under ASan\n");
+    return;
+#else
+    fflush(stderr);
+    pid_t pid = fork();
+    TH_CHECK(pid >= 0);
+    if (pid == 0) _exit(hessian_memory_child());
+    int status = 0;
+    TH_CHECK(waitpid(pid, &status, 0) == pid);
+    TH_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                 "the Hessian path's peak memory (exit status %d: 1 = above "
+                 "2.5 [in, in] buffers)",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+#endif
+}
+
 /* Re-run the golden tests with netlib's reference BLAS and LAPACK
  * preloaded (the libraries the reference was computed with), asserting bit
  * equality. Skipped (and said so) where they are not installed, and under
@@ -1121,6 +1241,8 @@ int main(void) {
     TH_RUN(test_rtn_reference);
     TH_RUN(test_hessian_units);
     TH_RUN(test_hessian_syrk);
+    TH_RUN(test_hessian_take);
+    TH_RUN(test_hessian_memory);
     TH_RUN(test_hessian_reference);
     TH_RUN(test_gptq_reference);
     TH_RUN(test_gptq_from_own_hessian);

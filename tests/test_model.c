@@ -11,6 +11,7 @@
 #include "lowbit/file.h"
 #include "lowbit/model.h"
 #include "lowbit/safetensors.h"
+#include "model/model_internal.h"
 
 #include <cjson/cJSON.h>
 #include <sys/stat.h>
@@ -103,6 +104,89 @@ static void test_tinystories_reference(void) {
     }
     TH_CHECK_INT(nc, 4);
     cJSON_Delete(cases);
+    lb_model_free(m);
+}
+
+/* Resident pages of this process (/proc/self/statm), -1 if unknown. */
+static long rss_pages(void) {
+    long size = -1, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
+    fclose(f);
+    return rss;
+}
+
+/* lb_model_release_layer / _tensor on an HF load (a file mapping): the
+ * layers' touched pages leave the RSS and the next forward gives the same
+ * logits bit for bit (the pages are read from the file again); likewise
+ * lb_context_release_kv for a layer's KV cache. */
+static void test_release_pages(void) {
+    lb_model *m = NULL;
+    TH_CHECK_OK(lb_model_load_hf(th_shared("models/tinystories-656k"), NULL,
+                                 &m));
+    if (!m) return;
+    enum { N = 16 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(i * 37 % 2048);
+    const size_t V = (size_t)m->config.vocab_size;
+    float *a = malloc(N * V * sizeof(float)), *b = malloc(N * V * sizeof(float));
+    lb_context *ctx = NULL;
+    lb_context_params cp = lb_context_default_params();
+    cp.n_ctx = N;
+    cp.n_threads = 1;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    TH_CHECK_OK(lb_model_forward(ctx, ids, N, 0, a, LB_LOGITS_ALL));
+    size_t layer_bytes = 0;
+    for (int l = 0; l < m->config.n_layers; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++)
+            layer_bytes += m->layers[l].w[i].nbytes;
+    const long r0 = rss_pages();
+    for (int l = 0; l < m->config.n_layers; l++) lb_model_release_layer(m, l);
+    lb_model_release_layer(m, m->config.n_layers); /* out of range: nothing */
+    const long r1 = rss_pages();
+    const long want = (long)(layer_bytes / (size_t)sysconf(_SC_PAGESIZE)) / 2;
+    TH_CHECK_MSG(r0 - r1 >= want, "RSS %ld -> %ld pages releasing %zu bytes "
+                 "of layers", r0, r1, layer_bytes);
+    lb_model_release_tensor(m, &m->tok_embd);
+    lb_context_free(ctx);
+    ctx = NULL;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    TH_CHECK_OK(lb_model_forward(ctx, ids, N, 0, b, LB_LOGITS_ALL));
+    TH_CHECK(memcmp(a, b, N * V * sizeof(float)) == 0);
+    lb_context_free(ctx);
+    free(a);
+    free(b);
+
+    /* lb_context_release_kv: layer 0's K/V pages (2 x 32 here) leave the
+     * RSS, and the layer's forward from position 0 gives the same bits */
+    enum { T = 512 };
+    const size_t nx = (size_t)T * (size_t)m->config.hidden_size;
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)(i * 7 % 2048);
+    float *x = malloc(nx * sizeof(float)), *h0 = malloc(nx * sizeof(float)),
+          *h1 = malloc(nx * sizeof(float));
+    cp.n_ctx = T;
+    TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+    TH_CHECK_OK(lb_model_embed(ctx, tok, T, x));
+    memcpy(h0, x, nx * sizeof(float));
+    TH_CHECK_OK(lb_layer_forward(ctx, 0, h0, T, 0));
+    const long k0 = rss_pages();
+    lb_context_release_kv(ctx, 0);
+    lb_context_release_kv(ctx, m->config.n_layers); /* nothing */
+    const long k1 = rss_pages();
+    const long kv_pages = (long)(lb_context_kv_bytes(ctx) /
+                                 (size_t)m->config.n_layers /
+                                 (size_t)sysconf(_SC_PAGESIZE));
+    TH_CHECK_MSG(k0 - k1 >= kv_pages * 3 / 4, "RSS %ld -> %ld pages "
+                 "releasing %ld pages of KV", k0, k1, kv_pages);
+    memcpy(h1, x, nx * sizeof(float));
+    TH_CHECK_OK(lb_layer_forward(ctx, 0, h1, T, 0));
+    TH_CHECK(memcmp(h0, h1, nx * sizeof(float)) == 0);
+    lb_context_free(ctx);
+    free(x);
+    free(h0);
+    free(h1);
     lb_model_free(m);
 }
 
@@ -795,6 +879,7 @@ int main(void) {
     TH_RUN(test_rmsnorm_values);
     TH_RUN(test_config_fields);
     TH_RUN(test_tinystories_reference);
+    TH_RUN(test_release_pages);
     TH_RUN(test_random_models_v5_config);
     TH_RUN(test_random_models_v4_config);
     TH_RUN(test_prefill_vs_decode);

@@ -44,6 +44,15 @@ lb_status lb_map_file_ex(const char *path, unsigned flags, lb_mapped_file *out);
  * repack weights in place. LB_ERR_UNSUPPORTED when mf is a file mapping;
  * LB_ERR_IO if mprotect fails. */
 lb_status lb_mapped_file_set_writable(lb_mapped_file *mf, bool writable);
+/* Give the resident pages of [p, p + n) back to the kernel when the range
+ * lies inside mf and mf maps the file (not a copy): madvise MADV_DONTNEED
+ * of the whole pages inside the range. The mapping is read-only and
+ * private, so those are the file's clean page-cache pages; a later read
+ * faults them in again from the file, and the bytes stay valid. Anything
+ * else (a copy: its pages would read back as zeros; a range elsewhere) is
+ * left alone. Advice: never fails. The process's RSS drops by the pages
+ * released; the page cache keeps them while memory allows. */
+void lb_mapped_file_release(const lb_mapped_file *mf, const void *p, size_t n);
 /* Unmap and free; safe on a zeroed struct. */
 void lb_unmap_file(lb_mapped_file *mf);
 

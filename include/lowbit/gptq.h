@@ -207,6 +207,15 @@ lb_status lb_gptq_hessian_use_bf16(lb_gptq_hessian *h, lb_pool *pool);
 int64_t lb_gptq_hessian_in_features(const lb_gptq_hessian *h);
 int64_t lb_gptq_hessian_nsamples(const lb_gptq_hessian *h);
 
+/* Finish the accumulation and hand H over: *H_out = H [in, in] f32,
+ * symmetric, the same bytes as lb_gptq_hessian_get gives; lb_alloc'd, the
+ * caller frees it (lb_free). h is freed, also on failure. The f32 mode
+ * hands over its own accumulator (the lower triangle mirrored in place,
+ * its x x^T scratch freed first: no copy); the f64 mode rounds into a new
+ * buffer, so in * in floats more while it runs. Errors:
+ * LB_ERR_INVALID_ARG (NULL), LB_ERR_NOMEM (f64 mode). */
+lb_status lb_gptq_hessian_take(lb_gptq_hessian *h, float **H_out);
+
 /* Copy H into H_out [in, in] as float32 (rounded from double in f64 mode). */
 void lb_gptq_hessian_get(const lb_gptq_hessian *h, float *H_out);
 /* Copy H into H_out [in, in] as double (exact widening in f32 mode). */
@@ -292,7 +301,8 @@ typedef struct lb_gptq_factor lb_gptq_factor;
 /* Make the factor of H [in, in] (f32, symmetric, finite) for opt's
  * desc_act, damp_percent, damp_auto_increment and damp_max (other options
  * are not used; a damping retry is logged as a warning, once per factor).
- * Memory: 2 * in * in floats while it runs, in * in kept.
+ * Memory: the factor's in * in floats (built, factored and inverted in
+ * place; no other [in, in] scratch) and O(in).
  * Errors: LB_ERR_INVALID_ARG (NULL, in < 1, options, non-finite H),
  * LB_ERR_RANGE (Cholesky still failing, as lb_gptq_quantize),
  * LB_ERR_NOMEM, LB_ERR_OVERFLOW. On failure *out is NULL. */

@@ -294,6 +294,14 @@ const lb_model *lb_context_model(const lb_context *ctx);
 int32_t lb_context_n_ctx(const lb_context *ctx);
 lb_pool *lb_context_pool(lb_context *ctx);
 
+/* Give the pages of layer `layer`'s K and V cache back to the kernel
+ * (the whole pages of its [nkv][n_ctx][hd] slabs): they leave the RSS and
+ * the layer's cached positions read as zeros afterwards, so only for a
+ * caller that writes them again before reading them, e.g. a layer-by-layer
+ * pipeline (lb_layer_forward from position 0, GPTQ calibration) once the
+ * layer is done. Nothing for a layer out of range. */
+void lb_context_release_kv(lb_context *ctx, int layer);
+
 /* The KV cache element type, and its size in bytes (K and V, all layers,
  * n_ctx positions). */
 lb_type lb_context_kv_type(const lb_context *ctx);

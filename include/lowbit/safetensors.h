@@ -95,6 +95,16 @@ bool lb_st_metadata_at(const lb_safetensors *st, size_t i, const char **key,
 
 /* Number of shard files (1 for a single file, 0 for lb_st_parse). */
 size_t lb_st_shard_count(const lb_safetensors *st);
+/* lb_mapped_file_release of tensor t's bytes (a pointer from
+ * lb_st_find/_at) in its shard's mapping: its pages leave the process's
+ * RSS and are read from the file again on the next access. */
+void lb_st_release(const lb_safetensors *st, const lb_tensor *t);
+struct lb_mapped_file; /* lowbit/file.h */
+/* The read-only file mapping (lb_map_file) of shard i < lb_st_shard_count,
+ * in the order the shards were opened; NULL when i is out of range. Owned
+ * by st. */
+const struct lb_mapped_file *lb_st_shard_mapping(const lb_safetensors *st,
+                                                 size_t i);
 
 /* The safetensors dtype string of an lb_type ("F32", "BF16", "BOOL"...), or
  * NULL for a type safetensors cannot store (block-quantized types). */

@@ -118,6 +118,22 @@ lb_status lb_mapped_file_set_writable(lb_mapped_file *mf, bool writable) {
     return LB_OK;
 }
 
+void lb_mapped_file_release(const lb_mapped_file *mf, const void *p, size_t n) {
+    if (!mf || !mf->data || mf->copy || !p || !n) return;
+    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)mf->data;
+    if (a < lo || n > mf->size || a - lo > mf->size - n) return;
+    lb_drop_pages(p, n);
+}
+
+void lb_drop_pages(const void *p, size_t n) {
+    if (!p || !n) return;
+    const long psz = sysconf(_SC_PAGESIZE);
+    const uintptr_t ps = psz > 0 ? (uintptr_t)psz : 4096;
+    const uintptr_t a = (uintptr_t)p;
+    const uintptr_t a1 = (a + ps - 1) & ~(ps - 1), e1 = (a + n) & ~(ps - 1);
+    if (e1 > a1) (void)madvise((void *)a1, e1 - a1, MADV_DONTNEED);
+}
+
 void lb_unmap_file(lb_mapped_file *mf) {
     if (!mf) return;
     if (mf->data && mf->size) munmap((void *)mf->data, mf->size);

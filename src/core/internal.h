@@ -76,4 +76,11 @@ static inline float lb_f16_to_f32_inline(uint16_t h) {
 /* Duplicate a string (NULL on failure or NULL input). */
 char *lb_strdup(const char *s);
 
+/* madvise(MADV_DONTNEED) of the whole pages inside [p, p + n): they leave
+ * the RSS. A read-only file mapping's pages are read from the file again;
+ * anonymous memory (lb_alloc, copies) reads back as zeros, so only for
+ * bytes that are written before they are read again. Advice: never
+ * fails. */
+void lb_drop_pages(const void *p, size_t n);
+
 #endif /* LB_INTERNAL_H */

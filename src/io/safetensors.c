@@ -646,6 +646,19 @@ size_t lb_st_shard_count(const lb_safetensors *st) {
     return n;
 }
 
+void lb_st_release(const lb_safetensors *st, const lb_tensor *t) {
+    if (!st || !t) return;
+    for (size_t k = 0; k < st->n_files; k++)
+        lb_mapped_file_release(&st->maps[k], t->data, t->nbytes);
+}
+
+const lb_mapped_file *lb_st_shard_mapping(const lb_safetensors *st, size_t i) {
+    if (!st) return NULL;
+    for (size_t k = 0; k < st->n_files; k++)
+        if (st->maps[k].path && i-- == 0) return &st->maps[k];
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Writer                                                                    */
 /* ------------------------------------------------------------------------ */

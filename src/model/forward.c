@@ -455,6 +455,15 @@ int32_t lb_context_n_past(const lb_context *ctx) { return ctx->n_past; }
 lb_type lb_context_kv_type(const lb_context *ctx) { return ctx->kv_type; }
 void lb_context_reset(lb_context *ctx) { ctx->n_past = 0; }
 
+void lb_context_release_kv(lb_context *ctx, int layer) {
+    if (!ctx || layer < 0 || layer >= ctx->m->config.n_layers) return;
+    const lb_model_config *c = &ctx->m->config;
+    const size_t slab = (size_t)c->n_kv_heads * (size_t)ctx->n_ctx *
+                        (size_t)c->head_dim * ctx->kv_esize;
+    lb_drop_pages((uint8_t *)ctx->k_cache + (size_t)layer * slab, slab);
+    lb_drop_pages((uint8_t *)ctx->v_cache + (size_t)layer * slab, slab);
+}
+
 size_t lb_context_kv_bytes(const lb_context *ctx) {
     const lb_model_config *c = &ctx->m->config;
     return 2 * (size_t)c->n_layers * (size_t)c->n_kv_heads *

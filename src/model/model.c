@@ -24,6 +24,8 @@ struct lb_model_private {
     cleanup *cl;
     size_t n_cl, cap_cl;
     lb_dequant_row_fn dequant_row;
+    const lb_mapped_file **maps; /* read-only file mappings tensors view */
+    size_t n_maps;
 };
 
 static const char *role_names[LB_ROLE_COUNT] = {
@@ -411,11 +413,46 @@ void lb_model_free(lb_model *m) {
         for (size_t i = m->priv->n_cl; i-- > 0;)
             m->priv->cl[i].fn(m->priv->cl[i].p);
         free(m->priv->cl);
+        free(m->priv->maps);
         free(m->priv);
     }
     free(m->layers);
     lb_model_config_clear(&m->config);
     free(m);
+}
+
+lb_status lb_model_builder_add_mapping(lb_model *m, const lb_mapped_file *mf) {
+    lb_model_private *p = m->priv;
+    if (!mf || !mf->data || mf->copy) return LB_OK;
+    const lb_mapped_file **n = realloc(p->maps, (p->n_maps + 1) * sizeof *n);
+    if (!n) return lb_set_error(LB_ERR_NOMEM, "model: out of memory");
+    p->maps = n;
+    p->maps[p->n_maps++] = mf;
+    return LB_OK;
+}
+
+void lb_model_release_tensor(const lb_model *m, const lb_tensor *t) {
+    if (!m || !m->priv || !t || !t->data) return;
+    for (size_t i = 0; i < m->priv->n_maps; i++)
+        lb_mapped_file_release(m->priv->maps[i], t->data, t->nbytes);
+}
+
+void lb_model_release_layer(const lb_model *m, int layer) {
+    if (!m || !m->priv || !m->priv->n_maps || layer < 0 ||
+        layer >= m->config.n_layers)
+        return;
+    const lb_layer_weights *L = &m->layers[layer];
+    const lb_tensor *ts[] = {&L->attn_norm, &L->bq, &L->bk, &L->bv,
+                             &L->q_norm, &L->k_norm, &L->ffn_norm,
+                             &L->post_attn_norm, &L->post_ffn_norm,
+                             &L->ffn_gate_inp, &L->shexp_gate_inp,
+                             &L->shexp[0], &L->shexp[1], &L->shexp[2]};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        lb_model_release_tensor(m, ts[i]);
+    for (int i = 0; i < LB_LINEAR_COUNT; i++) lb_model_release_tensor(m, &L->w[i]);
+    if (L->exp)
+        for (int i = 0; i < 3 * m->config.n_experts; i++)
+            lb_model_release_tensor(m, &L->exp[i]);
 }
 
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
@@ -726,6 +763,8 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     lb_safetensors *st = NULL;
     s = lb_st_open(dir, &st);
     if (s == LB_OK) s = lb_model_builder_on_free(m, st_close_cb, st);
+    for (size_t i = 0; s == LB_OK && i < lb_st_shard_count(st); i++)
+        s = lb_model_builder_add_mapping(m, lb_st_shard_mapping(st, i));
     if (s != LB_OK) goto fail;
 
     hf_dense_ctx hc = {m, st, dir};

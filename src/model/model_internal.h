@@ -116,6 +116,24 @@ lb_status lb_model_builder_on_free(lb_model *m, void (*fn)(void *), void *p);
 
 void lb_model_builder_set_dequant_row(lb_model *m, lb_dequant_row_fn fn);
 
+struct lb_mapped_file;
+/* Record that the model's tensors may view mf, a read-only file mapping
+ * (lb_map_file; a private copy, mf->copy, is not recorded), so that
+ * lb_model_release_layer may drop its pages. mf must outlive the model.
+ * Errors: LB_ERR_NOMEM. */
+lb_status lb_model_builder_add_mapping(lb_model *m,
+                                       const struct lb_mapped_file *mf);
+
+/* Give the resident pages of tensor t back to the kernel when t views a
+ * recorded file mapping (lb_mapped_file_release): t stays valid, a later
+ * read faults its pages in again from the file. A tensor elsewhere (owned
+ * buffer, private copy, swapped-in replacement) is left alone. Advice:
+ * never fails. */
+void lb_model_release_tensor(const lb_model *m, const lb_tensor *t);
+/* lb_model_release_tensor for every tensor of layer `layer` (nothing for
+ * a layer out of range). */
+void lb_model_release_layer(const lb_model *m, int layer);
+
 /* Tie embeddings if configured, then check every required tensor is set
  * (LB_ERR_NOT_FOUND naming the layer and role). */
 lb_status lb_model_builder_finish(lb_model *m);

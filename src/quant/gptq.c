@@ -150,61 +150,70 @@ static int cmp_diag_desc(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* dst[j*n + i] = src[i*n + j] for an n x n matrix, in cache tiles. */
-static void transpose_sq(const float *src, float *dst, int64_t n) {
+/* Strict triangles of the row-major [n, n] A copied onto each other in
+ * place, in cache tiles: from_lower: A[j*n + i] = A[i*n + j] for j < i;
+ * otherwise the other way round. */
+static void mirror(float *A, int64_t n, bool from_lower) {
     enum { TILE = 32 };
     for (int64_t i0 = 0; i0 < n; i0 += TILE)
-        for (int64_t j0 = 0; j0 < n; j0 += TILE) {
+        for (int64_t j0 = 0; j0 <= i0; j0 += TILE) {
             const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
             for (int64_t i = i0; i < i1; i++)
-                for (int64_t j = j0; j < j1; j++) dst[j * n + i] = src[i * n + j];
+                for (int64_t j = j0; j < j1 && j < i; j++) {
+                    if (from_lower)
+                        A[j * n + i] = A[i * n + j];
+                    else
+                        A[i * n + j] = A[j * n + i];
+                }
         }
 }
 
-/* B (column-major, the buffer torch hands to LAPACK) = Hp + damp I, where
- * Hp[i][j] = H[perm[i]][perm[j]] with dead diagonals set to 1; column-major
- * element (i, j) lives at B[i + j*n]. `rowbuf` is [n, n] scratch. */
+void lb_gptq_mirror_lower(float *A, int64_t n) { mirror(A, n, true); }
+
+/* The lower triangle of B (column-major, the buffer torch hands to LAPACK:
+ * element (i, j) at B[i + j*n]) = Hp + damp I, where Hp[i][j] =
+ * H[perm[i]][perm[j]] with dead diagonals set to 1. The strict upper
+ * triangle is left as it is: LAPACK's 'L' routines do not read it. */
 static void build_damped(const float *H, const int32_t *perm,
                          const uint8_t *dead, int64_t n, float damp,
-                         float *rowbuf, float *B) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *src = H + (int64_t)perm[i] * n;
-        float *dst = rowbuf + i * n;
-        for (int64_t j = 0; j < n; j++) dst[j] = src[perm[j]];
-    }
-    transpose_sq(rowbuf, B, n);
+                         float *B) {
+    enum { TILE = 32 };
+    for (int64_t j0 = 0; j0 < n; j0 += TILE)
+        for (int64_t i0 = j0; i0 < n; i0 += TILE) {
+            const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = LB_MAX(i0, j); i < i1; i++)
+                    B[i + j * n] = H[(int64_t)perm[i] * n + perm[j]];
+        }
     for (int64_t i = 0; i < n; i++) {
         if (dead[perm[i]]) B[i + i * n] = 1.0f;
         B[i + i * n] += damp;
     }
 }
 
-/* In B: Cholesky, inverse, upper Cholesky of the inverse (torch's
- * linalg.cholesky -> cholesky_inverse -> linalg.cholesky(upper=True)), then
- * B is turned into the row-major upper factor U (zero below the diagonal).
- * Returns 0 or a description of the failing step. */
-static const char *invert_factor(float *B, float *tmp, int64_t n) {
+/* In B, in place: Cholesky, inverse, upper Cholesky of the inverse
+ * (torch's linalg.cholesky -> cholesky_inverse ->
+ * linalg.cholesky(upper=True)), then B is turned into the row-major upper
+ * factor U (zero below the diagonal). Returns 0 or a description of the
+ * failing step. */
+static const char *invert_factor(float *B, int64_t n) {
     lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                                      (lapack_int)n);
     if (info != 0) return "Cholesky of the damped H failed (spotrf)";
     info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                           (lapack_int)n);
     if (info != 0) return "inverting the Cholesky factor failed (spotri)";
-    /* symmetrise: upper (col-major) := lower, as torch's tril + tril(-1)^H.
-     * tmp = B^T, then B(j, i) = tmp... i.e. B[j + i*n] = B[i + j*n], i > j */
-    transpose_sq(B, tmp, n);
-    for (int64_t i = 0; i < n; i++) /* column i of B, rows above i */
-        memcpy(B + i * n, tmp + i * n, (size_t)i * sizeof(float));
+    /* symmetrise: upper (col-major) := lower, as torch's tril +
+     * tril(-1)^H; column-major lower is the row-major strict upper */
+    mirror(B, n, false);
     info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)n, B,
                           (lapack_int)n);
     if (info != 0) return "Cholesky of the inverse failed (spotrf upper)";
-    /* U(i, j), i <= j, is at B[i + j*n]: transpose to row-major, zero the
-     * strictly lower part. */
-    transpose_sq(B, tmp, n);
-    for (int64_t i = 0; i < n; i++) {
+    /* U(i, j), i <= j, is at B[i + j*n], the row-major lower triangle:
+     * mirror it onto the row-major upper one, zero the strictly lower. */
+    mirror(B, n, true);
+    for (int64_t i = 0; i < n; i++)
         memset(B + i * n, 0, (size_t)i * sizeof(float));
-        memcpy(B + i * n + i, tmp + i * n + i, (size_t)(n - i) * sizeof(float));
-    }
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(B[i * n + i]) || !(B[i * n + i] > 0.0f))
             return "the inverse Hessian factor has a non-positive diagonal";
@@ -390,7 +399,7 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
 
     lb_gptq_factor *f = calloc(1, sizeof *f);
     float *dg = lb_alloc((size_t)in * sizeof(float));
-    float *S = lb_alloc(n_ii);
+    float *dp = lb_alloc((size_t)in * sizeof(float)); /* diag, permuted */
     diag_key *keys = NULL;
     lb_status st = LB_OK;
     if (f) {
@@ -398,7 +407,7 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
         f->perm = lb_alloc((size_t)in * sizeof(int32_t));
         f->U = lb_alloc(n_ii);
     }
-    if (!f || !dg || !S || !f->dead || !f->perm || !f->U) {
+    if (!f || !dg || !dp || !f->dead || !f->perm || !f->U) {
         st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
                           who, (long long)in, (long long)in);
         goto done;
@@ -433,13 +442,13 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
     }
 
     /* 5. damping (after the permutation), inverse Hessian factor */
-    for (int64_t c = 0; c < in; c++) S[c] = dg[f->perm[c]];
-    const float mean = lb_gptq_torch_sum_f32(S, in) / (float)in;
+    for (int64_t c = 0; c < in; c++) dp[c] = dg[f->perm[c]];
+    const float mean = lb_gptq_torch_sum_f32(dp, in) / (float)in;
     double damp_percent = opt->damp_percent;
     for (;;) {
         const float damp = (float)damp_percent * mean;
-        build_damped(H, f->perm, f->dead, in, damp, S, f->U);
-        const char *why = invert_factor(f->U, S, in);
+        build_damped(H, f->perm, f->dead, in, damp, f->U);
+        const char *why = invert_factor(f->U, in);
         if (!why) {
             f->damp_percent_used = damp_percent;
             f->damp_added = damp;
@@ -465,7 +474,7 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
 
 done:
     lb_free(dg);
-    lb_free(S);
+    lb_free(dp);
     free(keys);
     if (st != LB_OK) {
         lb_gptq_factor_free(f);

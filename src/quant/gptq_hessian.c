@@ -190,6 +190,41 @@ lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
     return LB_OK;
 }
 
+lb_status lb_gptq_hessian_take(lb_gptq_hessian *h, float **H_out) {
+    static const char *who = "lb_gptq_hessian_take";
+    if (!H_out) {
+        lb_gptq_hessian_free(h);
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL out", who);
+    }
+    *H_out = NULL;
+    if (!h) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL", who);
+    const int64_t in = h->in;
+    /* the scratch goes first, so that at most two [in, in] buffers live */
+    lb_free(h->T32);
+    h->T32 = NULL;
+    lb_free(h->xs);
+    h->xs = NULL;
+    lb_free(h->xt);
+    h->xt = NULL;
+    lb_free(h->xd);
+    h->xd = NULL;
+    float *H;
+    if (!h->f64) {
+        H = h->H32; /* the accumulator itself: mirror its lower triangle */
+        h->H32 = NULL;
+        lb_gptq_mirror_lower(H, in);
+    } else {
+        H = lb_alloc((size_t)in * (size_t)in * sizeof(float));
+        if (H) lb_gptq_hessian_get(h, H);
+    }
+    lb_gptq_hessian_free(h);
+    if (!H)
+        return lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
+                            who, (long long)in, (long long)in);
+    *H_out = H;
+    return LB_OK;
+}
+
 void lb_gptq_hessian_get(const lb_gptq_hessian *h, float *H_out) {
     const int64_t in = h->in;
     if (!h->f64) {

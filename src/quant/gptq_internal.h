@@ -30,6 +30,9 @@ lb_status lb_rtn_quantize_grid(const lb_quant_grid *g, const float *W,
  * the error on failure. */
 lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,
                                int64_t n_groups, bool perm, bool hinv);
+/* A[j*n + i] = A[i*n + j] for j < i: the strictly lower triangle of the
+ * row-major [n, n] A copied onto the upper one, in place (cache tiles). */
+void lb_gptq_mirror_lower(float *A, int64_t n);
 /* Sum of x[0..n) in float32 in the order of torch's CPU cascade sum
  * (aten/src/ATen/native/cpu/SumKernel.cpp, vectorized_inner_sum with
  * 8-lane AVX2 vectors, ilp 4, 4 cascade levels), emulated in scalar code. */

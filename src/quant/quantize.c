@@ -670,9 +670,11 @@ static lb_status swap_in(engine *e, const qz_module *q, float *Wd) {
         lb_free(r->buf);
         r->buf = Wd;
     }
-    /* each part: a row view of Wd, keeping its name */
+    /* each part: a row view of Wd, keeping its name; the source pages it
+     * replaces leave the RSS (nothing reads them in this layer again) */
     int64_t r0 = 0;
     for (int i = 0; i < np; i++) {
+        lb_model_release_tensor(e->m, parts[i]);
         lb_tensor v = t;
         v.name = parts[i]->name;
         v.shape[0] = parts[i]->shape[0];
@@ -902,9 +904,16 @@ lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
         return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
                             q->name);
     lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    if (s == LB_OK) qz_engine_h_spent(e);
     if (s == LB_OK)
         s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
     return s;
+}
+
+void qz_engine_h_spent(qz_engine *e) {
+    if (!e->h_last) return;
+    lb_free(*e->h_last);
+    *e->h_last = NULL;
 }
 
 /* GPTAQ: GPTQ's factor of the replayed inputs' H, the asymmetric term P
@@ -919,6 +928,7 @@ static lb_status solve_gptaq(qz_engine *e, const qz_module *q, const float *W,
         return lb_set_error(LB_ERR_INTERNAL, "%s: GPTAQ without a Hessian",
                             q->name);
     lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    if (s == LB_OK) qz_engine_h_spent(e);
     float *P = NULL;
     if (s == LB_OK)
         s = lb_gptaq_make_P(*fac, e->dxxt, (float)e->p->gptaq_alpha, &P);
@@ -1226,33 +1236,44 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
             const float sc = (float)(2.0 / (double)e->ns);
             for (int64_t i = 0; i < in * in; i++) c.D[g][i] *= sc;
         }
-    float *H = NULL;
-    /* one inverse-Hessian factor per input (and desc_act setting): q/k/v
-     * and gate/up share theirs */
+    /* each input's H, taken from its accumulator (whose scratch goes
+     * with it), and its inverse-Hessian factors (one per desc_act
+     * setting): q/k/v and gate/up share theirs; both are freed after the
+     * input's last module (H as soon as that module's factor is made) */
+    float *H[G_COUNT] = {NULL};
+    int64_t nsamp[G_COUNT] = {0};
     lb_gptq_factor *fac[G_COUNT][2] = {{NULL}};
+    int k_last[G_COUNT] = {-1, -1, -1, -1};
+    for (int k = 0; k < nm; k++) {
+        const qz_module *q = find_mod(e, l, members[k]);
+        if (q && q->quantize) k_last[input_group(q->which)] = k;
+    }
+    for (int g = 0; g < G_COUNT && s == LB_OK; g++) {
+        if (!c.H[g]) continue;
+        nsamp[g] = lb_gptq_hessian_nsamples(c.H[g]);
+        s = lb_gptq_hessian_take(c.H[g], &H[g]);
+        c.H[g] = NULL;
+    }
     double loss_sum = 0.0;
     for (int k = 0; k < nm && s == LB_OK; k++) {
         const qz_module *q = find_mod(e, l, members[k]);
         if (!q || !q->quantize) continue;
         const int g = input_group(q->which);
-        lb_gptq_hessian *h = c.H[g];
-        lb_gptq_factor **f = &fac[g][q->desc_act ? 1 : 0];
-        if (!*f) {
-            size_t nn = (size_t)q->in * (size_t)q->in;
-            lb_free(H);
-            H = lb_alloc(nn * sizeof(float));
-            if (!H) {
-                s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory for H",
-                                 q->name);
-                break;
-            }
-            lb_gptq_hessian_get(h, H);
-        }
         snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: gptq %s", l + 1,
                  e->m->config.n_layers, names, short_name(q->which));
         e->dxxt = c.D[g];
-        s = quantize_module(e, q, H, f, lb_gptq_hessian_nsamples(h));
+        e->h_last = k == k_last[g] ? &H[g] : NULL;
+        s = quantize_module(e, q, H[g], &fac[g][q->desc_act ? 1 : 0],
+                            nsamp[g]);
         e->dxxt = NULL;
+        e->h_last = NULL;
+        if (k == k_last[g]) {
+            lb_free(H[g]);
+            H[g] = NULL;
+            lb_gptq_factor_free(fac[g][0]);
+            lb_gptq_factor_free(fac[g][1]);
+            fac[g][0] = fac[g][1] = NULL;
+        }
         if (s == LB_OK) {
             loss_sum += e->rep->modules[q - e->mods].loss;
             snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: loss %.4g",
@@ -1260,9 +1281,9 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
             s = qz_engine_progress(e, 1);
         }
     }
-    lb_free(H);
     for (int i = 0; i < G_COUNT; i++) {
         lb_gptq_hessian_free(c.H[i]);
+        lb_free(H[i]);
         lb_free(c.D[i]);
         lb_gptq_factor_free(fac[i][0]);
         lb_gptq_factor_free(fac[i][1]);
@@ -1585,7 +1606,14 @@ static lb_status run_layers(engine *e) {
                                      : 0));
         if (s == LB_OK && nq && !cached && e->sink->layer_done)
             s = e->sink->layer_done(e->sink->user, l);
-        if (!e->sink->keep_in_model) restore_layer(e, l);
+        if (!e->sink->keep_in_model) {
+            /* layer l is not read again (a sink's later read faults the
+             * pages in again): its source pages leave the RSS */
+            restore_layer(e, l);
+            lb_model_release_layer(e->m, l);
+        }
+        /* its KV cache is written again only by its own forwards */
+        lb_context_release_kv(e->ctx, l);
     }
     if (s != LB_OK) {
         if (!e->sink->keep_in_model) restore_layer(e, cur);
@@ -1625,23 +1653,18 @@ static lb_status run_layers(engine *e) {
                 if (s == LB_OK) s = qz_engine_progress(e, 1);
             }
             lb_free(xn);
-            if (s == LB_OK) {
-                H = lb_alloc((size_t)q->in * (size_t)q->in * sizeof(float));
-                if (!H) s = lb_set_error(LB_ERR_NOMEM, "lm_head: out of "
-                                         "memory for H");
-                else
-                    lb_gptq_hessian_get(h, H);
-            }
             nsamp = lb_gptq_hessian_nsamples(h);
-            lb_gptq_hessian_free(h);
-            if (s != LB_OK) {
-                lb_free(H);
-                return s;
-            }
+            if (s == LB_OK)
+                s = lb_gptq_hessian_take(h, &H);
+            else
+                lb_gptq_hessian_free(h);
+            if (s != LB_OK) return s;
             snprintf(e->stage, sizeof e->stage, "lm_head: gptq");
         }
         lb_gptq_factor *fac = NULL;
+        e->h_last = H ? &H : NULL;
         s = quantize_module(e, q, H, hess ? &fac : NULL, nsamp);
+        e->h_last = NULL;
         lb_gptq_factor_free(fac);
         lb_free(H);
         if (s == LB_OK) {
@@ -1815,6 +1838,9 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
             }
         }
         if (s != LB_OK) goto done;
+        /* the rows looked up leave the RSS (a tied lm_head reads them
+         * again at the end) */
+        lb_model_release_tensor(e.m, &e.m->tok_embd);
     }
     s = run_layers(&e);
 done:

@@ -230,6 +230,11 @@ struct qz_engine {
     float *nat;
     float *Xn[QZ_IN_COUNT];
     const float *dxxt;
+    /* while the last module of an input is solved: where the looper keeps
+     * that input's H (lb_alloc'd); a solve that has made its factor and
+     * needs H no more frees it there (qz_engine_h_spent), so that H and
+     * the solve's work space do not live at once; NULL otherwise */
+    float **h_last;
     /* act32 holds the current layer's post-attention residuals h = x +
      * o_proj(att) instead of its inputs x: a pass that ran with the
      * layer's attention in its final form kept them, and later passes and
@@ -256,6 +261,10 @@ struct qz_engine {
  * parameters say, with bf16 products when e->hpool is set. */
 lb_status qz_engine_hessian_create(const qz_engine *e, int64_t in,
                                    lb_gptq_hessian **h);
+
+/* The solve of q made its factor and reads H no more: free the looper's
+ * H when q is its last module (e->h_last), else nothing. */
+void qz_engine_h_spent(qz_engine *e);
 
 /* Solve one module and hand it to the sink, swap it in (GPTQ with the
  * inverse-Hessian factor *fac, made from H first when *fac is NULL; the

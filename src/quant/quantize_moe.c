@@ -71,17 +71,12 @@ static lb_status hessian(qz_engine *e, const float *X, int64_t in,
             s = lb_gptq_hessian_add_batch(h, X + (size_t)(seg[i] * in), nr, 1);
     }
     e->rep->hessian_seconds += lb_time_s() - t0;
-    if (s == LB_OK) {
-        *H = lb_alloc((size_t)(in * in) * sizeof(float));
-        if (!*H) s = lb_set_error(LB_ERR_NOMEM, "quantize: out of memory for "
-                                  "a Hessian [%lld, %lld]", (long long)in,
-                                  (long long)in);
-        else
-            lb_gptq_hessian_get(h, *H);
-    }
     *nsamp = lb_gptq_hessian_nsamples(h);
-    lb_gptq_hessian_free(h);
-    return s;
+    if (s != LB_OK) {
+        lb_gptq_hessian_free(h);
+        return s;
+    }
+    return lb_gptq_hessian_take(h, H);
 }
 
 /* GPTAQ / QEP cross statistics of rows X (replayed) and Xn (native, the

@@ -1677,7 +1677,10 @@ static lb_status check_finite_weights(const char *model_dir) {
             for (int64_t k = 0; k < n && bad < 0; k++)
                 if ((lb_rd_u16(d + 2 * k) & m) == m) bad = k;
         }
-        if (bad < 0) continue;
+        if (bad < 0) {
+            lb_st_release(st, t); /* the scan leaves no pages resident */
+            continue;
+        }
         /* the element's coordinates, outermost first */
         char where[160] = "";
         int64_t rem = bad;
