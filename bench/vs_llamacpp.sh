@@ -84,7 +84,7 @@ for shape in $SHAPES; do
     /usr/bin/time -v "$LOWBIT" bench "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r 1 --json \
       > "$DIR/rss.json" 2> "$DIR/rss.txt"
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$DIR/rss.txt")
-    echo "{\"tool\": \"rss\", \"shape\": \"$shape\", \"type\": \"$type\", \"rss_kb\": $rss, \"file_bytes\": $(stat -c %s "$f"), \"run\": $(cat "$DIR/rss.json")}" >> "$RES"
+    echo "{\"tool\": \"rss\", \"shape\": \"$shape\", \"type\": \"$type\", \"rss_kb\": $rss, \"file_bytes\": $(stat -L -c %s "$f"), \"run\": $(cat "$DIR/rss.json")}" >> "$RES"
   done
 done
 
