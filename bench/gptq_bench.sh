@@ -168,7 +168,7 @@ for (k, n), g in sorted(blas.items()):
 print("\npeaks and forward kernels (bench_calib --cpu-time: the threads' CPU time, i.e. the"
       " speed while they run on a shared machine; best of 2 x 2 rounds):")
 for (k, n), g in sorted(cal.items()):
-    ref = p16 if k.startswith("bf16") or k == "peak_bf16" else p32
+    ref = p16 if k.startswith(("bf16", "gram_bf16")) or k == "peak_bf16" else p32
     print("  %-12s %-11s %7.1f GFLOP/s  %4.0f%% of its peak" % (k, n, g, 100 * g / ref if ref else 0))
 BS = 128
 def flops(cfg, N, T, L, replays, cached=0):
