@@ -239,16 +239,6 @@ static void test_pool(void) {
     TH_CHECK_INT(total, 100);
 }
 
-/* Resident pages of this process (/proc/self/statm), -1 if unknown. */
-static long rss_pages(void) {
-    long size = -1, rss = -1;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
-    fclose(f);
-    return rss;
-}
-
 static void test_files(void) {
     const char *dir = th_tmpdir();
     char *path = lb_path_join(dir, "atomic.bin");
@@ -308,14 +298,14 @@ static void test_files(void) {
         TH_CHECK_OK(lb_map_file(big, &mf));
         TH_CHECK(!mf.copy && memcmp(mf.data, want, bn) == 0);
         const long pages = (long)(bn / (size_t)sysconf(_SC_PAGESIZE));
-        const long r0 = rss_pages();
+        const long r0 = th_rss_pages();
         lb_mapped_file_release(&mf, want, bn); /* not inside: nothing */
         lb_mapped_file_release(&mf, mf.data, mf.size);
-        const long r1 = rss_pages();
+        const long r1 = th_rss_pages();
         TH_CHECK_MSG(r0 - r1 >= pages * 3 / 4, "RSS %ld -> %ld pages after "
                      "releasing a %ld-page mapping", r0, r1, pages);
         TH_CHECK(memcmp(mf.data, want, bn) == 0);
-        TH_CHECK(rss_pages() - r1 >= pages * 3 / 4);
+        TH_CHECK(th_rss_pages() - r1 >= pages * 3 / 4);
         lb_unmap_file(&mf);
         TH_CHECK_OK(lb_atomic_open(big, &af));
         TH_CHECK_OK(lb_atomic_commit(&af));

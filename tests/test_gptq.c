@@ -1044,11 +1044,7 @@ static lb_status hessian_path(const float *X, int64_t rows, const float *W,
 
 /* Resident KiB of this process (/proc/self/statm), -1 if unknown. */
 static long rss_kib(void) {
-    long size = -1, rss = -1;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
-    fclose(f);
+    const long rss = th_rss_pages();
     return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
 }
 

@@ -107,16 +107,6 @@ static void test_tinystories_reference(void) {
     lb_model_free(m);
 }
 
-/* Resident pages of this process (/proc/self/statm), -1 if unknown. */
-static long rss_pages(void) {
-    long size = -1, rss = -1;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
-    fclose(f);
-    return rss;
-}
-
 /* lb_model_release_layer / _tensor on an HF load (a file mapping): the
  * layers' touched pages leave the RSS and the next forward gives the same
  * logits bit for bit (the pages are read from the file again); likewise
@@ -141,10 +131,10 @@ static void test_release_pages(void) {
     for (int l = 0; l < m->config.n_layers; l++)
         for (int i = 0; i < LB_LINEAR_COUNT; i++)
             layer_bytes += m->layers[l].w[i].nbytes;
-    const long r0 = rss_pages();
+    const long r0 = th_rss_pages();
     for (int l = 0; l < m->config.n_layers; l++) lb_model_release_layer(m, l);
     lb_model_release_layer(m, m->config.n_layers); /* out of range: nothing */
-    const long r1 = rss_pages();
+    const long r1 = th_rss_pages();
     const long want = (long)(layer_bytes / (size_t)sysconf(_SC_PAGESIZE)) / 2;
     TH_CHECK_MSG(r0 - r1 >= want, "RSS %ld -> %ld pages releasing %zu bytes "
                  "of layers", r0, r1, layer_bytes);
@@ -171,10 +161,10 @@ static void test_release_pages(void) {
     TH_CHECK_OK(lb_model_embed(ctx, tok, T, x));
     memcpy(h0, x, nx * sizeof(float));
     TH_CHECK_OK(lb_layer_forward(ctx, 0, h0, T, 0));
-    const long k0 = rss_pages();
+    const long k0 = th_rss_pages();
     lb_context_release_kv(ctx, 0);
     lb_context_release_kv(ctx, m->config.n_layers); /* nothing */
-    const long k1 = rss_pages();
+    const long k1 = th_rss_pages();
     const long kv_pages = (long)(lb_context_kv_bytes(ctx) /
                                  (size_t)m->config.n_layers /
                                  (size_t)sysconf(_SC_PAGESIZE));

@@ -152,4 +152,14 @@ static inline const char *th_tmpdir(void) {
     return dir;
 }
 
+/* Resident pages of this process (/proc/self/statm), -1 if unknown. */
+static inline long th_rss_pages(void) {
+    long size = -1, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
+    fclose(f);
+    return rss;
+}
+
 #endif /* LB_TH_H */
