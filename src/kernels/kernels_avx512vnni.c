@@ -894,15 +894,13 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
                 q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         }
     }
-    /* rows after the last whole group (row form): the reference */
-    float (*const dot)(int64_t, const void *, const void *) =
-        kind == 1 ? lb_vec_dot_q6_K_q8_K_ref
-        : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref
-        : kind == 3 ? lb_vec_dot_q3_K_q8_K_ref
-        : kind == 4 ? lb_vec_dot_q2_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
-    for (int64_t r = 16 * ng; r < nr; r++)
-        for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (kind == 1   ? lb_mm_q6_K_x16_ref
+         : kind == 2 ? lb_mm_q5_K_x16_ref
+         : kind == 3 ? lb_mm_q3_K_x16_ref
+         : kind == 4 ? lb_mm_q2_K_x16_ref
+                     : lb_mm_q4_K_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt,
+                                           y + 16 * ng, ldy);
 }
 static void mm_q4_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
@@ -1013,10 +1011,8 @@ static void mm_q5_0_x16_avx512_vnni(int64_t n, const void *vw, size_t ws, int64_
             }
         }
     }
-    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
-        for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] =
-                lb_vec_dot_q5_0_q8_0_ref(n, w + (size_t)r * ws, a + (size_t)t * as);
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        lb_mm_q5_0_x16_ref(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
 
 /* ---- X16 Q4_1 / Q5_1 against Q8_1 activations ---------------------------
@@ -1123,11 +1119,9 @@ static void mm_q1_x16(int q5, int64_t n, const void *vw, size_t ws, int64_t nr, 
             }
         }
     }
-    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
-        for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] =
-                (q5 ? lb_vec_dot_q5_1_q8_1_ref : lb_vec_dot_q4_1_q8_1_ref)(n, w + (size_t)r * ws,
-                                                                           a + (size_t)t * as);
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (q5 ? lb_mm_q5_1_x16_ref : lb_mm_q4_1_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng,
+                                                       a, as, nt, y + 16 * ng, ldy);
 }
 
 static void mm_q4_1_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,

@@ -29,7 +29,8 @@
  *
  * Tiles: U tokens (1..4) share each super-block's decoded codes; decode is
  * one token, prefill runs 4-token tiles over the same stream. Rows after
- * the last whole group are in row form: the reference dot.
+ * the last whole group are in row form: the reference's X16 kernels
+ * (kernels_ref.c), which dot such rows as they are.
  */
 #include "kernels_internal.h"
 #include "simd_avx2.h"
@@ -64,6 +65,15 @@ LB_AI int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int
 LB_AI __m256i k5_hbit(__m256i H, int bit) {
     const __m256i h = bit < 4 ? _mm256_slli_epi32(H, 4 - bit) : bit > 4 ? _mm256_srli_epi32(H, bit - 4) : H;
     return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
+}
+
+/* y[u * ldy + 0..15] = the two 8-row halves of token u's accumulators */
+LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
+        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
+    }
 }
 
 /* Q4_K (q5 = 0) / Q5_K (q5 = 1): one group, U tokens. Super-block fields
@@ -152,11 +162,7 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             }
         }
     }
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++) {
-        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
-        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
-    }
+    store_tiles(U, acc, y, ldy);
 }
 
 /* Q6_K: one group, U tokens. Super-block fields: d at 0 (16 halves), the
@@ -239,11 +245,7 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
             }
         }
     }
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++) {
-        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
-        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
-    }
+    store_tiles(U, acc, y, ldy);
 }
 
 /* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
@@ -272,12 +274,9 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
                 q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
         }
     }
-    /* rows after the last whole group (row form): the reference */
-    float (*const dot)(int64_t, const void *, const void *) =
-        kind == 1 ? lb_vec_dot_q6_K_q8_K_ref : kind == 2 ? lb_vec_dot_q5_K_q8_K_ref : lb_vec_dot_q4_K_q8_K_ref;
-    for (int64_t r = 16 * ng; r < nr; r++)
-        for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] = dot(n, w + (size_t)r * ws, a + (size_t)t * as);
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (kind == 1 ? lb_mm_q6_K_x16_ref : kind == 2 ? lb_mm_q5_K_x16_ref : lb_mm_q4_K_x16_ref)(
+            n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
 
 void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
@@ -345,11 +344,7 @@ LB_AI void q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, c
             }
         }
     }
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++) {
-        _mm256_storeu_ps(y + (size_t)u * ldy, acc[u][0]);
-        _mm256_storeu_ps(y + (size_t)u * ldy + 8, acc[u][1]);
-    }
+    store_tiles(U, acc, y, ldy);
 }
 
 void lb_mm_q5_0_x16_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
@@ -384,7 +379,6 @@ void lb_mm_q5_0_x16_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
             }
         }
     }
-    for (int64_t r = 16 * ng; r < nr; r++) /* rows after the last whole group */
-        for (int64_t t = 0; t < nt; t++)
-            y[(size_t)t * ldy + (size_t)r] = lb_vec_dot_q5_0_q8_0_ref(n, w + (size_t)r * ws, a + (size_t)t * as);
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        lb_mm_q5_0_x16_ref(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
