@@ -25,13 +25,14 @@
  * else $HOME/.cache/lowbit, file kernels-<hash>.txt, where the hash covers
  * the CPU brand string, the microcode revision (/proc/cpuinfo), the family
  * and lowbit's version; the file repeats them and is used only when they
- * match. Written to a temporary file renamed into place; every failure to
- * read or write it only means measuring again. LB_TUNE=0 turns the
+ * match. Written atomically (lb_write_file_in); every failure to read or
+ * write it only means measuring again. LB_TUNE=0 turns the
  * measured choice off (each family's own kernels), LB_TUNE=1 measures
  * again and rewrites the cache. Nothing is printed.
  */
 #include "kernels_internal.h"
 #include "core/internal.h"
+#include "lowbit/file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,7 +40,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -174,33 +174,34 @@ static void cache_key(const lb_kernel_table *base, char *key, size_t cap) {
              LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name);
 }
 
-/* chosen[t]: name read from the cache (or ""); true when the file matched */
+/* chosen[t]: name read from the cache (or ""); true when the file matched.
+ * A file that cannot be read is no cache (its error is not kept). */
 static bool cache_read(const char *path, const char *key, char chosen[][64]) {
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    char line[512];
-    bool ok = fgets(line, sizeof line, f) && strcspn(line, "\n") == strlen(key) &&
-              strncmp(line, key, strlen(key)) == 0;
-    while (ok && fgets(line, sizeof line, f)) {
+    char *text = NULL;
+    if (lb_read_file(path, 64 * 1024, &text, NULL) != LB_OK) {
+        lb_clear_error();
+        return false;
+    }
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    const bool ok = line && strcmp(line, key) == 0;
+    while (ok && (line = strtok_r(NULL, "\n", &save))) {
         char tn[32], kn[64];
         if (sscanf(line, "%31s %63s", tn, kn) != 2) continue;
         for (int t = 0; t < LB_TYPE_COUNT_; t++)
             if (lb_type_name(t) && strcmp(lb_type_name(t), tn) == 0) snprintf(chosen[t], 64, "%s", kn);
     }
-    fclose(f);
+    free(text);
     return ok;
 }
 
-static void cache_write(const char *path, const char *key, char chosen[][64]) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return;
-    FILE *f = fopen(tmp, "w");
-    if (!f) return;
-    bool ok = fprintf(f, "%s\n", key) > 0;
-    for (int t = 0; t < LB_TYPE_COUNT_; t++)
-        if (chosen[t][0]) ok &= fprintf(f, "%s %s\n", lb_type_name(t), chosen[t]) > 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) remove(tmp);
+/* dir/name <- the key line and one "TYPE kernel" line per choice,
+ * atomically (lb_write_file_in); a failure only means measuring again */
+static void cache_write(const char *dir, const char *name, const char *key, char chosen[][64]) {
+    char text[4096];
+    size_t n = (size_t)snprintf(text, sizeof text, "%s\n", key);
+    for (int t = 0; t < LB_TYPE_COUNT_ && n < sizeof text; t++)
+        if (chosen[t][0]) n += (size_t)snprintf(text + n, sizeof text - n, "%s %s\n", lb_type_name(t), chosen[t]);
+    if (n >= sizeof text || lb_write_file_in(dir, name, text, n) != LB_OK) lb_clear_error();
 }
 
 void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab) {
@@ -216,11 +217,11 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
 
     static char chosen[LB_TYPE_COUNT_][64]; /* once, under matmul.c's pthread_once */
     memset(chosen, 0, sizeof chosen);
-    char key[256], dir[4000], path[4100];
+    char key[256], dir[4000], name[40], path[4100];
     cache_key(tuned, key, sizeof key);
+    snprintf(name, sizeof name, "kernels-%016llx.txt", (unsigned long long)fnv1a(key));
     const bool have_dir = cache_dir(dir, sizeof dir) &&
-                          snprintf(path, sizeof path, "%s/kernels-%016llx.txt", dir,
-                                   (unsigned long long)fnv1a(key)) < (int)sizeof path;
+                          snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path;
     const bool cached = have_dir && !remeasure && cache_read(path, key, chosen);
     bool wrote = false;
     for (int t = 0; t < LB_TYPE_COUNT_; t++) {
@@ -248,5 +249,5 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
             wk->x16_dec_name = cand[pick]->x16_name;
         }
     }
-    if (wrote && have_dir) cache_write(path, key, chosen);
+    if (wrote && have_dir) cache_write(dir, name, key, chosen);
 }
