@@ -18,8 +18,11 @@
  * vpmaddubsw + vpmaddwd(1): the unsigned codes (Q4_K 0..15, Q5_K 0..31,
  * Q6_K q + 32 in 0..63) times the signed activation bytes, adjacent pairs
  * summed in int16 (|pair| <= 2 * 63 * 128 = 16128 < 2^15: no saturation),
- * then widened to the int32 sum of the 4 bytes of a lane (exact). Per
- * super-block:
+ * then widened to the int32 sum of the 4 bytes of a lane (exact); where
+ * the codes are small, several vpmaddubsw of one sub-block add up in int16
+ * first (Q4_K: 8 * 2 * 15 * 128 = 30720, Q5_K: 4 * 2 * 31 * 128 = 31744 <
+ * 2^15) and one vpmaddwd by the sub-block scale in both int16 halves of
+ * each lane (kx_w16) gives scale * sum (no vpmulld). Per super-block:
  *   Q4_K / Q5_K: acc = acc + (d * da) * isum;  acc = acc + (dmin * -da) * imin
  *   Q6_K:        acc = acc + (d * da) * isum
  *   Q5_0 (per 32-block): acc = acc + (d * da) * isum
@@ -127,8 +130,8 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             for (int g = 0; g < 4; g++) {
                 const uint8_t *q = ph + QS + (size_t)g * 512;
                 const __m256i scv = g < 2 ? sc03 : sc47;
-                const __m256i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
-                __m256i s[4], t[4];
+                const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
+                __m256i s[4], t[4]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -144,14 +147,17 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
 #pragma GCC unroll 4
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g + 4 * m;
-                        s[u] = _mm256_add_epi32(s[u], dot4(lo, kbc(a8)));
-                        t[u] = _mm256_add_epi32(t[u], dot4(hi, kbc(a8 + 32)));
+                        s[u] = _mm256_add_epi16(s[u], _mm256_maddubs_epi16(lo, kbc(a8)));
+                        t[u] = _mm256_add_epi16(t[u], _mm256_maddubs_epi16(hi, kbc(a8 + 32)));
                     }
-                }
+                    if (m == 7 || (q5 && m == 3)) /* scale * sum by vpmaddwd, exact */
 #pragma GCC unroll 4
-                for (int u = 0; u < U; u++)
-                    isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_mullo_epi32(s[u], sl),
-                                                                         _mm256_mullo_epi32(t[u], sh)));
+                        for (int u = 0; u < U; u++) {
+                            isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_madd_epi16(s[u], sl),
+                                                                                 _mm256_madd_epi16(t[u], sh)));
+                            s[u] = t[u] = _mm256_setzero_si256();
+                        }
+                }
             }
             const __m256i m02 = _mm256_and_si256(mn03, mw),
                           m13 = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
