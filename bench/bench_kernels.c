@@ -8,7 +8,8 @@
  *   bench_kernels [--quick] [--min-time SECONDS] [--dram]
  *
  * Q4_0/Q8_0/Q4_K/Q6_K are also timed in LB_LAYOUT_X16 (the layout the loader repacks
- * them into where the family asks for it), as "<variant>+x16". --dram: the
+ * them into where the family asks for it; with LB_REPACK=1 every type a SIMD
+ * family has an X16 kernel for, e.g. Q4_1), as "<variant>+x16". --dram: the
  * GEMVs cycle over copies of the weights totalling >= 512 MiB, so they
  * stream from memory as decode does (without it a matrix stays in L2/L3).
  * --cpu-time: 1-thread timings in process CPU time instead of wall time
@@ -162,6 +163,8 @@ int main(int argc, char **argv) {
         }
     }
     if (NT < 0 || NT > 4096) NT = 512;
+    const char *rp = getenv("LB_REPACK");
+    const bool repack_all = rp && strcmp(rp, "1") == 0;
     char feats[256];
     printf("cpu: %s\nlb_matmul default variant: %s\n", lb_cpu_describe(feats, sizeof feats),
            lb_kernels_variant());
@@ -220,7 +223,11 @@ int main(int argc, char **argv) {
                         const int v = vx / 2, x16 = vx % 2;
                         if (!lb_kernels_usable(v)) continue;
                         const lb_kernel_table *kt = lb_kernels_table(v);
-                        if (x16 && (!xq || !kt->w[types[ti]].x16_fast)) continue;
+                        /* X16 where the family repacks (x16_fast), or with
+                         * LB_REPACK=1 every SIMD family's X16 kernel (Q4_1) */
+                        if (x16 && (!xq || !(kt->w[types[ti]].x16_fast ||
+                                             (repack_all && v > 0 && kt->w[types[ti]].mm_x16))))
+                            continue;
                         const lb_tensor *W = x16 ? Wx : Ws;
                         const int nw = dec ? ncopy : 1;
                         /* skip variants identical to the one below for this type */

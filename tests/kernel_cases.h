@@ -547,8 +547,8 @@ static inline int kc_kx16_ref_bits(const lb_kernel_table *kt) {
                             uint8_t *blk = w + (size_t)o * rb + (size_t)b * sbb;
                             if (wt == LB_TYPE_Q2_K) { /* scales, mins 15; codes 3 (d, dmin kept) */
                                 memset(blk, 0xFF, 80);
-                            } else if (wt == LB_TYPE_Q3_K) { /* scales -32, codes -4 (d kept) */
-                                memset(blk, 0, 108);
+                            } else if (wt == LB_TYPE_Q3_K) { /* scales -32, codes -4; odd rows 31, 3 (d kept) */
+                                memset(blk, o % 2 ? 0xFF : 0, 108);
                             } else if (wt == LB_TYPE_Q5_K) { /* scales, mins 63; codes 31 */
                                 memset(blk + 4, 0xFF, 12 + 32 + 128);
                             } else if (k == 2) { /* Q5_0: every block's codes 31 */

@@ -1160,14 +1160,21 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_avx2;
     kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_avx2";
     kt->w[LB_TYPE_Q5_0].x16_fast = true;
-    /* the other X16 types (repacked for another family): the reference's X16
-     * kernels, which give the bits every X16 kernel of those types gives */
-    kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_ref;
-    kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_ref";
-    kt->w[LB_TYPE_Q5_1].mm_x16 = lb_mm_q5_1_x16_ref;
-    kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_ref";
-    kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_ref;
-    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_ref";
-    kt->w[LB_TYPE_Q2_K].mm_x16 = lb_mm_q2_K_x16_ref;
-    kt->w[LB_TYPE_Q2_K].x16_name = "mm_q2_K_x16_ref";
+    /* X16 Q3_K / Q2_K / Q5_1 / Q4_1 (kx16_avx2.c): streamed, the reference's bits */
+    kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_avx2;
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_avx2";
+    kt->w[LB_TYPE_Q3_K].x16_fast = true;
+    kt->w[LB_TYPE_Q2_K].mm_x16 = lb_mm_q2_K_x16_avx2;
+    kt->w[LB_TYPE_Q2_K].x16_name = "mm_q2_K_x16_avx2";
+    kt->w[LB_TYPE_Q2_K].x16_fast = true;
+    kt->w[LB_TYPE_Q5_1].mm_x16 = lb_mm_q5_1_x16_avx2;
+    kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_avx2";
+    kt->w[LB_TYPE_Q5_1].x16_fast = true;
+    kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_avx2;
+    kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_avx2";
+    /* not by default, as on avx512_vnni (kernels_avx512vnni.c): asymmetric
+     * GPTQ / AWQ checkpoints run as row-form Q4_1 (mm_q4_1_avx2, another
+     * float order), and their direct GGUF must give the same floats;
+     * LB_REPACK=1 turns it on */
+    kt->w[LB_TYPE_Q4_1].x16_fast = false;
 }

@@ -332,9 +332,9 @@ void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
-/* X16 Q4_K / Q5_K / Q6_K / Q5_0 on AVX2 (kx16_avx2.c): the reference's
- * bits, any n_tokens (4-token tiles), rows after the last whole group by
- * the reference dot. */
+/* X16 Q4_K / Q5_K / Q6_K / Q5_0 / Q3_K / Q2_K / Q4_1 / Q5_1 on AVX2
+ * (kx16_avx2.c): the reference's bits, any n_tokens (4-token tiles), rows
+ * after the last whole group by the reference dot. */
 void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
@@ -342,6 +342,14 @@ void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
 void lb_mm_q6_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q5_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q3_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q2_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q4_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                         size_t as, int64_t nt, float *y, size_t ldy);
+void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
 

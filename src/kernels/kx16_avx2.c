@@ -1,7 +1,7 @@
 /*
  * X16 kernels on AVX2 for the types whose X16 bits are the reference's:
- * Q4_K, Q5_K, Q6_K against Q8_K activations and Q5_0 against Q8_0
- * (compiled with -mavx2 -mfma -mf16c).
+ * Q2_K..Q6_K against Q8_K activations, Q5_0 against Q8_0 and Q4_1 / Q5_1
+ * against Q8_1 (compiled with -mavx2 -mfma -mf16c).
  *
  * Layout: kernels_internal.h ("X16"): a group of 16 whole rows is one
  * sequential stream of super-blocks, each field stored as the 16 rows'
@@ -12,13 +12,17 @@
  * once, front to back.
  *
  * Arithmetic: the AVX-512 VNNI kernels' (kernels_avx512vnni.c, "X16
- * K-quants" and "X16 Q5_0"), which are the scalar reference's (kernels_ref.c
+ * K-quants", "X16 Q5_0", "X16 Q4_1 / Q5_1"; Q3_K / Q2_K / Q4_1 / Q5_1:
+ * their sections below), which are the scalar reference's (kernels_ref.c
  * lb_vec_dot_qN_K_q8_K_ref), float order included, with vpdpbusd replaced by
  * vpmaddubsw + vpmaddwd(1): the unsigned codes (Q4_K 0..15, Q5_K 0..31,
  * Q6_K q + 32 in 0..63) times the signed activation bytes, adjacent pairs
  * summed in int16 (|pair| <= 2 * 63 * 128 = 16128 < 2^15: no saturation),
- * then widened to the int32 sum of the 4 bytes of a lane (exact). Per
- * super-block:
+ * then widened to the int32 sum of the 4 bytes of a lane (exact); where
+ * the codes are small, several vpmaddubsw of one sub-block add up in int16
+ * first (Q4_K: 8 * 2 * 15 * 128 = 30720, Q5_K: 4 * 2 * 31 * 128 = 31744 <
+ * 2^15) and one vpmaddwd by the sub-block scale in both int16 halves of
+ * each lane (kx_w16) gives scale * sum (no vpmulld). Per super-block:
  *   Q4_K / Q5_K: acc = acc + (d * da) * isum;  acc = acc + (dmin * -da) * imin
  *   Q6_K:        acc = acc + (d * da) * isum
  *   Q5_0 (per 32-block): acc = acc + (d * da) * isum
@@ -60,6 +64,18 @@ LB_AI int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int
     const int16_t *b = (const int16_t *)(const void *)bs;
     const int lo = b[2 * k0] + b[2 * k0 + 1], hi = b[2 * k1] + b[2 * k1 + 1];
     return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
+}
+LB_AI int32_t kx_pair2(const uint8_t *bs, int k0, int k1) { /* bsums k0, k1 as int16 x2 */
+    const int16_t *b = (const int16_t *)(const void *)bs;
+    return (int32_t)((uint32_t)(uint16_t)b[k0] | ((uint32_t)(uint16_t)b[k1] << 16));
+}
+
+/* byte b (0..3) of each dword, zero-extended into both int16 halves */
+LB_AI __m256i kx_w16(__m256i v, int b) {
+    const __m256i idx = _mm256_or_si256(
+        _mm256_set1_epi32((int)(0x80008000u | (uint32_t)b | (uint32_t)b << 16)),
+        _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008, 0x000C000C));
+    return _mm256_shuffle_epi8(v, idx);
 }
 /* Q5_K: bit `bit` of each byte of the qh vector moved to bit 4 */
 LB_AI __m256i k5_hbit(__m256i H, int bit) {
@@ -114,8 +130,8 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             for (int g = 0; g < 4; g++) {
                 const uint8_t *q = ph + QS + (size_t)g * 512;
                 const __m256i scv = g < 2 ? sc03 : sc47;
-                const __m256i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
-                __m256i s[4], t[4];
+                const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
+                __m256i s[4], t[4]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -131,14 +147,17 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
 #pragma GCC unroll 4
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g + 4 * m;
-                        s[u] = _mm256_add_epi32(s[u], dot4(lo, kbc(a8)));
-                        t[u] = _mm256_add_epi32(t[u], dot4(hi, kbc(a8 + 32)));
+                        s[u] = _mm256_add_epi16(s[u], _mm256_maddubs_epi16(lo, kbc(a8)));
+                        t[u] = _mm256_add_epi16(t[u], _mm256_maddubs_epi16(hi, kbc(a8 + 32)));
                     }
-                }
+                    if (m == 7 || (q5 && m == 3)) /* scale * sum by vpmaddwd, exact */
 #pragma GCC unroll 4
-                for (int u = 0; u < U; u++)
-                    isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_mullo_epi32(s[u], sl),
-                                                                         _mm256_mullo_epi32(t[u], sh)));
+                        for (int u = 0; u < U; u++) {
+                            isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_madd_epi16(s[u], sl),
+                                                                                 _mm256_madd_epi16(t[u], sh)));
+                            s[u] = t[u] = _mm256_setzero_si256();
+                        }
+                }
             }
             const __m256i m02 = _mm256_and_si256(mn03, mw),
                           m13 = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
@@ -381,4 +400,352 @@ void lb_mm_q5_0_x16_avx2(int64_t n, const void *vw, size_t ws, int64_t nr, const
     }
     if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
         lb_mm_q5_0_x16_ref(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
+}
+
+/* ---- Q3_K / Q2_K ---------------------------------------------------------
+ * The AVX-512 VNNI kernels' layout walk (kernels_avx512vnni.c, "X16
+ * K-quants": half k, shift j, sub-blocks 8k + 2j + r, code dwords m = 4r..
+ * 4r + 3 of qs vector 8k + m), both 8-row halves in the inner loop (one
+ * broadcast of each activation dword serves both: with the halves in an
+ * outer loop GCC kept a super-block's 64 broadcasts live across them and
+ * spilled, Q2_K decode 13 instead of 17-19 GB/s from cache; the k and j
+ * loops stay rolled for the same reason, 4-token tiles 12-16% faster
+ * so). The 4 vpmaddubsw of a
+ * sub-block add up in int16 (Q3_K: |pair| <= 2 * 7 * 128, Q2_K: <= 2 * 3
+ * * 128; Q3_K's chain also starts at -4 * bsums in the low int16 of each
+ * lane, |-4 * bsums| <= 8192: at most 15360 < 2^15, no saturation), and
+ * one vpmaddwd by the sub-block scale repeated in both int16 halves of
+ * each lane (kx_w16) gives scale * sum exactly (no vpmulld). The integers
+ * are the reference's, the float order the VNNI kernels' (= the
+ * reference's): Q3_K acc = acc + (d * da) * isum; Q2_K acc = acc + ((d *
+ * da) * isum + (dmin * -da) * imin). */
+
+/* Q3_K: bit `bit` of each byte of the hmask vector moved to bit 2 */
+LB_AI __m256i k3_hbit(__m256i H, int bit) {
+    const __m256i h = bit < 2 ? _mm256_slli_epi32(H, 2 - bit) : bit > 2 ? _mm256_srli_epi32(H, bit - 2) : H;
+    return _mm256_and_si256(h, _mm256_set1_epi8(0x04));
+}
+/* Q3_K: d at 0, scale dwords D0 / D1 / D2 at 32 / 96 / 160, hmask at 224
+ * (8 vectors), qs at 736 (16 vectors); codes u = 2 low bits | hmask bit
+ * 4k + j << 2 (0..7, value u - 4); scale (sc - 32) of sub-block 4q + b in
+ * byte b of SC[q] (lb_q3_K_scales for 8 rows at once). */
+LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
+                         float *y, size_t ldy) {
+    const size_t BB = 16 * 110;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03),
+                  c32 = _mm256_set1_epi16(32);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        __m256i SC[2][4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ph = p + 32 * h;
+            const __m256i D0 = _mm256_loadu_si256((const __m256i *)(ph + 32)),
+                          D1 = _mm256_loadu_si256((const __m256i *)(ph + 96)),
+                          D2 = _mm256_loadu_si256((const __m256i *)(ph + 160));
+            SC[h][0] = _mm256_or_si256(_mm256_and_si256(D0, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 4), m30));
+            SC[h][1] = _mm256_or_si256(_mm256_and_si256(D1, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 2), m30));
+            SC[h][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D0, 4), m4), _mm256_and_si256(D2, m30));
+            SC[h][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
+        }
+        __m256i isum[4][2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) isum[u][0] = isum[u][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int k = 0; k < 2; k++)
+#pragma GCC unroll 1
+            for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+                for (int r = 0; r < 2; r++) {
+                    const int is = 8 * k + 2 * j + r;
+                    __m256i s[4][2];
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+                        s[u][0] = s[u][1] = _mm256_set1_epi32((int)(uint16_t)(-4 * bs[is]));
+                    }
+#pragma GCC unroll 4
+                    for (int m = 4 * r; m < 4 * r + 4; m++) {
+                        __m256i uq[2];
+#pragma GCC unroll 2
+                        for (int h = 0; h < 2; h++) {
+                            const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 736 + 64 * (8 * k + m)));
+                            const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 224 + 64 * m));
+                            const __m256i q = j ? _mm256_srli_epi32(Q, 2 * j) : Q;
+                            uq[h] = _mm256_or_si256(_mm256_and_si256(q, m3), k3_hbit(H, 4 * k + j));
+                        }
+#pragma GCC unroll 4
+                        for (int u = 0; u < U; u++) {
+                            const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
+                            s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
+                            s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i scw = _mm256_sub_epi16(kx_w16(SC[h][is / 4], is % 4), c32);
+#pragma GCC unroll 4
+                        for (int u = 0; u < U; u++)
+                            isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], scw));
+                    }
+                }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                float da;
+                memcpy(&da, ab + (size_t)u * as, 4);
+                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
+                                                                   _mm256_cvtepi32_ps(isum[u][h])));
+            }
+        }
+    }
+    store_tiles(U, acc, y, ldy);
+}
+
+/* Q2_K: d at 0, dmin at 32, scales at 64 (4 vectors: byte b of vector q =
+ * sub-block 4q + b, scale & 15, min >> 4), qs at 320 (16 vectors); codes
+ * u = 2 bits (0..3, unsigned); imin = sum_j bsums[j] * min_j by vpmaddwd
+ * (mins of bytes 0/2 and 1/3 as int16 pairs, bsums as int16 pairs). */
+LB_AI void q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
+                         float *y, size_t ldy) {
+    const size_t BB = 16 * 84;
+    const __m256i m3 = _mm256_set1_epi8(0x03), m4 = _mm256_set1_epi8(0x0F), w15 = _mm256_set1_epi16(0x0F),
+                  mw = _mm256_set1_epi32(0x00FF00FF);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
+        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        __m256i isum[4][2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) isum[u][0] = isum[u][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int k = 0; k < 2; k++)
+#pragma GCC unroll 1
+            for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+                for (int r = 0; r < 2; r++) {
+                    const int is = 8 * k + 2 * j + r;
+                    __m256i s[4][2];
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                    for (int m = 4 * r; m < 4 * r + 4; m++) {
+                        __m256i uq[2];
+#pragma GCC unroll 2
+                        for (int h = 0; h < 2; h++) {
+                            const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 320 + 64 * (8 * k + m)));
+                            uq[h] = _mm256_and_si256(j ? _mm256_srli_epi32(Q, 2 * j) : Q, m3);
+                        }
+#pragma GCC unroll 4
+                        for (int u = 0; u < U; u++) {
+                            const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
+                            s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
+                            s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i S = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 64 + 64 * (is / 4)));
+                        const __m256i scw = _mm256_and_si256(kx_w16(S, is % 4), w15);
+#pragma GCC unroll 4
+                        for (int u = 0; u < U; u++)
+                            isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], scw));
+                    }
+                }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ph = p + 32 * h;
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+            __m256i mlo[4], mhi[4]; /* mins of bytes 0/2 and 1/3 as int16 pairs */
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m256i S = _mm256_loadu_si256((const __m256i *)(ph + 64 + 64 * q));
+                const __m256i mn = _mm256_and_si256(_mm256_srli_epi32(S, 4), m4);
+                mlo[q] = _mm256_and_si256(mn, mw);
+                mhi[q] = _mm256_and_si256(_mm256_srli_epi32(mn, 8), mw);
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *au = ab + (size_t)u * as;
+                const uint8_t *bs = au + 260;
+                __m256i imin = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    imin = _mm256_add_epi32(
+                        imin, _mm256_add_epi32(
+                                  _mm256_madd_epi16(mlo[q], _mm256_set1_epi32(kx_pair2(bs, 4 * q, 4 * q + 2))),
+                                  _mm256_madd_epi16(mhi[q], _mm256_set1_epi32(kx_pair2(bs, 4 * q + 1, 4 * q + 3)))));
+                float da;
+                memcpy(&da, au, 4);
+                const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)), _mm256_cvtepi32_ps(isum[u][h]));
+                const __m256 v = _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)), _mm256_cvtepi32_ps(imin));
+                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_add_ps(t, v));
+            }
+        }
+    }
+    store_tiles(U, acc, y, ldy);
+}
+
+static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                       size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 256, ng = nr / 16;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * 16 * ws;
+        float *yg = y + 16 * g;
+        int64_t t = 0;
+        if (q3) {
+            for (; t + 4 <= nt; t += 4)
+                q3_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q3_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        } else {
+            for (; t + 4 <= nt; t += 4)
+                q2_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+            for (; t < nt; t++)
+                q2_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+        }
+    }
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (q3 ? lb_mm_q3_K_x16_ref : lb_mm_q2_K_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a,
+                                                       as, nt, y + 16 * ng, ldy);
+}
+
+void lb_mm_q3_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_k23_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q2_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_k23_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+
+/* ---- Q4_1 / Q5_1 against Q8_1 activations -------------------------------
+ * Block of 16 rows (Q4_1: 20 bytes each, Q5_1: 24): d, m (16 halves each)
+ * at 0 / 32, Q5_1's bit-transposed qh vector at 64, the nibble vectors at
+ * QS (64 / 128), read as Q5_0's (Q4_1 without the fifth bit). The codes
+ * are unsigned (0..15 / 0..31): isum = sum u * a with no correction; Q4_1's
+ * 8 vpmaddubsw add up in int16 (8 * 2 * 15 * 128 < 2^15), Q5_1's in two
+ * groups of 4 (as Q5_0's). A Q8_1 block is d, s (= d * sum a, f16),
+ * qs[32]. The reference's order (lb_vec_dot_q{4,5}_1_q8_1_ref), block
+ * after block (a K-chunk continues from the stored y):
+ *   acc = acc + ((dw * da) * isum + mw * sa) */
+LB_AI void q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn,
+                       const uint8_t *at, size_t as, float (*da)[KB], float (*sa)[KB], float *y,
+                       size_t ldy) {
+    const size_t BB = q5 ? 16 * 24 : 16 * 20, QS = q5 ? 128 : 64;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        for (int h = 0; h < 2; h++)
+            acc[u][h] = kb0 ? _mm256_loadu_ps(y + (size_t)u * ldy + 8 * h) : _mm256_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * BB;
+    for (int i = 0; i < kbn; i++, p += BB) {
+        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + 6 * BB + l), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            const __m256 mwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+            __m256i k[8];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(p + QS + 64 * j + 32 * h));
+                k[j] = _mm256_and_si256(v, m4);
+                k[j + 4] = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
+            }
+            if (q5) {
+                const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h));
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) k[j] = _mm256_or_si256(k[j], k5_hbit(H, j));
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 36 + 4;
+                __m256i s16[2];
+#pragma GCC unroll 2
+                for (int e = 0; e < 2; e++)
+                    s16[e] = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e], kbc(ap + 16 * e)),
+                                         _mm256_maddubs_epi16(k[4 * e + 1], kbc(ap + 16 * e + 4))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e + 2], kbc(ap + 16 * e + 8)),
+                                         _mm256_maddubs_epi16(k[4 * e + 3], kbc(ap + 16 * e + 12))));
+                const __m256i is = q5 ? _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones),
+                                                         _mm256_madd_epi16(s16[1], ones))
+                                      : _mm256_madd_epi16(_mm256_add_epi16(s16[0], s16[1]), ones);
+                const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
+                                               _mm256_cvtepi32_ps(is));
+                acc[u][h] = _mm256_add_ps(acc[u][h],
+                                          _mm256_add_ps(t, _mm256_mul_ps(mwv, _mm256_set1_ps(sa[u][i]))));
+            }
+        }
+    }
+    store_tiles(U, acc, y, ldy);
+}
+
+static void mm_q1_x16(int q5, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                      size_t as, int64_t nt, float *y, size_t ldy) {
+    const uint8_t *w = vw, *a = va;
+    const int64_t nb = n / 32, ng = nr / 16;
+    float da[16][KB], sa[16][KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+            const int64_t tn = LB_MIN(16, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 36;
+                    uint16_t hd, hs;
+                    memcpy(&hd, ap, 2);
+                    memcpy(&hs, ap + 2, 2);
+                    da[t][i] = _cvtsh_ss(hd);
+                    sa[t][i] = _cvtsh_ss(hs);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
+                int64_t t = 0;
+                if (q5) {
+                    for (; t + 4 <= tn; t += 4)
+                        q1_x16_pass(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        q1_x16_pass(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                } else {
+                    for (; t + 4 <= tn; t += 4)
+                        q1_x16_pass(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        q1_x16_pass(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
+                                    yg + (size_t)t * ldy, ldy);
+                }
+            }
+        }
+    }
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (q5 ? lb_mm_q5_1_x16_ref : lb_mm_q4_1_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng,
+                                                       a, as, nt, y + 16 * ng, ldy);
+}
+
+void lb_mm_q4_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_q1_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_q1_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
 }
