@@ -18,6 +18,14 @@
  *                 heads (hd 64), ffn 8192, vocab 128256, tied embeddings,
  *                 rope theta 5e5, eps 1e-5 (its llama3 rope_scaling left
  *                 out: the same work per token)
+ *   llama2-7b     LlamaForCausalLM (Llama-2-7B): 32 layers, dim 4096, 32
+ *                 heads (MHA, hd 128), ffn 11008, vocab 32000, untied,
+ *                 rope theta 1e4, eps 1e-5, context 4096
+ *   qwen2.5-7b    Qwen2ForCausalLM (Qwen2.5-7B): 28 layers, dim 3584, 28
+ *                 heads / 4 KV heads (hd 128), ffn 18944, vocab 152064,
+ *                 untied, q/k/v bias, rope theta 1e6, eps 1e-6, context
+ *                 131072 (the 7B shapes with --layers 1..2 and a small
+ *                 --vocab for the quantizer's per-layer memory)
  *   qwen3-30b-a3b Qwen3MoeForCausalLM: 48 layers, dim 2048, 32 / 4 heads
  *                 (hd 128, q/k norm), 128 experts of ffn 768, top 8
  *                 (norm_topk_prob), vocab 151936, rope theta 1e6, eps 1e-6,
@@ -67,6 +75,10 @@ static const shape k_shapes[] = {
     /* Llama-3.2-1B without its llama3 rope_scaling (same cost per token) */
     {"llama3.2-1b", "LlamaForCausalLM", "llama", 16, 2048, 32, 8, 8192, 128256, 131072,
      500000, 1e-5, true, false, 0, 0, 0, 0},
+    {"llama2-7b", "LlamaForCausalLM", "llama", 32, 4096, 32, 32, 11008, 32000, 4096, 10000,
+     1e-5, false, false, 0, 0, 0, 0},
+    {"qwen2.5-7b", "Qwen2ForCausalLM", "qwen2", 28, 3584, 28, 4, 18944, 152064, 131072, 1e6,
+     1e-6, false, true, 0, 0, 0, 0},
     {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", "qwen3_moe", 48, 2048, 32, 4, 6144, 151936, 40960,
      1e6, 1e-6, false, false, 128, 128, 8, 768},
 };
@@ -313,7 +325,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
             experts = strtol(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|llama3.2-1b|tiny|qwen3-30b-a3b [--hf DIR] "
+            fprintf(stderr, "usage: make_random_hf --shape qwen2.5-0.5b|llama3.2-1b|llama2-7b|qwen2.5-7b|tiny|qwen3-30b-a3b [--hf DIR] "
                             "[--gptq DIR] [--tokenizer DIR] [--seed N] [--layers N] "
                             "[--vocab N] [--experts N]\n");
             return 2;

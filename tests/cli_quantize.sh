@@ -3,7 +3,7 @@
 # RTN and GPTQ (reference calibration ids) checkpoints, their --json
 # summaries and reports, reload through `lowbit ppl` (GPTQ within 1% of the
 # reference 41.4751, below RTN 43.0408), module rules (also from a file),
-# atomic output rules, usage errors.
+# atomic output rules, usage errors, --act-spill (same bytes).
 set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
 SHARED=${LB_SHARED:-../shared}
@@ -48,6 +48,29 @@ qc = c["quantization_config"]
 assert qc["bits"] == 4 and qc["group_size"] == 128 and qc["sym"] is True and qc["quant_method"] == "gptq", qc
 assert qc["meta"]["quantizer"].startswith("lowbit:") and qc["meta"]["calibration"]["nsamples"] == 128, qc
 PY
+# --act-spill: the activations and the calibration cache in a temporary
+# file of DIR, the same checkpoint bytes; nothing is left in DIR; a
+# missing DIR is an error before any work
+mkdir "$T/spill"
+"$LOWBIT" --json quantize "$M" -o "$T/gptq-spill" --calib-ids "$CAL" --seqlen 128 -t 2 \
+    --act-spill "$T/spill" >"$T/spill.json" 2>"$T/spill.err"
+for f in model.safetensors config.json quantize_config.json; do
+  cmp -s "$T/gptq/$f" "$T/gptq-spill/$f" || fail "--act-spill: $f differs"
+done
+[ -z "$(ls -A "$T/spill")" ] || fail "--act-spill left files in DIR"
+grep -q "calibration activations: 128 x 128 x 128 f32 = 8.0 MiB, spilled to a temporary file in $T/spill" "$T/spill.err" || { cat "$T/spill.err"; fail "spill line"; }
+python3 - "$T/gptq-spill/quantize_report.json" "$T/gptq/quantize_report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); r0 = json.load(open(sys.argv[2]))
+assert r["activation_bytes"] == 8 << 20 and r["cache_bytes"] > 0, r
+assert r["spill_bytes"] == r["activation_bytes"] + r["cache_bytes"], r
+assert r0["spill_bytes"] == 0, r0
+PY
+set +e
+"$LOWBIT" quantize "$M" -o "$T/nospill" --calib-ids "$CAL" --seqlen 128 --act-spill "$T/missing" 2>"$T/e1"; [ $? -eq 1 ] || fail "--act-spill missing DIR: exit 1"
+set -e
+grep -q "act_spill_dir '$T/missing': No such file or directory" "$T/e1" || { cat "$T/e1"; fail "--act-spill missing DIR: message"; }
+[ ! -e "$T/nospill" ] || fail "--act-spill missing DIR: output written"
 P_GPTQ=$(ppl "$T/gptq")
 python3 -c "p=$P_GPTQ; assert abs(p-41.47507006807855) < 41.475*0.01 and p < 43.04081023366871, p"
 ls "$T" | grep -q '\.tmp-' && fail "temp directory left behind"

@@ -1,6 +1,10 @@
 /* Core: errors, allocation, fp16/bf16, CPU features, thread pool, files. */
 #include "th.h"
 #include "lowbit/file.h"
+#include "core/internal.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
 
 #include <stdatomic.h>
 #include <unistd.h>
@@ -321,6 +325,50 @@ static void test_files(void) {
     free(path);
 }
 
+/* Spill space (lb_spill_map): a shared mapping of an unlinked file in the
+ * directory, zero bytes at first, no name left in the directory; after
+ * lb_drop_pages its pages leave the RSS and read back as last written;
+ * errors name the directory. */
+static void test_spill(void) {
+    char *dir = lb_path_join(th_tmpdir(), "spill-core");
+    TH_CHECK(dir && mkdir(dir, 0700) == 0);
+    const size_t n = (size_t)5 << 20 | 4321;
+    uint8_t *p = NULL;
+    TH_CHECK_OK(lb_spill_map(dir, n, "test buffer", (void **)&p));
+    if (p) {
+        size_t nz = 0;
+        for (size_t i = 0; i < n; i++) nz += p[i] != 0;
+        TH_CHECK_INT(nz, 0);
+        for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 2654435761u >> 13);
+        DIR *d = opendir(dir);
+        int names = 0;
+        for (struct dirent *e; d && (e = readdir(d));)
+            names += e->d_name[0] != '.';
+        if (d) closedir(d);
+        TH_CHECK_INT(names, 0);
+        const long pages = (long)(n / (size_t)sysconf(_SC_PAGESIZE));
+        const long r0 = th_rss_pages();
+        lb_drop_pages(p, n);
+        const long r1 = th_rss_pages();
+        TH_CHECK_MSG(r0 - r1 >= pages * 3 / 4, "RSS %ld -> %ld pages after "
+                     "dropping a %ld-page spill", r0, r1, pages);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += p[i] != (uint8_t)(i * 2654435761u >> 13);
+        TH_CHECK_INT(bad, 0);
+        lb_spill_unmap(p, n);
+    }
+    char *missing = lb_path_join(dir, "none");
+    p = (uint8_t *)1;
+    TH_CHECK_FAILS(lb_spill_map(missing, 4096, "x", (void **)&p),
+                   LB_ERR_NOT_FOUND);
+    TH_CHECK(p == NULL && strstr(lb_last_error(), missing));
+    TH_CHECK_FAILS(lb_spill_map(dir, 0, "x", (void **)&p), LB_ERR_INVALID_ARG);
+    free(missing);
+    rmdir(dir);
+    free(dir);
+}
+
 int main(void) {
     TH_RUN(test_errors);
     TH_RUN(test_alloc);
@@ -329,5 +377,6 @@ int main(void) {
     TH_RUN(test_cpu);
     TH_RUN(test_pool);
     TH_RUN(test_files);
+    TH_RUN(test_spill);
     return th_report();
 }

@@ -7,12 +7,15 @@
  *    differs from torch's by ~1e-6 relative, so Hessians and then a few
  *    codes differ), per-linear losses and codes compared with the
  *    reference's;
- *  - module rules, parameter validation, calibration loading/sampling.
+ *  - module rules, parameter validation, calibration loading/sampling;
+ *  - --calib-cache and --act-spill: the same model bit for bit, the
+ *    spill's errors and its peak RSS.
  * Checkpoint writing, reload and resume: tests/test_quantize_ckpt.c.
  */
 #include "th.h"
 
 #include "lowbit/eval.h"
+#include "lowbit/file.h"
 #include "lowbit/model.h"
 #include "lowbit/quantize.h"
 #include "lowbit/safetensors.h"
@@ -20,8 +23,14 @@
 #include "quant/quantize_internal.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <ftw.h>
+#include <malloc.h>
+#include <signal.h>
+#include <sys/resource.h> /* RLIMIT_FSIZE */
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int rm_one(const char *path, const struct stat *sb, int flag,
                   struct FTW *ftw) {
@@ -512,13 +521,284 @@ static void test_calib_cache(void) {
     }
 }
 
+
+enum { TS_VOCAB = 2048 };
+
+/* One in-place quantization of tinystories-656k with p on the first ns
+ * reference sequences: *rep, and the quantized model's logits of the
+ * first 64 ids (malloc'd) in *logits when logits is not NULL. */
+static lb_status spill_run(const lb_quantize_params *p, int64_t ns,
+                           lb_quantize_report *rep, float **logits) {
+    if (logits) *logits = NULL;
+    memset(rep, 0, sizeof *rep);
+    lb_model *m = NULL;
+    lb_status s = lb_model_load(th_shared(TS_DIR), NULL, &m);
+    if (s != LB_OK) return s;
+    lb_calib cal;
+    s = lb_calib_load_ids(th_shared("reference/gptq_model/calib_ids.i32"),
+                          128, ns, &cal);
+    if (s == LB_OK) s = lb_quantize_model_inplace(m, p, &cal, rep);
+    if (s == LB_OK && m->config.vocab_size != TS_VOCAB)
+        s = lb_set_error(LB_ERR_INTERNAL, "vocabulary %d", m->config.vocab_size);
+    if (s == LB_OK && logits) {
+        const int V = TS_VOCAB, n = 64;
+        *logits = malloc((size_t)n * (size_t)V * sizeof(float));
+        lb_context *ctx = NULL;
+        s = lb_context_create(m, NULL, &ctx);
+        if (s == LB_OK)
+            s = lb_model_forward(ctx, cal.ids, n, 0, *logits, LB_LOGITS_ALL);
+        lb_context_free(ctx);
+    }
+    lb_calib_free(&cal);
+    lb_model_free(m);
+    return s;
+}
+
+/* Entries of directory d other than . and .. */
+static int dir_entries(const char *d) {
+    DIR *dp = opendir(d);
+    if (!dp) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dp));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(dp);
+    return n;
+}
+
+/* --act-spill (lb_quantize_params.act_spill_dir): the activations, the
+ * calibration cache and GPTAQ's native streams in a temporary file give
+ * the same model bit for bit (every module's loss, the quantized model's
+ * logits): GPTQ f32 with the cache, f16 activations, bf16 calibration
+ * (bf16 cache; where the CPU has AVX512_BF16), GPTAQ; the report's
+ * spill_bytes; nothing is left in the directory. Errors: a missing
+ * directory, a file, an unwritable directory (not as root), a disk that
+ * cannot hold the spill (RLIMIT_FSIZE below it: posix_fallocate fails up
+ * front with EFBIG, as it does with ENOSPC). */
+static void test_act_spill(void) {
+    char *dir = lb_path_join(th_tmpdir(), "spill");
+    TH_CHECK(dir && mkdir(dir, 0700) == 0);
+    enum { NS = 16 };
+    for (int k = 0; k < 4; k++) {
+        lb_quantize_params p;
+        lb_quantize_default_params(&p);
+        p.n_threads = 2;
+        p.act_f16 = k == 1;
+        p.calib_bf16 = k == 2;
+        if (k == 3) p.method = LB_QUANT_GPTAQ;
+        lb_quantize_report r0, r1;
+        float *l0 = NULL, *l1 = NULL;
+        TH_CHECK_OK(spill_run(&p, NS, &r0, &l0));
+        if (k == 2 && !r0.calib_bf16) { /* no AVX512_BF16 */
+            lb_quantize_report_free(&r0);
+            free(l0);
+            continue;
+        }
+        p.act_spill_dir = dir;
+        TH_CHECK_OK(spill_run(&p, NS, &r1, &l1));
+        TH_CHECK_INT(r1.n_modules, 14);
+        TH_CHECK_INT(r0.spill_bytes, 0);
+        if (k < 3) {
+            TH_CHECK_INT(r1.cache_sequences, NS);
+            TH_CHECK_INT(r1.spill_bytes, r1.activation_bytes + r1.cache_bytes);
+        } else { /* + the native stream (f32, as the activations) and the
+                  * inputs of the four linear groups, 128 x (128 + 128 +
+                  * 128 + 384) f32 per sequence */
+            TH_CHECK_INT(r1.spill_bytes, r1.activation_bytes * 2 +
+                                             (uint64_t)NS * 128 * 768 * 4 +
+                                             r1.cache_bytes);
+        }
+        int same = 0;
+        for (int i = 0; i < r0.n_modules && i < r1.n_modules; i++)
+            same += r0.modules[i].loss == r1.modules[i].loss;
+        TH_CHECK_MSG(same == 14, "case %d: %d of 14 losses equal", k, same);
+        TH_CHECK_MSG(l0 && l1 && !memcmp(l0, l1, (size_t)64 * TS_VOCAB *
+                                                     sizeof(float)),
+                     "case %d: logits differ with the spill", k);
+        TH_CHECK_INT(dir_entries(dir), 0);
+        lb_quantize_report_free(&r0);
+        lb_quantize_report_free(&r1);
+        free(l0);
+        free(l1);
+    }
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.n_threads = 2;
+    lb_quantize_report r;
+    char *missing = lb_path_join(dir, "missing");
+    p.act_spill_dir = missing;
+    TH_CHECK_FAILS(spill_run(&p, 2, &r, NULL), LB_ERR_NOT_FOUND);
+    TH_CHECK(strstr(lb_last_error(), "act_spill_dir") &&
+             strstr(lb_last_error(), "No such file or directory"));
+    lb_quantize_report_free(&r);
+    char *file = lb_path_join(th_tmpdir(), "spill-file");
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    p.act_spill_dir = file;
+    TH_CHECK_FAILS(spill_run(&p, 2, &r, NULL), LB_ERR_IO);
+    TH_CHECK(strstr(lb_last_error(), "not a directory"));
+    lb_quantize_report_free(&r);
+    p.act_spill_dir = dir;
+    if (geteuid() != 0) {
+        TH_CHECK(chmod(dir, 0500) == 0);
+        TH_CHECK_FAILS(spill_run(&p, 2, &r, NULL), LB_ERR_IO);
+        TH_CHECK(strstr(lb_last_error(), "cannot create files there"));
+        lb_quantize_report_free(&r);
+        TH_CHECK(chmod(dir, 0700) == 0);
+    } else {
+        fprintf(stderr, "  unwritable spill directory: not as root\n");
+    }
+    /* "disk full": files of this process limited to 64 KiB, below the
+     * 16 x 128 x 128 x 4 = 1 MiB of activations */
+    struct rlimit old;
+    TH_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    struct rlimit lim = old;
+    lim.rlim_cur = 64 << 10;
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    TH_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    const lb_status st = spill_run(&p, NS, &r, NULL);
+    TH_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, old_sig);
+    TH_CHECK_INT(st, LB_ERR_IO);
+    TH_CHECK_MSG(strstr(lb_last_error(), "cannot reserve 1.0 MiB for the "
+                        "calibration activations"),
+                 "%s", lb_last_error());
+    lb_quantize_report_free(&r);
+    TH_CHECK_INT(dir_entries(dir), 0);
+    unlink(file);
+    free(file);
+    free(missing);
+    rmdir(dir);
+    free(dir);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+/* lb_progress callback: the largest RSS (pages) seen at a progress
+ * report (one per sequence of each pass, after the pass is done with it). */
+static bool rss_sample(void *user, const char *stage, uint64_t done,
+                       uint64_t total) {
+    (void)stage;
+    (void)done;
+    (void)total;
+    long *peak = user;
+    const long r = th_rss_pages();
+    if (r > *peak) *peak = r;
+    return true;
+}
+
+/* In a new process (its own malloc settings): GPTQ of tinystories-656k
+ * on all 128 reference sequences (f32, the calibration cache on), with or
+ * without the spill; writes {the largest RSS at a progress report over
+ * the RSS before the run (KiB), activation_bytes, cache_bytes} to fd. */
+static int spill_rss_child(const char *dir, int fd) {
+    /* every block of 1 MiB or more mmap'ed: a freed one leaves the RSS */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    lb_model *m = NULL;
+    lb_calib cal;
+    if (lb_model_load(th_shared(TS_DIR), NULL, &m) != LB_OK ||
+        lb_calib_load_ids(th_shared("reference/gptq_model/calib_ids.i32"),
+                          128, 128, &cal) != LB_OK)
+        return 2;
+    lb_quantize_params p;
+    lb_quantize_default_params(&p);
+    p.n_threads = 2;
+    p.act_spill_dir = dir;
+    lb_quantize_report r;
+    /* the peak RSS from the progress reports (the kernel's VmHWM /
+     * ru_maxrss of a forked child start at the parent's) */
+    const long r0 = th_rss_pages();
+    long peak = r0;
+    p.progress.fn = rss_sample;
+    p.progress.user = &peak;
+    if (lb_quantize_model_inplace(m, &p, &cal, &r) != LB_OK) return 3;
+    if (r0 < 0) return 4;
+    const int64_t out[3] = {(peak - r0) * (sysconf(_SC_PAGESIZE) / 1024),
+                            (int64_t)r.activation_bytes,
+                            (int64_t)r.cache_bytes};
+    lb_quantize_report_free(&r);
+    lb_calib_free(&cal);
+    lb_model_free(m);
+    return write(fd, out, sizeof out) == (ssize_t)sizeof out ? 0 : 5;
+}
+
+/* spill_rss_child in a new process (this binary again, LB_TEST_SPILL_RSS
+ * set: a fresh heap, where a forked child's malloc would reuse the
+ * parent's freed, resident blocks); dir NULL: without the spill. */
+static bool spill_rss(const char *dir, int64_t out[3]) {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", fds[1]);
+        close(fds[0]);
+        setenv("LB_TEST_SPILL_FD", fd, 1);
+        setenv("LB_TEST_SPILL_RSS", dir ? dir : "", 1);
+        execl("/proc/self/exe", "test_quantize", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    const bool got = pid > 0 && read(fds[0], out, 3 * sizeof(int64_t)) ==
+                                    (ssize_t)(3 * sizeof(int64_t));
+    close(fds[0]);
+    int status = 0;
+    const bool ok = pid > 0 && waitpid(pid, &status, 0) == pid &&
+                    WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    TH_CHECK_MSG(ok && got, "spill RSS child (%s): status %d",
+                 dir ? "spill" : "memory", status);
+    return ok && got;
+}
+#endif
+
+/* The spill keeps the activations and the calibration cache out of the
+ * RSS: 128 x 128 sequences of tinystories-656k, where they (8 + 32 MiB,
+ * f32) outweigh the model (2.6 MB) and its Hessians; the largest RSS at
+ * the run's progress reports (over its start, in a child process) with
+ * the spill is below the one without by at least 3/4 of their bytes (one
+ * sequence's pages stay resident while a pass uses them; without the
+ * spill all of them are).
+ * Not under ASan (its quarantine keeps freed blocks resident). */
+static void test_act_spill_rss(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "  spill RSS: not under ASan\n");
+#else
+    char *dir = lb_path_join(th_tmpdir(), "spill-rss");
+    TH_CHECK(dir && mkdir(dir, 0700) == 0);
+    int64_t mem[3] = {0}, spill[3] = {0};
+    if (spill_rss(NULL, mem) && spill_rss(dir, spill)) {
+        const double held = (double)(mem[1] + mem[2]) / 1024.0;
+        fprintf(stderr, "  peak RSS over the start: %lld KiB in memory, "
+                "%lld KiB spilled (activations + cache %.0f KiB)\n",
+                (long long)mem[0], (long long)spill[0], held);
+        TH_CHECK_INT(mem[1], 8 << 20);
+        TH_CHECK_INT(mem[2], 32 << 20);
+        TH_CHECK_MSG((double)(mem[0] - spill[0]) >= 0.75 * held,
+                     "the spill saved %lld KiB of the %.0f KiB",
+                     (long long)(mem[0] - spill[0]), held);
+    }
+    TH_CHECK_INT(dir_entries(dir), 0);
+    rmdir(dir);
+    free(dir);
+#endif
+}
+
 int main(void) {
+#if !defined(__SANITIZE_ADDRESS__)
+    const char *rss_dir = getenv("LB_TEST_SPILL_RSS");
+    if (rss_dir) /* test_act_spill_rss's measuring process */
+        return spill_rss_child(*rss_dir ? rss_dir : NULL,
+                               atoi(getenv("LB_TEST_SPILL_FD")
+                                        ? getenv("LB_TEST_SPILL_FD")
+                                        : "-1"));
+#endif
     TH_RUN(test_rules);
     TH_RUN(test_calib);
     TH_RUN(test_params);
     TH_RUN(test_rtn_reference);
     TH_RUN(test_gptq_reference);
     TH_RUN(test_calib_cache);
+    TH_RUN(test_act_spill);
+    TH_RUN(test_act_spill_rss);
     nftw(th_tmpdir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return th_report();
 }

@@ -83,6 +83,10 @@ static void usage(FILE *fp) {
         "max positions))\n"
         "  --seed S                window sampling seed (default 0)\n"
         "  --act-f16               keep calibration activations in f16\n"
+        "  --act-spill DIR         keep the calibration activations (and the\n"
+        "                          calibration cache) in a temporary file in DIR,\n"
+        "                          one sequence resident at a time (disk space =\n"
+        "                          their size; same output bytes)\n"
         "  --calib-dtype f32|bf16  calibration forwards and Hessian products in f32\n"
         "                          (default, AutoGPTQ's numerics) or BF16 x BF16\n"
         "                          (AVX512_BF16, ~2x faster forwards)\n"
@@ -351,6 +355,9 @@ int cmd_quantize(int argc, char **argv) {
             if (!cli_parse_int(cmd, a, v, 1, 4096, &eora_rank)) goto out;
         } else if (!strcmp(a, "--act-f16")) {
             p.act_f16 = true;
+        } else if (!strcmp(a, "--act-spill")) {
+            VALUE();
+            p.act_spill_dir = v;
         } else if (!strcmp(a, "--calib-dtype")) {
             VALUE();
             if (!strcmp(v, "f32"))

@@ -26,7 +26,9 @@
  * computed once and shared: AutoGPTQ computes identical copies.
  * Activation memory: nsamples x seqlen x hidden_size values (f32, or f16
  * with act_f16) plus one [seqlen] working copy; logged at the start
- * ("calibration activations: 128 x 2048 x 4096 f32 = 4.0 GiB").
+ * ("calibration activations: 128 x 2048 x 4096 f32 = 4.0 GiB"); with
+ * act_spill_dir they are a file there instead, one sequence resident at a
+ * time.
  */
 #ifndef LOWBIT_QUANTIZE_H
 #define LOWBIT_QUANTIZE_H
@@ -197,6 +199,26 @@ typedef struct lb_quantize_params {
                                  of the machine's RAM; 0: off; N: at most
                                  N MiB. Sequences that do not fit are
                                  recomputed. Same bytes either way.       */
+    const char *act_spill_dir; /* NULL (default): the calibration buffers
+                                 are memory. A directory: the calibration
+                                 activations ([nsamples, seqlen, hidden],
+                                 f32 or f16), the calibration cache above
+                                 and GPTQ-family native streams (GPTAQ,
+                                 QEP: the unquantized model's layer inputs
+                                 and the current layer's linear inputs)
+                                 live in an unlinked temporary file there,
+                                 its blocks reserved at the start (a full
+                                 disk fails then, LB_ERR_IO), mapped
+                                 shared; each sequence's pages leave the
+                                 process's RSS as soon as a pass is done
+                                 with them and stay in the page cache (or
+                                 go to the disk when memory is short).
+                                 Costs: disk space = report spill_bytes,
+                                 page faults per pass, and disk reads where
+                                 the page cache cannot hold them. Needs a
+                                 disk file system (tmpfs keeps the pages in
+                                 memory). Same output bytes. Not for AWQ's
+                                 captured layer inputs (memory).           */
     const char *const *rules; /* module rules, see above (not owned)       */
     int n_rules;
     lb_gptq_format format;    /* LB_GPTQ_FORMAT_V1 ("gptq")                */
@@ -288,6 +310,9 @@ typedef struct lb_quantize_report {
     int64_t cache_sequences;    /* sequences in the calibration cache
                                    (calib_cache_mib)                       */
     uint64_t cache_bytes;       /* its size                               */
+    uint64_t spill_bytes;       /* bytes placed in the act_spill_dir file
+                                   (0 without it): activations, cache,
+                                   native streams                          */
     bool calib_bf16;            /* the forwards ran in BF16 (calib_bf16
                                    asked and the CPU has AVX512_BF16)     */
     double seconds;             /* wall time of the whole run             */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 /* The file's bytes in a 2 MiB-aligned anonymous mapping advised for huge
@@ -132,6 +133,87 @@ void lb_drop_pages(const void *p, size_t n) {
     const uintptr_t a = (uintptr_t)p;
     const uintptr_t a1 = (a + ps - 1) & ~(ps - 1), e1 = (a + n) & ~(ps - 1);
     if (e1 > a1) (void)madvise((void *)a1, e1 - a1, MADV_DONTNEED);
+}
+
+/* Spill space (core/internal.h): an unlinked temporary file in dir, its
+ * blocks reserved (posix_fallocate), mapped shared and writable. */
+lb_status lb_spill_map(const char *dir, size_t n, const char *what,
+                       void **out) {
+    *out = NULL;
+    if (!what) what = "spill";
+    if (!dir || !*dir)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: no spill directory", what);
+    if (n == 0 || n > (size_t)INT64_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: spill size %zu", what, n);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return lb_set_error(errno == ENOENT ? LB_ERR_NOT_FOUND : LB_ERR_IO,
+                            "spill directory %s (for the %s): %s", dir, what,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return lb_set_error(LB_ERR_IO, "spill directory %s (for the %s): not "
+                            "a directory", dir, what);
+    int fd = -1, err = 0;
+#ifdef O_TMPFILE
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    err = fd < 0 ? errno : 0;
+    /* EOPNOTSUPP: the file system has no O_TMPFILE; EISDIR / EINVAL: the
+     * kernel has none: a named file, unlinked at once */
+    if (fd < 0 && err != EOPNOTSUPP && err != EISDIR && err != EINVAL)
+        return lb_set_error(LB_ERR_IO, "spill directory %s: cannot create a "
+                            "temporary file for the %s: %s", dir, what,
+                            strerror(err));
+#endif
+    if (fd < 0) {
+        char *tmpl = lb_path_join(dir, "lowbit-spill-XXXXXX");
+        if (!tmpl) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", what);
+        fd = mkostemp(tmpl, O_CLOEXEC);
+        err = errno;
+        if (fd >= 0) unlink(tmpl);
+        free(tmpl);
+        if (fd < 0)
+            return lb_set_error(LB_ERR_IO, "spill directory %s: cannot "
+                                "create a temporary file for the %s: %s", dir,
+                                what, strerror(err));
+    }
+    struct statfs fs;
+    if (fstatfs(fd, &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */)
+        lb_log(LB_LOG_WARN, "spill directory %s is on tmpfs: the %s stay in "
+               "memory (shmem) there; a directory on a disk file system "
+               "takes them out of it", dir, what);
+    /* the blocks are reserved now: a full disk fails here, not with a
+     * SIGBUS at a later write through the mapping */
+    err = posix_fallocate(fd, 0, (off_t)n);
+    if (err == EOPNOTSUPP || err == EINVAL) {
+        /* no fallocate on this file system (glibc emulates it where it
+         * can): the size only, blocks allocated as pages are written */
+        lb_log(LB_LOG_WARN, "spill directory %s: cannot reserve %zu bytes "
+               "(%s); a full disk would stop the run later", dir, n,
+               strerror(err));
+        err = ftruncate(fd, (off_t)n) == 0 ? 0 : errno;
+    }
+    if (err) {
+        close(fd);
+        const bool full = err == ENOSPC || err == EDQUOT || err == EFBIG;
+        return lb_set_error(LB_ERR_IO, "spill directory %s: cannot reserve "
+                            "%.1f MiB for the %s: %s%s", dir,
+                            (double)n / 1048576.0, what, strerror(err),
+                            full ? " (free that much space there, or choose "
+                                   "another directory)"
+                                 : "");
+    }
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    err = errno;
+    close(fd); /* the mapping holds the file until munmap */
+    if (p == MAP_FAILED)
+        return lb_set_error(LB_ERR_IO, "spill directory %s: cannot map the "
+                            "%s (%zu bytes): %s", dir, what, n, strerror(err));
+    *out = p;
+    return LB_OK;
+}
+
+void lb_spill_unmap(void *p, size_t n) {
+    if (p && n) munmap(p, n);
 }
 
 void lb_unmap_file(lb_mapped_file *mf) {

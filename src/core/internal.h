@@ -77,10 +77,29 @@ static inline float lb_f16_to_f32_inline(uint16_t h) {
 char *lb_strdup(const char *s);
 
 /* madvise(MADV_DONTNEED) of the whole pages inside [p, p + n): they leave
- * the RSS. A read-only file mapping's pages are read from the file again;
- * anonymous memory (lb_alloc, copies) reads back as zeros, so only for
- * bytes that are written before they are read again. Advice: never
- * fails. */
+ * the RSS. A file mapping's pages are read from the file again: a
+ * read-only one's clean pages, and a shared writable one's (lb_spill_map)
+ * as last written (a dirty page goes to the page cache, and from there to
+ * the file); anonymous memory (lb_alloc, copies) reads back as zeros, so
+ * only for bytes that are written before they are read again. Advice:
+ * never fails. */
 void lb_drop_pages(const void *p, size_t n);
+
+/* Spill space: n bytes (n > 0) of a temporary file created in directory
+ * dir (O_TMPFILE, or mkostemp and unlink where the file system has none:
+ * no name is left behind, the space is freed at lb_spill_unmap or when the
+ * process ends), every block reserved up front with posix_fallocate, and
+ * mapped PROT_READ | PROT_WRITE, MAP_SHARED: *out (page-aligned, zero
+ * bytes) is memory whose pages lb_drop_pages takes out of the process's
+ * resident set while the bytes stay in the page cache / the file. A
+ * directory on tmpfs keeps them in memory (warned through lb_log). `what`
+ * names the buffer in messages. Errors (nothing is left): LB_ERR_NOT_FOUND
+ * (dir missing), LB_ERR_IO naming dir and the reason (not a directory, not
+ * writable, no space: "cannot reserve N MiB ... No space left on device"),
+ * LB_ERR_INVALID_ARG (no dir, n 0). */
+lb_status lb_spill_map(const char *dir, size_t n, const char *what,
+                       void **out);
+/* Unmap lb_spill_map's n bytes at p (NULL: nothing). */
+void lb_spill_unmap(void *p, size_t n);
 
 #endif /* LB_INTERNAL_H */

@@ -25,9 +25,11 @@
 
 #include <cblas.h>
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void lb_quantize_default_params(lb_quantize_params *p) {
@@ -136,6 +138,23 @@ lb_status qz_effective_params(const lb_quantize_params *p,
     if (e->mse && !(e->mse_norm > 0.0f && e->mse_norm < 100.0f))
         return lb_set_error(LB_ERR_INVALID_ARG, "%s: mse norm %g", who,
                             (double)e->mse_norm);
+    if (e->act_spill_dir) {
+        /* checked before the run; lb_spill_map says more when it fails */
+        struct stat st;
+        const char *d = e->act_spill_dir;
+        if (!*d || stat(d, &st) != 0)
+            return lb_set_error(*d && errno != ENOENT ? LB_ERR_IO
+                                                      : LB_ERR_NOT_FOUND,
+                                "%s: act_spill_dir '%s': %s", who, d,
+                                *d ? strerror(errno) : "empty path");
+        if (!S_ISDIR(st.st_mode))
+            return lb_set_error(LB_ERR_IO, "%s: act_spill_dir '%s': not a "
+                                "directory", who, d);
+        if (access(d, W_OK | X_OK) != 0)
+            return lb_set_error(LB_ERR_IO, "%s: act_spill_dir '%s': cannot "
+                                "create files there: %s", who, d,
+                                strerror(errno));
+    }
     if (e->method == LB_QUANT_RTN && (e->desc_act || e->static_groups))
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "%s: desc_act and static_groups need GPTQ (RTN "
@@ -414,12 +433,31 @@ lb_status qz_engine_hessian_create(const qz_engine *e, int64_t in,
     return s;
 }
 
+/* Sequence s's slot of the activations (act32 or act16) and its size. */
+static void *act_slot(const qz_engine *e, int64_t s, size_t *bytes) {
+    const size_t n = (size_t)(e->T * e->dim);
+    *bytes = n * (e->act32 ? sizeof(float) : sizeof(uint16_t));
+    return e->act32 ? (void *)(e->act32 + (size_t)s * n)
+                    : (void *)(e->act16 + (size_t)s * n);
+}
+
+/* With the spill (act_spill_dir) the slot's pages leave the RSS after
+ * each load and store: the forward works on the [T, dim] copy, and a
+ * store over dropped pages faults them in from the page cache. */
+static void act_drop(const qz_engine *e, int64_t s) {
+    if (!e->spill || (!e->act32 && !e->act16)) return;
+    size_t bytes = 0;
+    void *p = act_slot(e, s, &bytes);
+    lb_drop_pages(p, bytes);
+}
+
 void qz_engine_act_load(const qz_engine *e, int64_t s, float *dst) {
     size_t n = (size_t)(e->T * e->dim);
     if (e->act32)
         memcpy(dst, e->act32 + (size_t)s * n, n * sizeof(float));
     else
         lb_f16_to_f32_row(e->act16 + (size_t)s * n, dst, n);
+    act_drop(e, s);
 }
 
 static void act_store(engine *e, int64_t s, const float *src) {
@@ -428,6 +466,66 @@ static void act_store(engine *e, int64_t s, const float *src) {
         memcpy(e->act32 + (size_t)s * n, src, n * sizeof(float));
     else
         lb_f32_to_f16_row(src, e->act16 + (size_t)s * n, n);
+    act_drop(e, s);
+}
+
+/* ---- act_spill_dir ------------------------------------------------------
+ * The calibration buffers (activations, native stream and inputs, cache)
+ * are lb_alloc'd, or with the spill lb_spill_map mappings of a temporary
+ * file in act_spill_dir: what a pass has done with leaves the RSS
+ * (seq_release), the page cache keeps it, or the disk. */
+
+static lb_status buf_alloc(engine *e, size_t n, const char *what,
+                           void **out) {
+    if (!e->spill) {
+        *out = lb_alloc(n);
+        return *out ? LB_OK
+                    : lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate "
+                                   "the %s (%zu bytes)", what, n);
+    }
+    lb_status s = lb_spill_map(e->p->act_spill_dir, n, what, out);
+    if (s != LB_OK) return lb_error_context(s, "quantize");
+    return LB_OK;
+}
+
+static void buf_free(const engine *e, void *p, size_t n) {
+    if (e->spill)
+        lb_spill_unmap(p, n);
+    else
+        lb_free(p);
+}
+
+/* Width of input group g's rows. */
+static int64_t group_width(const engine *e, int g) {
+    const lb_model_config *c = &e->m->config;
+    return g == G_DOWN ? c->intermediate_size
+           : g == G_O  ? (int64_t)c->n_heads * c->head_dim
+                       : c->hidden_size;
+}
+
+static void *cache_slot(const qz_engine *e, bool act, int64_t s);
+static int64_t cache_width(const qz_engine *e, bool act);
+static size_t cache_esize(const qz_engine *e);
+
+/* With the spill: every page of calibration sequence s (activations,
+ * native stream, native inputs, cache slots) leaves the RSS; called when
+ * a pass is done with the sequence. The bytes stay in the file. */
+static void seq_release(const engine *e, int64_t s) {
+    if (!e->spill) return;
+    const size_t T = (size_t)e->T;
+    act_drop(e, s);
+    if (e->nat)
+        lb_drop_pages(e->nat + (size_t)s * T * (size_t)e->dim,
+                      T * (size_t)e->dim * sizeof(float));
+    for (int g = 0; g < G_COUNT; g++)
+        if (e->Xn[g]) {
+            const size_t w = (size_t)group_width(e, g);
+            lb_drop_pages(e->Xn[g] + (size_t)s * T * w, T * w * sizeof(float));
+        }
+    if (s < e->nc)
+        for (int act = 0; act <= 1; act++)
+            lb_drop_pages(cache_slot(e, act, s),
+                          T * (size_t)cache_width(e, act) * cache_esize(e));
 }
 
 /* ---- --calib-cache ------------------------------------------------------
@@ -522,30 +620,37 @@ static lb_status cache_alloc(engine *e) {
     if (nc <= 0) return LB_OK;
     const size_t n_att = (size_t)nc * (size_t)(e->T * qd) * cache_esize(e),
                  n_act = (size_t)nc * (size_t)(e->T * ff) * cache_esize(e);
-    e->attc = lb_alloc(n_att);
-    e->actc = lb_alloc(n_act);
+    void *att = NULL, *act = NULL;
+    lb_status s = buf_alloc(e, n_att, "calibration cache", &att);
+    if (s == LB_OK) s = buf_alloc(e, n_act, "calibration cache", &act);
     e->cx = e->cache_bf16 ? lb_alloc((size_t)(e->T * LB_MAX(qd, ff)) *
                                      sizeof(float))
                           : NULL;
-    if (!e->attc || !e->actc || (e->cache_bf16 && !e->cx)) {
-        lb_free(e->attc);
-        lb_free(e->actc);
+    if (s != LB_OK || (e->cache_bf16 && !e->cx)) {
+        if (att) buf_free(e, att, n_att);
+        if (act) buf_free(e, act, n_act);
         lb_free(e->cx);
-        e->attc = e->actc = NULL;
         e->cx = NULL;
+        if (s != LB_OK && e->spill) return s;
         return lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate the "
                             "calibration cache (%lld sequences, %.0f MiB; "
                             "--calib-cache sets its size)", (long long)nc,
                             (double)(n_att + n_act) / 1048576.0);
     }
+    e->attc = att;
+    e->actc = act;
+    e->attc_bytes = n_att;
+    e->actc_bytes = n_act;
     e->nc = nc;
     e->rep->cache_sequences = nc;
     e->rep->cache_bytes = n_att + n_act;
+    if (e->spill) e->rep->spill_bytes += n_att + n_act;
     char mem[32];
     fmt_bytes(mem, sizeof mem, (double)(n_att + n_act));
     lb_log(LB_LOG_INFO, "calibration cache: attention outputs and MLP "
-           "activations of %lld of %lld sequences, %s = %s", (long long)nc,
-           (long long)e->ns, e->cache_bf16 ? "bf16" : "f32", mem);
+           "activations of %lld of %lld sequences, %s = %s%s", (long long)nc,
+           (long long)e->ns, e->cache_bf16 ? "bf16" : "f32", mem,
+           e->spill ? " (spilled)" : "");
     return LB_OK;
 }
 
@@ -1216,6 +1321,7 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
             s = lb_set_error(LB_ERR_INTERNAL, "layer %d: the pass of %s did "
                              "not stop at its last input", l, names);
         }
+        seq_release(e, i);
         if (s == LB_OK) s = qz_engine_progress(e, 1);
     }
     if (s == LB_OK && keep_h) e->h_kept = true;
@@ -1443,7 +1549,7 @@ lb_status qz_engine_capture(qz_engine *e, int layer,
  * inputs. */
 static lb_status native_layer(engine *e, int l) {
     for (int g = 0; g < G_COUNT; g++) {
-        lb_free(e->Xn[g]);
+        if (e->Xn[g]) buf_free(e, e->Xn[g], e->xn_bytes[g]);
         e->Xn[g] = NULL;
     }
     const lb_model_config *cfg = &e->m->config;
@@ -1460,12 +1566,16 @@ static lb_status native_layer(engine *e, int l) {
         if (!lb_mul_ok((size_t)(e->ns * e->T), (size_t)c.width[g], &n) ||
             !lb_mul_ok(n, sizeof(float), &n))
             return lb_set_error(LB_ERR_OVERFLOW, "native: size overflows");
-        e->Xn[g] = lb_alloc(n);
-        if (!e->Xn[g])
-            return lb_set_error(LB_ERR_NOMEM, "layer %d: out of memory for "
-                                "the native inputs of %s (%zu bytes)", l,
-                                group_modules(g), n);
+        void *p = NULL;
+        lb_status s = buf_alloc(e, n, "native inputs", &p);
+        if (s != LB_OK)
+            return lb_error_context(s, "layer %d, the native inputs of %s",
+                                    l, group_modules(g));
+        e->Xn[g] = p;
+        e->xn_bytes[g] = n;
+        if (e->spill && !e->xn_counted) e->rep->spill_bytes += n;
     }
+    e->xn_counted = true;
     snprintf(e->stage, sizeof e->stage, "layer %d/%d: native inputs", l + 1,
              cfg->n_layers);
     lb_forward_hook hook = {xcapture_hook, &c};
@@ -1487,6 +1597,7 @@ static lb_status native_layer(engine *e, int l) {
             memcpy(e->nat + (size_t)i * n, e->x, n * sizeof(float));
             s = qz_engine_progress(e, 1);
         }
+        seq_release(e, i);
     }
     lb_context_set_hook(e->ctx, NULL);
     e->rep->forward_seconds += lb_time_s() - t0;
@@ -1596,6 +1707,7 @@ static lb_status run_layers(engine *e) {
                     act_store(e, i, e->x);
                     s = qz_engine_progress(e, 1);
                 }
+                seq_release(e, i);
             }
             e->rep->replay_seconds += lb_time_s() - t_replay;
         }
@@ -1762,32 +1874,41 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
         rep->activation_bytes = n_act;
         char mem[32];
         fmt_bytes(mem, sizeof mem, (double)n_act);
+        e.spill = p->act_spill_dir != NULL;
         lb_log(LB_LOG_INFO,
-               "calibration activations: %lld x %lld x %lld %s = %s",
+               "calibration activations: %lld x %lld x %lld %s = %s%s%s",
                (long long)e.ns, (long long)e.T, (long long)e.dim,
-               p->act_f16 ? "f16" : "f32", mem);
+               p->act_f16 ? "f16" : "f32", mem,
+               e.spill ? ", spilled to a temporary file in " : "",
+               e.spill ? p->act_spill_dir : "");
+        void *act = NULL;
+        s = buf_alloc(&e, n_act, "calibration activations", &act);
+        if (s != LB_OK) {
+            if (!e.spill)
+                s = lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate "
+                                 "the calibration activations (%s)", mem);
+            goto done;
+        }
         if (p->act_f16)
-            e.act16 = lb_alloc(n_act);
+            e.act16 = act;
         else
-            e.act32 = lb_alloc(n_act);
+            e.act32 = act;
+        e.act_bytes = n_act;
+        if (e.spill) rep->spill_bytes += n_act;
         e.x = lb_alloc((size_t)(e.T * e.dim) * sizeof(float));
+        if (!e.x) {
+            s = lb_set_error(LB_ERR_NOMEM, "quantize: out of memory");
+            goto done;
+        }
         if (e.proc->needs & QZ_NEED_NATIVE) {
             /* the native stream, always f32 */
             size_t n_nat = n_act / esz * sizeof(float);
-            e.nat = lb_alloc(n_nat);
-            if (!e.nat) {
-                s = lb_set_error(LB_ERR_NOMEM, "quantize: cannot allocate "
-                                 "the native activations (%zu bytes)",
-                                 n_nat);
-                goto done;
-            }
-        }
-        if ((!e.act16 && !e.act32) || !e.x) {
-            s = lb_set_error(LB_ERR_NOMEM,
-                             "quantize: cannot allocate the calibration "
-                             "activations (%s)",
-                             mem);
-            goto done;
+            void *nat = NULL;
+            s = buf_alloc(&e, n_nat, "native activations", &nat);
+            if (s != LB_OK) goto done;
+            e.nat = nat;
+            e.nat_bytes = n_nat;
+            if (e.spill) rep->spill_bytes += n_nat;
         }
         lb_context_params cp = lb_context_default_params();
         cp.n_ctx = (int32_t)e.T;
@@ -1835,6 +1956,7 @@ lb_status qz_run(lb_model *m, const lb_quantize_params *p,
                 if (e.nat)
                     memcpy(e.nat + (size_t)(i * e.T * e.dim), e.x,
                            (size_t)(e.T * e.dim) * sizeof(float));
+                seq_release(&e, i);
             }
         }
         if (s != LB_OK) goto done;
@@ -1849,13 +1971,14 @@ done:
     free(e.sw);
     lb_context_free(e.ctx);
     lb_pool_free(e.hpool);
-    lb_free(e.nat);
-    for (int g = 0; g < G_COUNT; g++) lb_free(e.Xn[g]);
-    lb_free(e.act32);
-    lb_free(e.act16);
+    if (e.nat) buf_free(&e, e.nat, e.nat_bytes);
+    for (int g = 0; g < G_COUNT; g++)
+        if (e.Xn[g]) buf_free(&e, e.Xn[g], e.xn_bytes[g]);
+    if (e.act32) buf_free(&e, e.act32, e.act_bytes);
+    if (e.act16) buf_free(&e, e.act16, e.act_bytes);
     lb_free(e.x);
-    lb_free(e.attc);
-    lb_free(e.actc);
+    if (e.attc) buf_free(&e, e.attc, e.attc_bytes);
+    if (e.actc) buf_free(&e, e.actc, e.actc_bytes);
     lb_free(e.cx);
     rep->seconds = lb_time_s() - t0;
     /* totals */
@@ -1965,6 +2088,7 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
     cJSON_AddNumberToObject(j, "activation_bytes", (double)r->activation_bytes);
     cJSON_AddNumberToObject(j, "cache_sequences", (double)r->cache_sequences);
     cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
+    cJSON_AddNumberToObject(j, "spill_bytes", (double)r->spill_bytes);
     add_num(j, "seconds", r->seconds);
     cJSON_AddStringToObject(j, "calib_dtype", r->calib_bf16 ? "bf16" : "f32");
     cJSON *tm = cJSON_AddObjectToObject(j, "timing");

@@ -255,6 +255,13 @@ struct qz_engine {
     int64_t nc;
     bool cache_bf16, att_ok, act_ok;
     float *cx;
+    /* act_spill_dir: act32/act16, nat, Xn and attc/actc are lb_spill_map
+     * mappings of these sizes (for the unmap), and each sequence's pages
+     * leave the RSS once a pass is done with them (quantize.c
+     * seq_release); xn_counted: Xn's bytes are in rep->spill_bytes */
+    bool spill, xn_counted;
+    size_t act_bytes, nat_bytes, attc_bytes, actc_bytes;
+    size_t xn_bytes[QZ_IN_COUNT];
 };
 
 /* A Hessian accumulator for inputs of width in: f32 or f64 as the
