@@ -16,7 +16,8 @@
 #   -t  threads for lowbit and OpenBLAS (default 2)
 #   -v  vocabulary of the Qwen-shape model (default 151936, the real one;
 #       only the embedding size and the source-scan time depend on it)
-#   -m  make_random_hf shape (default qwen2.5-0.5b; llama3.2-1b)
+#   -m  make_random_hf shape (default qwen2.5-0.5b; llama3.2-1b, llama2-7b,
+#       qwen2.5-7b)
 #   -d  calibration dtypes to run, alternating (default "f32 bf16";
 #       bf16 needs AVX512_BF16, else lowbit runs it in f32 and says so)
 #   -r  rounds of the dtype runs (A/B alternating; default 1)
@@ -187,7 +188,7 @@ def flops(cfg, N, T, L, replays, cached=0):
     fwd = (2 * N - cached) * (p_qkv + att) + N * (p_o + p_gu)
     rep = N * p_dn + (N - cached) * p_gu
     return dict(hess=hess * L, solve=solve * L, chol=chol * L, fwd=fwd * L, replay=rep * replays)
-FULL = {"qwen2.5-0.5b": 24, "llama3.2-1b": 16}
+FULL = {"qwen2.5-0.5b": 24, "llama3.2-1b": 16, "llama2-7b": 32, "qwen2.5-7b": 28}
 for name in runs:
     r = json.load(open("%s/%s.report.json" % (w, name)))
     cfg = json.load(open("%s/%s.config.json" % (w, name)))
@@ -210,7 +211,7 @@ for name in runs:
                               cfg["num_attention_heads"], cfg["num_key_value_heads"],
                               cfg["vocab_size"], N, T, dt))
     print("  %-22s %9s %9s %10s %8s %8s" % ("step", "s/layer", "GFLOP", "GFLOP/s", "vs sgemm", "vs peak"))
-    for k, lab, sec, pk in (("hess", "Hessian (syrk)", tm["hessian_s"], p32),
+    for k, lab, sec, pk in (("hess", "Hessian (syrk)", tm["hessian_s"], fpeak),
                             ("solve", "solve (GPTQ)", tm["solve_s"], p32),
                             ("fwd", "calibration forwards", tm["forward_s"], fpeak),
                             ("replay", "replays", tm["replay_s"], fpeak)):
