@@ -282,7 +282,8 @@ void lb_gptq_options_default(lb_gptq_options *o);
  * W: [out, in] f32 (finite); H: [in, in] f32 symmetric (finite), e.g. from
  * lb_gptq_hessian_get. Neither is modified. On success *res owns the
  * outputs; on failure *res is zeroed.
- * Memory: about in*in + 3*out*in floats of work space besides the outputs.
+ * Memory: about in*in + 2*out*in floats of work space besides the outputs
+ * (the per-weight losses are kept in the working copy of W).
  * Errors: LB_ERR_INVALID_ARG (options, sizes, non-finite W/H),
  * LB_ERR_RANGE (Cholesky still failing at damp_max, or with auto-increment
  * 0; the message names the damp tried), LB_ERR_NOMEM, LB_ERR_OVERFLOW,

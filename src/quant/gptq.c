@@ -12,7 +12,10 @@
  *   W1   [out, bs]   the current block, receiving the in-block updates
  *   Err1 [out, bs]   (w - q) / U[c,c] of the current block
  *   T    [out, in-bs] Err1 @ U[i1:i2, i2:] before it is subtracted from Wp
- *   Loss [out, in]   per-weight losses in permuted column order
+ *   Loss [out, in]   per-weight losses in permuted column order: in Wp
+ *                    itself (column c of a row is read no more once it is
+ *                    quantized: its block was copied to W1, and group
+ *                    parameters read the columns from c on)
  */
 #include "lowbit/gptq.h"
 #include "core/internal.h"
@@ -309,7 +312,7 @@ typedef struct solve_ctx {
                                 it was quantized                          */
     const float *T;          /* [out, in - i2_prev] pending update or NULL */
     int64_t T_col0;          /* first column of T                          */
-    float *Loss;             /* [out, in] permuted order */
+    float *Loss;             /* [out, in] permuted order (= Wp) */
     float *cur_scale;        /* [out] current group params */
     int32_t *cur_zero;
     const int32_t *perm;
@@ -709,7 +712,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
     solve_ctx s;
     memset(&s, 0, sizeof s);
-    float *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
+    float *Wp = lb_alloc(n_ow), *Loss = Wp;
     float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
     float *W0 = P ? lb_alloc(n_ob) : NULL;
     float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
@@ -718,7 +721,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
     s.fail_kind = lb_calloc((size_t)s.n_workers, sizeof(int));
     s.fail_row = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
     s.fail_col = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
-    if (!Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
+    if (!Wp || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
         (P && !W0) ||
         !s.fail_kind || !s.fail_row || !s.fail_col) {
         st = lb_set_error(LB_ERR_NOMEM,
@@ -851,7 +854,6 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
 done:
     lb_free(Wp);
-    lb_free(Loss);
     lb_free(W1);
     lb_free(W0);
     lb_free(Err1);
