@@ -7,7 +7,7 @@
 #   bench/spill_bench.sh [-b BUILD] [-m SHAPE] [-l LAYERS] [-v VOCAB]
 #                        [-n NSAMPLES] [-s SEQLEN] [-t THREADS]
 #                        [-d "f32 bf16"] [-c auto|off|MIB] [-r ROUNDS]
-#                        [-D SPILL_DIR] [-k]
+#                        [-D SPILL_DIR] [-x "ARGS"] [-S] [-k]
 #
 #   -m  make_random_hf shape (default qwen2.5-0.5b; llama2-7b, qwen2.5-7b)
 #   -l  decoder layers (default 2)   -v  vocabulary (default 8192)
@@ -16,6 +16,8 @@
 #   -c  --calib-cache (default auto)  -r  rounds (default 1)
 #   -D  directory for the spill (default: the work directory, which must
 #       be on a disk file system: on tmpfs the spill stays in memory)
+#   -x  more `quantize` arguments for every run (e.g. "--act-f16")
+#   -S  the spilled runs only (no run in memory, no cmp)
 #   -k  keep the work directory
 # Calibration ids: random.Random(1) over the vocabulary, as
 # bench/gptq_bench.sh writes them. Peak RSS is /usr/bin/time -v's maximum
@@ -35,7 +37,9 @@ CACHE=auto
 ROUNDS=1
 SPILL=""
 KEEP=no
-while getopts b:m:l:v:n:s:t:d:c:r:D:k o; do
+EXTRA=""
+ONLY_SPILL=no
+while getopts b:m:l:v:n:s:t:d:c:r:D:x:Sk o; do
   case $o in
     b) B=$OPTARG ;;
     m) SHAPE=$OPTARG ;;
@@ -48,8 +52,10 @@ while getopts b:m:l:v:n:s:t:d:c:r:D:k o; do
     c) CACHE=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     D) SPILL=$OPTARG ;;
+    x) EXTRA=$OPTARG ;;
+    S) ONLY_SPILL=yes ;;
     k) KEEP=yes ;;
-    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,26p' "$0" >&2; exit 2 ;;
   esac
 done
 LOWBIT="$B/lowbit"
@@ -59,7 +65,7 @@ W=$(mktemp -d "${TMPDIR:-/tmp}/spill_bench.XXXXXX")
 [ $KEEP = yes ] || trap 'rm -rf "$W"' EXIT
 [ -n "$SPILL" ] || { SPILL="$W/spill"; mkdir "$SPILL"; }
 export OPENBLAS_NUM_THREADS="$TH"
-echo "spill_bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $SHAPE, $L layers, vocab $VOCAB, $NS x $SL, --calib-cache $CACHE, spill in $SPILL ($(stat -f -c %T "$SPILL"))"
+echo "spill_bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $SHAPE, $L layers, vocab $VOCAB, $NS x $SL, --calib-cache $CACHE${EXTRA:+, $EXTRA}, spill in $SPILL ($(stat -f -c %T "$SPILL"))"
 "$B/make_random_hf" --shape "$SHAPE" --layers "$L" --vocab "$VOCAB" --hf "$W/m" --seed 1 >/dev/null
 python3 - "$W/ids" "$NS" "$SL" "$VOCAB" <<'PY'
 import random, struct, sys
@@ -70,9 +76,10 @@ PY
 # run NAME DTYPE [--act-spill DIR]
 run() {
   n=$1 d=$2; shift 2
+  # shellcheck disable=SC2086 # EXTRA: words
   /usr/bin/time -v "$LOWBIT" --quiet --json quantize "$W/m" -o "$W/$n.out" --method gptq \
       --calib-ids "$W/ids" --nsamples "$NS" --seqlen "$SL" -t "$TH" --calib-dtype "$d" \
-      --calib-cache "$CACHE" "$@" >"$W/$n.json" 2>"$W/$n.time" ||
+      --calib-cache "$CACHE" $EXTRA "$@" >"$W/$n.json" 2>"$W/$n.time" ||
     { cat "$W/$n.time" >&2; echo "spill_bench: $n failed" >&2; exit 1; }
   python3 - "$n" "$W/$n.time" "$W/$n.out/quantize_report.json" <<'PY'
 import json, re, sys
@@ -91,6 +98,11 @@ PY
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
   for d in $DTYPES; do
+    if [ $ONLY_SPILL = yes ]; then
+      run "$d-spill-$r" "$d" --act-spill "$SPILL"
+      rm -rf "$W/$d-spill-$r.out"
+      continue
+    fi
     run "$d-mem-$r" "$d"
     run "$d-spill-$r" "$d" --act-spill "$SPILL"
     for f in model.safetensors config.json quantize_config.json; do

@@ -262,7 +262,8 @@ static void test_chain(void) {
  * the worst case of an f32 sum of n_rows exact terms, (n_rows + 1) 2^-24
  * of the sum of |products|),
  * the reference and the fast variant, 1 and 2 pool threads (same bytes:
- * the split does not change any entry's sum); then the Hessian in bf16
+ * the split does not change any entry's sum), the strict upper triangle
+ * left as it was (the GPTQ accumulator keeps H there); then the Hessian in bf16
  * mode against the f32 one on the same batches (relative 2^-7: the bf16
  * rounding of x). */
 static void test_gram(void) {
@@ -275,7 +276,13 @@ static void test_gram(void) {
         for (int64_t i = 0; i < T * n; i++) X[i] = frnd() * (i % 5 == 0 ? 30.0f : 1.0f);
         uint16_t *xt = malloc(lb_gram_bf16_scratch(T, n));
         float *G[3];
-        for (int v = 0; v < 3; v++) G[v] = calloc((size_t)(n * n), sizeof(float));
+        /* the strict upper triangle is the caller's: a sentinel, which
+         * must be left as it is */
+        for (int v = 0; v < 3; v++) {
+            G[v] = calloc((size_t)(n * n), sizeof(float));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = i + 1; j < n; j++) G[v][i * n + j] = -7.25f;
+        }
         TH_CHECK_OK(lb_gram_bf16(NULL, X, T, n, xt, G[0], true));
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++)
@@ -306,6 +313,12 @@ static void test_gram(void) {
             TH_CHECK_MSG(dref == 0, "gram fast vs ref %lldx%lld: %lld entries", (long long)T,
                          (long long)n, (long long)dref);
         }
+        int64_t upper = 0;
+        for (int v = 0; v < (fast ? 3 : 1); v++)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = i + 1; j < n; j++) upper += G[v][i * n + j] != -7.25f;
+        TH_CHECK_MSG(upper == 0, "gram %lldx%lld: %lld entries above the diagonal written",
+                     (long long)T, (long long)n, (long long)upper);
         free(X);
         free(xt);
         for (int v = 0; v < 3; v++) free(G[v]);

@@ -11,6 +11,7 @@
 #include "lowbit/kernels.h"
 
 #include <cblas.h>
+#include <lapacke.h>
 #include <float.h>
 #include <malloc.h>
 #include <sys/resource.h>
@@ -1016,9 +1017,213 @@ static void test_hessian_take(void) {
     free(X);
 }
 
+/* The accumulator forms x x^T in the triangle of its own buffer that H
+ * does not use: H's bytes equal those of the former construction, x x^T
+ * in an [in, in] buffer of its own (ssyrk, or lb_gram_bf16) followed by
+ * H = ratio H + T (torch's two roundings); f32 and bf16 products, batches
+ * within and beyond a K block, 1 and 2 BLAS threads. */
+static void test_hessian_one_buffer(void) {
+    enum { IN = 333, RMAX = 700 };
+    static const int rows[4] = {700, 77, 1, 300};
+    float *X = malloc(sizeof(float) * RMAX * IN);
+    float *xs = malloc(sizeof(float) * RMAX * IN);
+    float *T = malloc(sizeof(float) * IN * IN);
+    float *Hr = malloc(sizeof(float) * IN * IN);
+    float *got = malloc(sizeof(float) * IN * IN);
+    const size_t xb = lb_gram_bf16_scratch(RMAX, IN);
+    uint16_t *xt = malloc(xb);
+    for (int i = 0; i < RMAX * IN; i++) X[i] = grand();
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 1 && !lb_gram_bf16_available()) continue;
+        for (int th = 1; th <= 2; th++) {
+            openblas_set_num_threads(th);
+            lb_gptq_hessian *h;
+            TH_CHECK_OK(lb_gptq_hessian_create(IN, false, &h));
+            if (mode == 1) TH_CHECK_OK(lb_gptq_hessian_use_bf16(h, NULL));
+            memset(Hr, 0, sizeof(float) * IN * IN);
+            int64_t n = 0;
+            for (int b = 0; b < 4; b++) {
+                const int r = rows[b], k = 1 + b % 2;
+                const float *Xb = X + (size_t)(b * 11) * IN;
+                if (b * 11 + r > RMAX) Xb = X;
+                TH_CHECK_OK(lb_gptq_hessian_add_batch(h, Xb, r, k));
+                const double n0 = (double)n, n1 = n0 + k;
+                const float ratio = (float)(n0 / n1), f = (float)sqrt(2.0 / n1);
+                n += k;
+                for (int i = 0; i < r * IN; i++) xs[i] = f * Xb[i];
+                if (mode == 1)
+                    TH_CHECK_OK(lb_gram_bf16(NULL, xs, r, IN, xt, T, false));
+                else
+                    cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, IN, r,
+                                1.0f, xs, IN, 0.0f, T, IN);
+                for (int i = 0; i < IN; i++)
+                    for (int j = 0; j <= i; j++)
+                        Hr[i * IN + j] = Hr[i * IN + j] * ratio + T[i * IN + j];
+            }
+            lb_gptq_mirror_lower(Hr, IN);
+            lb_gptq_hessian_get(h, got);
+            int64_t ndiff = 0;
+            for (int i = 0; i < IN * IN; i++)
+                ndiff += memcmp(&got[i], &Hr[i], sizeof(float)) != 0;
+            TH_CHECK_MSG(ndiff == 0, "%s, %d threads: %lld of %d H entries "
+                         "differ from the two-buffer construction",
+                         mode ? "bf16" : "f32", th, (long long)ndiff, IN * IN);
+            float *H = NULL;
+            TH_CHECK_OK(lb_gptq_hessian_take(h, &H));
+            TH_CHECK(H && memcmp(H, Hr, sizeof(float) * IN * IN) == 0);
+            lb_free(H);
+        }
+    }
+    openblas_set_num_threads(1);
+    free(X), free(xs), free(T), free(Hr), free(got), free(xt);
+}
+
+/* The former factor construction, for comparison: a fresh buffer B with
+ * Hp + damp I (Hp = H[perm][:, perm], dead diagonals 1) in its
+ * column-major lower triangle and NaN elsewhere, spotrf('L'),
+ * spotri('L'), the inverse mirrored onto the column-major upper
+ * triangle, spotrf('U'), moved to the row-major upper triangle. Returns
+ * the row-major upper U (malloc'd) or NULL when a step fails. */
+static float *factor_two_buffers(const float *H, int n, bool desc_act,
+                                 double damp_percent) {
+    float *dg = malloc(sizeof(float) * n), *dp = malloc(sizeof(float) * n);
+    int32_t *perm = malloc(sizeof(int32_t) * n);
+    for (int c = 0; c < n; c++) {
+        dg[c] = H[c * n + c] == 0.0f ? 1.0f : H[c * n + c];
+        perm[c] = c;
+    }
+    if (desc_act) /* stable: descending diag, ties by column */
+        for (int a = 1; a < n; a++)
+            for (int b = a; b > 0 && dg[perm[b]] > dg[perm[b - 1]]; b--) {
+                const int32_t t = perm[b];
+                perm[b] = perm[b - 1];
+                perm[b - 1] = t;
+            }
+    for (int c = 0; c < n; c++) dp[c] = dg[perm[c]];
+    const float damp = (float)damp_percent * (lb_gptq_torch_sum_f32(dp, n) / (float)n);
+    float *B = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++) B[i] = NAN;
+    for (int j = 0; j < n; j++)
+        for (int i = j; i < n; i++) B[i + j * n] = H[perm[i] * n + perm[j]];
+    for (int i = 0; i < n; i++) {
+        if (H[perm[i] * n + perm[i]] == 0.0f) B[i + i * n] = 1.0f;
+        B[i + i * n] += damp;
+    }
+    bool ok = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', n, B, n) == 0 &&
+              LAPACKE_spotri(LAPACK_COL_MAJOR, 'L', n, B, n) == 0;
+    if (ok) {
+        for (int j = 0; j < n; j++) /* column-major upper := lower */
+            for (int i = j + 1; i < n; i++) B[j + i * n] = B[i + j * n];
+        ok = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', n, B, n) == 0;
+    }
+    float *U = NULL;
+    if (ok) {
+        U = calloc((size_t)n * n, sizeof(float));
+        for (int i = 0; i < n; i++)
+            for (int j = i; j < n; j++) U[i * n + j] = B[i + j * n];
+    }
+    free(B), free(dg), free(dp), free(perm);
+    return U;
+}
+
+/* The factor's U, through a solve with return_hinv (NULL on failure). */
+static float *factor_hinv(const lb_gptq_factor *f, int n,
+                          const lb_gptq_options *o0, int *retries,
+                          double *damp_used) {
+    lb_gptq_options o = *o0;
+    o.return_hinv = true;
+    o.group_size = -1;
+    float W[2 * 600];
+    for (int i = 0; i < 2 * n; i++) W[i] = (float)((i * 37) % 11) - 5.0f;
+    lb_gptq_result r;
+    if (lb_gptq_quantize_factored(W, 2, n, f, &o, &r) != LB_OK) return NULL;
+    float *U = malloc(sizeof(float) * n * n);
+    memcpy(U, r.hinv_upper, sizeof(float) * n * n);
+    *retries = r.n_damp_retries;
+    *damp_used = r.damp_percent_used;
+    lb_gptq_result_free(&r);
+    return U;
+}
+
+/* The factor made in H's own buffer (lb_gptq_factor_make_inplace) and
+ * from a copy (lb_gptq_factor_make) equals the former two-buffer
+ * construction bit for bit (which also shows that OpenBLAS's LAPACK
+ * reads no entry of the triangle holding H's copy): with and without
+ * desc_act, dead columns, 1 and 2 BLAS threads, n beyond LAPACK's block;
+ * and after forced failures of each step (the retry starts from the copy
+ * the failed attempt left), equal to the construction at the damp_percent
+ * reached. */
+static void test_factor_inplace(void) {
+    enum { N = 600, R = 900 };
+    float *X = malloc(sizeof(float) * R * N);
+    for (int i = 0; i < R * N; i++) X[i] = grand() * (1.0f + (float)(i % N) / N);
+    for (int t = 0; t < R; t++) /* dead columns 5 and 400 */
+        X[t * N + 5] = X[t * N + 400] = 0.0f;
+    lb_gptq_hessian *h;
+    TH_CHECK_OK(lb_gptq_hessian_create(N, false, &h));
+    TH_CHECK_OK(lb_gptq_hessian_add_batch(h, X, R, 1));
+    float *H = NULL;
+    TH_CHECK_OK(lb_gptq_hessian_take(h, &H));
+    free(X);
+    if (!H) return;
+    for (int step = 0; step <= 4; step++)
+        for (int desc = 0; desc < 2; desc++)
+            for (int th = 1; th <= 2; th++) {
+                if (step > 0 && th == 2) continue;
+                openblas_set_num_threads(th);
+                lb_gptq_options o;
+                lb_gptq_options_default(&o);
+                o.desc_act = desc;
+                for (int inpl = 0; inpl < 2; inpl++) {
+                    lb_gptq_test_fail_step = step;
+                    lb_gptq_test_fail_count = step ? 2 : 0;
+                    lb_gptq_factor *f = NULL;
+                    if (inpl) {
+                        float *Hc = lb_alloc(sizeof(float) * N * N);
+                        memcpy(Hc, H, sizeof(float) * N * N);
+                        TH_CHECK_OK(lb_gptq_factor_make_inplace(&Hc, N, &o, &f));
+                        TH_CHECK(Hc == NULL);
+                    } else {
+                        TH_CHECK_OK(lb_gptq_factor_make(H, N, &o, &f));
+                    }
+                    lb_gptq_test_fail_step = lb_gptq_test_fail_count = 0;
+                    int retries = -1;
+                    double used = 0;
+                    float *U = f ? factor_hinv(f, N, &o, &retries, &used) : NULL;
+                    float *want = factor_two_buffers(H, N, desc, used);
+                    TH_CHECK(U && want);
+                    TH_CHECK_INT(retries, step ? 2 : 0);
+                    if (U && want) {
+                        int64_t nd = 0;
+                        for (int i = 0; i < N * N; i++)
+                            nd += memcmp(&U[i], &want[i], sizeof(float)) != 0;
+                        TH_CHECK_MSG(nd == 0, "step %d, desc_act %d, %d "
+                                     "threads, %s: %lld of %d U entries differ",
+                                     step, desc, th, inpl ? "in place" : "copy",
+                                     (long long)nd, N * N);
+                    }
+                    free(U);
+                    free(want);
+                    lb_gptq_factor_free(f);
+                }
+            }
+    openblas_set_num_threads(1);
+    /* NULL H, a non-finite H: freed, *H NULL */
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    lb_gptq_factor *f = NULL;
+    TH_CHECK_FAILS(lb_gptq_factor_make_inplace(NULL, N, &o, &f), LB_ERR_INVALID_ARG);
+    float *Hc = lb_alloc(sizeof(float) * 4);
+    Hc[0] = Hc[3] = 1.0f;
+    Hc[1] = Hc[2] = NAN;
+    TH_CHECK_FAILS(lb_gptq_factor_make_inplace(&Hc, 2, &o, &f), LB_ERR_INVALID_ARG);
+    TH_CHECK(Hc == NULL && f == NULL);
+    lb_free(H);
+}
+
 #if !defined(__SANITIZE_ADDRESS__)
 /* One module's Hessian path: accumulate X [rows, in], take H, make the
- * factor, free H, solve W [out, in]. */
+ * factor in H's buffer, solve W [out, in]. */
 static lb_status hessian_path(const float *X, int64_t rows, const float *W,
                               int64_t out, int64_t in) {
     lb_gptq_hessian *h = NULL;
@@ -1033,7 +1238,7 @@ static lb_status hessian_path(const float *X, int64_t rows, const float *W,
     lb_gptq_options o;
     lb_gptq_options_default(&o);
     lb_gptq_factor *f = NULL;
-    if (s == LB_OK) s = lb_gptq_factor_make(H, in, &o, &f);
+    if (s == LB_OK) s = lb_gptq_factor_make_inplace(&H, in, &o, &f);
     lb_free(H);
     lb_gptq_result r;
     if (s == LB_OK) s = lb_gptq_quantize_factored(W, out, in, f, &o, &r);
@@ -1049,9 +1254,10 @@ static long rss_kib(void) {
 }
 
 /* hessian_path at in = 2048 in this (child) process: exit status 0 when
- * its peak RSS over the RSS at its start stays within 2.5 [in, in] f32
- * buffers (two, the accumulator and the factor, plus X and the small work
- * space; the path used to hold five). */
+ * its peak RSS over the RSS at its start stays within 1.5 [in, in] f32
+ * buffers (one, the accumulator that becomes the factor, plus X's copy,
+ * the solve's small work space and the allocator's slack; the path held
+ * two until 2026-12-04 — measured 2.15 — and five before). */
 static int hessian_memory_child(void) {
     enum { IN = 2048, R = 128, OUT = 16 };
     /* every block of 1 MiB or more mmap'ed: a freed one leaves the RSS */
@@ -1073,11 +1279,11 @@ static int hessian_memory_child(void) {
             "above the start\n", IN, peak);
     free(X);
     free(W);
-    return peak <= 2.5 ? 0 : 1;
+    return peak <= 1.5 ? 0 : 1;
 }
 #endif
 
-/* At most two [in, in] f32 buffers of one module's Hessian live at once:
+/* One [in, in] f32 buffer of one module's Hessian lives at a time:
  * measured in a child process (its peak RSS, ru_maxrss). Not under ASan
  * (its quarantine keeps freed blocks resident). */
 static void test_hessian_memory(void) {
@@ -1093,7 +1299,7 @@ static void test_hessian_memory(void) {
     TH_CHECK(waitpid(pid, &status, 0) == pid);
     TH_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                  "the Hessian path's peak memory (exit status %d: 1 = above "
-                 "2.5 [in, in] buffers)",
+                 "1.5 [in, in] buffers)",
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 #endif
 }
@@ -1238,6 +1444,8 @@ int main(void) {
     TH_RUN(test_hessian_units);
     TH_RUN(test_hessian_syrk);
     TH_RUN(test_hessian_take);
+    TH_RUN(test_hessian_one_buffer);
+    TH_RUN(test_factor_inplace);
     TH_RUN(test_hessian_memory);
     TH_RUN(test_hessian_reference);
     TH_RUN(test_gptq_reference);

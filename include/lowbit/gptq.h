@@ -185,9 +185,11 @@ void lb_gptq_hessian_free(lb_gptq_hessian *h);
  * sequences (inp.shape[0]), so one add_batch per sequence of the references
  * passes n_samples = 1. The scalar factors are computed in double and
  * rounded to float32 (torch's Python-scalar * float tensor); the f32 mode
- * forms x x^T with cblas_sgemm then adds it to H (two roundings, as torch),
- * using a scaled copy of X (n_rows * in floats) and an [in, in] scratch
- * kept by the accumulator; the f64 mode scales X in bounded chunks.
+ * forms x x^T (cblas_ssyrk, the lower triangle of sgemm's product) then
+ * adds it to H (two roundings, as torch), using a scaled copy of X (n_rows
+ * * in floats) kept by the accumulator and no [in, in] scratch (x x^T is
+ * formed in the triangle of the accumulator's buffer that H does not
+ * use); the f64 mode scales X in bounded chunks.
  * Errors: LB_ERR_INVALID_ARG (n_rows < 1, n_samples < 1, non-finite X),
  * LB_ERR_NOMEM, LB_ERR_OVERFLOW. */
 lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
@@ -209,11 +211,11 @@ int64_t lb_gptq_hessian_nsamples(const lb_gptq_hessian *h);
 
 /* Finish the accumulation and hand H over: *H_out = H [in, in] f32,
  * symmetric, the same bytes as lb_gptq_hessian_get gives; lb_alloc'd, the
- * caller frees it (lb_free). h is freed, also on failure. The f32 mode
- * hands over its own accumulator (the lower triangle mirrored in place,
- * its x x^T scratch freed first: no copy); the f64 mode rounds into a new
- * buffer, so in * in floats more while it runs. Errors:
- * LB_ERR_INVALID_ARG (NULL), LB_ERR_NOMEM (f64 mode). */
+ * caller frees it (lb_free). h is freed, also on failure. No [in, in]
+ * copy is made: the f32 mode hands over its own accumulator (H's triangle
+ * mirrored in place), the f64 mode its double accumulator rounded to
+ * float in place (the buffer's second half released from the RSS with
+ * madvise; freed with the rest). Errors: LB_ERR_INVALID_ARG (NULL). */
 lb_status lb_gptq_hessian_take(lb_gptq_hessian *h, float **H_out);
 
 /* Copy H into H_out [in, in] as float32 (rounded from double in f64 mode). */
@@ -280,7 +282,8 @@ void lb_gptq_options_default(lb_gptq_options *o);
  * W: [out, in] f32 (finite); H: [in, in] f32 symmetric (finite), e.g. from
  * lb_gptq_hessian_get. Neither is modified. On success *res owns the
  * outputs; on failure *res is zeroed.
- * Memory: about in*in + 3*out*in floats of work space besides the outputs.
+ * Memory: about in*in + 2*out*in floats of work space besides the outputs
+ * (the per-weight losses are kept in the working copy of W).
  * Errors: LB_ERR_INVALID_ARG (options, sizes, non-finite W/H),
  * LB_ERR_RANGE (Cholesky still failing at damp_max, or with auto-increment
  * 0; the message names the damp tried), LB_ERR_NOMEM, LB_ERR_OVERFLOW,
@@ -301,14 +304,29 @@ typedef struct lb_gptq_factor lb_gptq_factor;
 /* Make the factor of H [in, in] (f32, symmetric, finite) for opt's
  * desc_act, damp_percent, damp_auto_increment and damp_max (other options
  * are not used; a damping retry is logged as a warning, once per factor).
- * Memory: the factor's in * in floats (built, factored and inverted in
- * place; no other [in, in] scratch) and O(in).
+ * Only H's lower triangle after the permutation (H[perm[i]][perm[j]], j <=
+ * i) is read, as by torch's LAPACK calls. H is not modified.
+ * Memory: the factor's in * in floats (a copy of H, permuted, damped,
+ * factored and inverted in place; no other [in, in] scratch) and O(in).
  * Errors: LB_ERR_INVALID_ARG (NULL, in < 1, options, non-finite H),
  * LB_ERR_RANGE (Cholesky still failing, as lb_gptq_quantize),
  * LB_ERR_NOMEM, LB_ERR_OVERFLOW. On failure *out is NULL. */
 lb_status lb_gptq_factor_make(const float *H, int64_t in,
                               const lb_gptq_options *opt,
                               lb_gptq_factor **out);
+
+/* lb_gptq_factor_make with H handed over: *H (lb_alloc'd, e.g. by
+ * lb_gptq_hessian_take) becomes the factor's own buffer — permuted in
+ * place (O(in) scratch), damped, factored and inverted there — so that
+ * only one [in, in] buffer lives; a damping retry starts again from the
+ * copy of the permuted H that the LAPACK calls leave in the triangle they
+ * do not reference. The factor is bit-identical to lb_gptq_factor_make's
+ * of the same H. *H is set to NULL in every case (the buffer then belongs
+ * to the factor, or is freed on failure). Errors: those of
+ * lb_gptq_factor_make (LB_ERR_INVALID_ARG also for a NULL H). */
+lb_status lb_gptq_factor_make_inplace(float **H, int64_t in,
+                                      const lb_gptq_options *opt,
+                                      lb_gptq_factor **out);
 
 /* Free a factor (NULL is fine). */
 void lb_gptq_factor_free(lb_gptq_factor *f);

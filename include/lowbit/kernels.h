@@ -92,10 +92,11 @@ const char *lb_kernel_name(lb_type type, int64_t n_tokens);
  * variant flushes bf16 subnormals to zero). X: [n_rows, n] f32 row-major;
  * xt: scratch of lb_gram_bf16_scratch(n_rows, n) bytes (the caller's,
  * reused between calls);
- * G: [n, n] f32 row-major — every entry with j <= i is written, entries with
- * j > i may be written too. The work (n^2 n_rows, half of a full product)
- * is split over pool's workers (NULL: the caller's thread); the result does
- * not depend on the thread count. ref = true (or LB_FORCE_REF=1) runs the
+ * G: [n, n] f32 row-major — every entry with j <= i is written, entries
+ * with j > i are left as they are (the caller may keep data there: the
+ * GPTQ accumulator keeps H in them). The work (n^2 n_rows, half of a full
+ * product) is split over pool's workers (NULL: the caller's thread); the
+ * result does not depend on the thread count. ref = true (or LB_FORCE_REF=1) runs the
  * scalar reference kernel. Errors: LB_ERR_INVALID_ARG, LB_ERR_UNSUPPORTED
  * (no AVX512_BF16 and ref false). Reference: bf16x_ref.c. */
 lb_status lb_gram_bf16(lb_pool *pool, const float *X, int64_t n_rows,

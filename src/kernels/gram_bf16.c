@@ -11,7 +11,8 @@
  * block's start in one product and the diagonal block by 32-row panels
  * of i, each over j >= the panel's start (the lower triangle and 32 x 32
  * squares of the upper one: the work is a triangle, about half of the
- * full product). Blocks are taken
+ * full product; the squares' upper entries are put back as they were, so
+ * only the lower triangle of G changes). Blocks are taken
  * dynamically by the pool's workers, largest first; every G entry is
  * written by one worker with the kernel's own summation order, so the
  * result does not depend on the thread count. xt's rows are XT_PAD
@@ -68,10 +69,21 @@ static void gram_blocks(void *arg, int ith, int nth) {
         if (r0 > 0)
             j->k->mm_bf16w(T, xb, rs, r0, xb + (size_t)r0 * rs, rs, r1 - r0,
                            j->G + (size_t)r0 * (size_t)n, (size_t)n);
-        for (int64_t p = r0; p < r1; p += 32)
-            j->k->mm_bf16w(T, xb + (size_t)p * rs, rs, LB_MIN(32, r1 - p),
-                           xb + (size_t)p * rs, rs, r1 - p,
-                           j->G + (size_t)p * (size_t)n + (size_t)p, (size_t)n);
+        for (int64_t p = r0; p < r1; p += 32) {
+            /* the square's strict upper triangle is the caller's (the
+             * GPTQ accumulator keeps H there): kept around the product */
+            const int64_t w = LB_MIN(32, r1 - p);
+            float *sq = j->G + (size_t)p * (size_t)n + (size_t)p;
+            float keep[32 * 32];
+            for (int64_t a = 0; a < w; a++)
+                for (int64_t c = a + 1; c < w; c++)
+                    keep[a * 32 + c] = sq[(size_t)a * (size_t)n + (size_t)c];
+            j->k->mm_bf16w(T, xb + (size_t)p * rs, rs, w,
+                           xb + (size_t)p * rs, rs, r1 - p, sq, (size_t)n);
+            for (int64_t a = 0; a < w; a++)
+                for (int64_t c = a + 1; c < w; c++)
+                    sq[(size_t)a * (size_t)n + (size_t)c] = keep[a * 32 + c];
+        }
     }
 }
 

@@ -8,10 +8,14 @@
  *                    receives only the cross-block updates (as AutoGPTQ's W)
  *   U    [in, in]    damped permuted H -> Cholesky -> inverse -> U (Hinv),
  *                    in the lb_gptq_factor shared by modules with one H
+ *                    (in H's own buffer with lb_gptq_factor_make_inplace)
  *   W1   [out, bs]   the current block, receiving the in-block updates
  *   Err1 [out, bs]   (w - q) / U[c,c] of the current block
  *   T    [out, in-bs] Err1 @ U[i1:i2, i2:] before it is subtracted from Wp
- *   Loss [out, in]   per-weight losses in permuted column order
+ *   Loss [out, in]   per-weight losses in permuted column order: in Wp
+ *                    itself (column c of a row is read no more once it is
+ *                    quantized: its block was copied to W1, and group
+ *                    parameters read the columns from c on)
  */
 #include "lowbit/gptq.h"
 #include "core/internal.h"
@@ -169,55 +173,126 @@ static void mirror(float *A, int64_t n, bool from_lower) {
 }
 
 void lb_gptq_mirror_lower(float *A, int64_t n) { mirror(A, n, true); }
+void lb_gptq_mirror_upper(float *A, int64_t n) { mirror(A, n, false); }
 
-/* The lower triangle of B (column-major, the buffer torch hands to LAPACK:
- * element (i, j) at B[i + j*n]) = Hp + damp I, where Hp[i][j] =
- * H[perm[i]][perm[j]] with dead diagonals set to 1. The strict upper
- * triangle is left as it is: LAPACK's 'L' routines do not read it. */
-static void build_damped(const float *H, const int32_t *perm,
-                         const uint8_t *dead, int64_t n, float damp,
-                         float *B) {
+/* The strict triangles of the row-major [n, n] A exchanged in place
+ * (A := A^T but for the diagonal), in cache tiles. */
+static void swap_triangles(float *A, int64_t n) {
     enum { TILE = 32 };
-    for (int64_t j0 = 0; j0 < n; j0 += TILE)
-        for (int64_t i0 = j0; i0 < n; i0 += TILE) {
+    for (int64_t i0 = 0; i0 < n; i0 += TILE)
+        for (int64_t j0 = 0; j0 <= i0; j0 += TILE) {
             const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
-            for (int64_t j = j0; j < j1; j++)
-                for (int64_t i = LB_MAX(i0, j); i < i1; i++)
-                    B[i + j * n] = H[(int64_t)perm[i] * n + perm[j]];
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1 && j < i; j++) {
+                    const float t = A[j * n + i];
+                    A[j * n + i] = A[i * n + j];
+                    A[i * n + j] = t;
+                }
         }
-    for (int64_t i = 0; i < n; i++) {
-        if (dead[perm[i]]) B[i + i * n] = 1.0f;
-        B[i + i * n] += damp;
-    }
 }
 
-/* In B, in place: Cholesky, inverse, upper Cholesky of the inverse
- * (torch's linalg.cholesky -> cholesky_inverse ->
- * linalg.cholesky(upper=True)), then B is turned into the row-major upper
- * factor U (zero below the diagonal). Returns 0 or a description of the
- * failing step. */
+/* B[i][j] = B[perm[i]][perm[j]] in place (the row-major [n, n] B's rows
+ * and columns permuted, perm a permutation of 0..n-1): the rows by their
+ * cycles, then each row's columns, with two rows of scratch. */
+static lb_status permute_in_place(float *B, const int32_t *perm, int64_t n) {
+    float *row = lb_alloc((size_t)n * sizeof(float));
+    uint8_t *done = lb_calloc((size_t)n, 1);
+    if (!row || !done) {
+        lb_free(row);
+        lb_free(done);
+        return LB_ERR_NOMEM;
+    }
+    const size_t rb = (size_t)n * sizeof(float);
+    for (int64_t s = 0; s < n; s++) {
+        if (done[s] || perm[s] == s) continue;
+        memcpy(row, B + s * n, rb); /* row s, needed by the row ending the cycle */
+        int64_t i = s;
+        for (;;) {
+            done[i] = 1;
+            const int64_t from = perm[i];
+            if (from == s) {
+                memcpy(B + i * n, row, rb);
+                break;
+            }
+            memcpy(B + i * n, B + from * n, rb);
+            i = from;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float *r = B + i * n;
+        memcpy(row, r, rb);
+        for (int64_t j = 0; j < n; j++) r[j] = row[perm[j]];
+    }
+    lb_free(row);
+    lb_free(done);
+    return LB_OK;
+}
+
+int lb_gptq_test_fail_step, lb_gptq_test_fail_count;
+
+/* A test's forced failure of step `step` (gptq_internal.h). */
+static bool test_fails(int step) {
+    if (lb_gptq_test_fail_step != step || lb_gptq_test_fail_count <= 0)
+        return false;
+    lb_gptq_test_fail_count--;
+    return true;
+}
+
+/* The damped inverse factor in B, in place. On entry B (row-major) holds
+ * Hp + damp I in its upper triangle (column-major: the lower one, where
+ * torch's LAPACK calls read) and Hp's strict lower triangle in its strict
+ * lower one (LAPACK's 'L' routines do not reference it: it is the copy a
+ * damping retry starts from), Hp = the permuted H with dead diagonals 1.
+ * Steps: Cholesky, inverse, upper Cholesky of the inverse (torch's
+ * linalg.cholesky -> cholesky_inverse -> linalg.cholesky(upper=True));
+ * the symmetrised inverse goes where spotrf('U') reads it (column-major
+ * upper = row-major lower) by exchanging the strict triangles, so the
+ * copy of Hp moves to the strict upper triangle, which spotrf('U') does
+ * not reference either. On success B is the row-major upper factor U
+ * (zero below the diagonal) and NULL is returned; on failure a
+ * description of the failing step, and B holds Hp in both strict
+ * triangles again (its diagonal is the caller's to set). */
 static const char *invert_factor(float *B, int64_t n) {
+    const char *why = NULL;
+    bool copy_upper = false; /* Hp's copy: in the strict upper triangle */
     lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                                      (lapack_int)n);
-    if (info != 0) return "Cholesky of the damped H failed (spotrf)";
+    if (info != 0 || test_fails(1)) {
+        why = "Cholesky of the damped H failed (spotrf)";
+        goto fail;
+    }
     info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'L', (lapack_int)n, B,
                           (lapack_int)n);
-    if (info != 0) return "inverting the Cholesky factor failed (spotri)";
-    /* symmetrise: upper (col-major) := lower, as torch's tril +
-     * tril(-1)^H; column-major lower is the row-major strict upper */
-    mirror(B, n, false);
+    if (info != 0 || test_fails(2)) {
+        why = "inverting the Cholesky factor failed (spotri)";
+        goto fail;
+    }
+    /* symmetrise: the column-major upper := lower, as torch's tril +
+     * tril(-1)^H; the column-major lower gets Hp's copy, which
+     * spotrf('U') does not read */
+    swap_triangles(B, n);
+    copy_upper = true;
     info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)n, B,
                           (lapack_int)n);
-    if (info != 0) return "Cholesky of the inverse failed (spotrf upper)";
+    if (info != 0 || test_fails(3)) {
+        why = "Cholesky of the inverse failed (spotrf upper)";
+        goto fail;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(B[i * n + i]) || !(B[i * n + i] > 0.0f) ||
+            (i == n - 1 && test_fails(4))) {
+            why = "the inverse Hessian factor has a non-positive diagonal";
+            goto fail;
+        }
     /* U(i, j), i <= j, is at B[i + j*n], the row-major lower triangle:
      * mirror it onto the row-major upper one, zero the strictly lower. */
     mirror(B, n, true);
     for (int64_t i = 0; i < n; i++)
         memset(B + i * n, 0, (size_t)i * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(B[i * n + i]) || !(B[i * n + i] > 0.0f))
-            return "the inverse Hessian factor has a non-positive diagonal";
     return NULL;
+fail:
+    mirror(B, n, !copy_upper); /* Hp back in the triangle LAPACK works on */
+    return why;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -237,7 +312,7 @@ typedef struct solve_ctx {
                                 it was quantized                          */
     const float *T;          /* [out, in - i2_prev] pending update or NULL */
     int64_t T_col0;          /* first column of T                          */
-    float *Loss;             /* [out, in] permuted order */
+    float *Loss;             /* [out, in] permuted order (= Wp) */
     float *cur_scale;        /* [out] current group params */
     int32_t *cur_zero;
     const int32_t *perm;
@@ -379,37 +454,27 @@ void lb_gptq_factor_free(lb_gptq_factor *f) {
     free(f);
 }
 
-lb_status lb_gptq_factor_make(const float *H, int64_t in,
-                              const lb_gptq_options *opt,
-                              lb_gptq_factor **out) {
+/* The factor of H in H's own buffer B ([in, in], lb_alloc'd, finite,
+ * options checked), which the factor owns from here (freed on failure). */
+static lb_status factor_in_place(float *B, int64_t in,
+                                 const lb_gptq_options *opt,
+                                 lb_gptq_factor **out) {
     static const char *who = "lb_gptq_factor_make";
-    if (!out) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL output", who);
-    *out = NULL;
-    if (!H || !opt)
-        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
-    if (in < 1 || in > INT32_MAX)
-        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad in_features %lld",
-                            who, (long long)in);
-    LB_TRY(check_options(opt));
-    LB_TRY(lb_gptq_check_finite(H, in, in, in, who, "H"));
-    size_t n_ii;
-    if (!lb_mul_ok((size_t)in, (size_t)in, &n_ii) ||
-        !lb_mul_ok(n_ii, sizeof(float), &n_ii))
-        return lb_set_error(LB_ERR_OVERFLOW, "%s: sizes overflow", who);
-
     lb_gptq_factor *f = calloc(1, sizeof *f);
     float *dg = lb_alloc((size_t)in * sizeof(float));
     float *dp = lb_alloc((size_t)in * sizeof(float)); /* diag, permuted */
     diag_key *keys = NULL;
     lb_status st = LB_OK;
     if (f) {
+        f->U = B;
         f->dead = lb_calloc((size_t)in, 1);
         f->perm = lb_alloc((size_t)in * sizeof(int32_t));
-        f->U = lb_alloc(n_ii);
+    } else {
+        lb_free(B);
     }
-    if (!f || !dg || !dp || !f->dead || !f->perm || !f->U) {
-        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
-                          who, (long long)in, (long long)in);
+    if (!f || !dg || !dp || !f->dead || !f->perm) {
+        st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld]", who,
+                          (long long)in);
         goto done;
     }
     f->in = in;
@@ -420,9 +485,9 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
 
     /* 2. dead columns */
     for (int64_t c = 0; c < in; c++) {
-        f->dead[c] = H[c * in + c] == 0.0f;
+        f->dead[c] = B[c * in + c] == 0.0f;
         f->n_dead += f->dead[c];
-        dg[c] = f->dead[c] ? 1.0f : H[c * in + c];
+        dg[c] = f->dead[c] ? 1.0f : B[c * in + c];
     }
 
     /* 4. act-order permutation */
@@ -439,16 +504,27 @@ lb_status lb_gptq_factor_make(const float *H, int64_t in,
         }
         qsort(keys, (size_t)in, sizeof *keys, cmp_diag_desc);
         for (int64_t c = 0; c < in; c++) f->perm[c] = keys[c].idx;
+        /* Hp = H[perm][:, perm], in place */
+        if (permute_in_place(B, f->perm, in) != LB_OK) {
+            st = lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate", who);
+            goto done;
+        }
     }
+    /* LAPACK reads Hp's row-major lower triangle (torch hands it the
+     * column-major lower of Hp's row-major storage, i.e. Hp[i][j], j <=
+     * i); the upper one is made its copy (for a symmetric H, as the
+     * accumulator's, this changes nothing) */
+    mirror(B, in, true);
 
-    /* 5. damping (after the permutation), inverse Hessian factor */
+    /* 5. damping (after the permutation), inverse Hessian factor; a
+     * retry starts again from Hp, which a failed attempt leaves in B */
     for (int64_t c = 0; c < in; c++) dp[c] = dg[f->perm[c]];
     const float mean = lb_gptq_torch_sum_f32(dp, in) / (float)in;
     double damp_percent = opt->damp_percent;
     for (;;) {
         const float damp = (float)damp_percent * mean;
-        build_damped(H, f->perm, f->dead, in, damp, f->U);
-        const char *why = invert_factor(f->U, in);
+        for (int64_t i = 0; i < in; i++) B[i * in + i] = dp[i] + damp;
+        const char *why = invert_factor(B, in);
         if (!why) {
             f->damp_percent_used = damp_percent;
             f->damp_added = damp;
@@ -482,6 +558,58 @@ done:
     }
     *out = f;
     return LB_OK;
+}
+
+/* Arguments of both entry points; *n_bytes = in * in * sizeof(float). */
+static lb_status factor_args(const float *H, int64_t in,
+                             const lb_gptq_options *opt, lb_gptq_factor **out,
+                             size_t *n_bytes) {
+    static const char *who = "lb_gptq_factor_make";
+    if (!out) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL output", who);
+    *out = NULL;
+    if (!H || !opt)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL argument", who);
+    if (in < 1 || in > INT32_MAX)
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad in_features %lld",
+                            who, (long long)in);
+    LB_TRY(check_options(opt));
+    if (!lb_mul_ok((size_t)in, (size_t)in, n_bytes) ||
+        !lb_mul_ok(*n_bytes, sizeof(float), n_bytes))
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: sizes overflow", who);
+    return lb_gptq_check_finite(H, in, in, in, who, "H");
+}
+
+lb_status lb_gptq_factor_make(const float *H, int64_t in,
+                              const lb_gptq_options *opt,
+                              lb_gptq_factor **out) {
+    size_t n_ii;
+    LB_TRY(factor_args(H, in, opt, out, &n_ii));
+    float *B = lb_alloc(n_ii);
+    if (!B)
+        return lb_set_error(LB_ERR_NOMEM, "lb_gptq_factor_make: cannot "
+                            "allocate [%lld, %lld]", (long long)in,
+                            (long long)in);
+    memcpy(B, H, n_ii);
+    return factor_in_place(B, in, opt, out);
+}
+
+lb_status lb_gptq_factor_make_inplace(float **H, int64_t in,
+                                      const lb_gptq_options *opt,
+                                      lb_gptq_factor **out) {
+    if (!H) {
+        if (out) *out = NULL;
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "lb_gptq_factor_make_inplace: NULL H");
+    }
+    float *B = *H;
+    *H = NULL;
+    size_t n_ii;
+    lb_status st = factor_args(B, in, opt, out, &n_ii);
+    if (st != LB_OK) {
+        lb_free(B);
+        return st;
+    }
+    return factor_in_place(B, in, opt, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -584,7 +712,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
     solve_ctx s;
     memset(&s, 0, sizeof s);
-    float *Wp = lb_alloc(n_ow), *Loss = lb_alloc(n_ow);
+    float *Wp = lb_alloc(n_ow), *Loss = Wp;
     float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
     float *W0 = P ? lb_alloc(n_ob) : NULL;
     float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
@@ -593,7 +721,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
     s.fail_kind = lb_calloc((size_t)s.n_workers, sizeof(int));
     s.fail_row = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
     s.fail_col = lb_calloc((size_t)s.n_workers, sizeof(int64_t));
-    if (!Wp || !Loss || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
+    if (!Wp || !W1 || !Err1 || !T || !cur_scale || !cur_zero ||
         (P && !W0) ||
         !s.fail_kind || !s.fail_row || !s.fail_col) {
         st = lb_set_error(LB_ERR_NOMEM,
@@ -726,7 +854,6 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
 done:
     lb_free(Wp);
-    lb_free(Loss);
     lb_free(W1);
     lb_free(W0);
     lb_free(Err1);

@@ -4,15 +4,20 @@
  *
  * float32 mode (the reference): H *= (float)(n / (n + k)); n += k;
  * x = (float)sqrt(2 / n) * X^T; T = x x^T; H += T. T is a symmetric
- * rank-k update (cblas_ssyrk, lower triangle: half of sgemm's FLOPs) and
- * H is kept as its lower triangle, mirrored on read. OpenBLAS's ssyrk
- * runs the sgemm kernel with the same summation over rows, so T's lower
- * triangle is bit-identical to the full sgemm x x^T torch computes (checked
- * by test_gptq_hessian against cblas_sgemm on awkward sizes).
+ * rank-k update (cblas_ssyrk, lower triangle: half of sgemm's FLOPs). One
+ * [in, in] buffer A holds both: H's strict lower triangle transposed in
+ * A's strict upper one (H[i][j], j < i, at A[j*in + i]), H's diagonal in
+ * an [in] array, and T in A's lower triangle (ssyrk with uplo = lower
+ * does not reference the strict upper one, as BLAS specifies), so no
+ * [in, in] scratch is needed. OpenBLAS's ssyrk runs the sgemm kernel with
+ * the same summation over rows, so T's lower triangle is bit-identical to
+ * the full sgemm x x^T torch computes (checked by test_gptq_hessian
+ * against cblas_sgemm on awkward sizes).
  * float64 mode: the same formula in double with cblas_dsyrk (upper), then
  * mirrored on read.
  * bf16 products (lb_gptq_hessian_use_bf16): T = bf16(x) bf16(x)^T by
- * lb_gram_bf16 (f32 accumulation), then the same H update.
+ * lb_gram_bf16 (f32 accumulation; it too writes only the lower triangle),
+ * then the same H update.
  */
 #include "lowbit/gptq.h"
 #include "lowbit/kernels.h"
@@ -26,8 +31,10 @@ struct lb_gptq_hessian {
     int64_t in;
     int64_t nsamples;
     bool f64;
-    float *H32;  /* [in, in] (f32 mode)                   */
-    float *T32;  /* [in, in] scratch x x^T, lower (f32)   */
+    float *H32;  /* [in, in] (f32 mode): H's strict lower triangle
+                    transposed in the strict upper one, x x^T of the
+                    current batch in the lower one              */
+    float *hd;   /* [in] H's diagonal (f32 mode)                */
     float *xs;   /* [xs_rows, in] scaled copy of X (f32)   */
     int64_t xs_rows;
     double *H64; /* [in, in] upper triangle valid (f64)   */
@@ -38,6 +45,24 @@ struct lb_gptq_hessian {
     uint16_t *xt;    /* [in, xs_rows] its bf16 scratch           */
     int64_t xt_rows;
 };
+
+/* A's strict upper triangle (H[i][j] at A[j*n + i], j < i) and the
+ * diagonal hd: H = ratio H + T with T = A's lower triangle, in cache
+ * tiles. */
+static void update_upper(float *A, float *hd, int64_t n, float ratio) {
+    enum { TILE = 64 };
+    for (int64_t i0 = 0; i0 < n; i0 += TILE)
+        for (int64_t j0 = 0; j0 <= i0; j0 += TILE) {
+            const int64_t i1 = LB_MIN(i0 + TILE, n), j1 = LB_MIN(j0 + TILE, n);
+            for (int64_t j = j0; j < j1; j++) {
+                float *hr = A + (size_t)j * (size_t)n; /* H[., j], T[j, .]^T */
+                for (int64_t i = LB_MAX(i0, j + 1); i < i1; i++)
+                    hr[i] = hr[i] * ratio + A[(size_t)i * (size_t)n + (size_t)j];
+            }
+        }
+    for (int64_t i = 0; i < n; i++)
+        hd[i] = hd[i] * ratio + A[(size_t)i * (size_t)n + (size_t)i];
+}
 
 /* Rows of X scaled per call into the scratch copy (bounded memory). */
 #define HESS_CHUNK_ELEMS (1 << 22)
@@ -69,8 +94,8 @@ lb_status lb_gptq_hessian_create(int64_t in, bool f64_accum,
         if (!h->H64 || !h->xd) goto nomem;
     } else {
         h->H32 = lb_calloc((size_t)(in * in), sizeof(float));
-        h->T32 = lb_alloc((size_t)(in * in) * sizeof(float));
-        if (!h->H32 || !h->T32) goto nomem;
+        h->hd = lb_calloc((size_t)in, sizeof(float));
+        if (!h->H32 || !h->hd) goto nomem;
     }
     *out = h;
     return LB_OK;
@@ -84,7 +109,7 @@ nomem:
 void lb_gptq_hessian_free(lb_gptq_hessian *h) {
     if (!h) return;
     lb_free(h->H32);
-    lb_free(h->T32);
+    lb_free(h->hd);
     lb_free(h->xs);
     lb_free(h->H64);
     lb_free(h->xd);
@@ -161,18 +186,14 @@ lb_status lb_gptq_hessian_add_batch(lb_gptq_hessian *h, const float *X,
                                         "%s: cannot allocate the bf16 copy", who);
                 h->xt_rows = n_rows;
             }
-            LB_TRY(lb_gram_bf16(h->pool, xs, n_rows, in, h->xt, h->T32, false));
+            LB_TRY(lb_gram_bf16(h->pool, xs, n_rows, in, h->xt, h->H32, false));
         } else {
             cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, (int)in,
-                        (int)n_rows, 1.0f, xs, (int)in, 0.0f, h->T32, (int)in);
+                        (int)n_rows, 1.0f, xs, (int)in, 0.0f, h->H32, (int)in);
         }
-        /* H = ratio H + T, lower triangle (the same two roundings per
-         * element as torch's H *= ratio; H += T) */
-        for (int64_t i = 0; i < in; i++) {
-            float *hr = h->H32 + (size_t)i * (size_t)in;
-            const float *tr = h->T32 + (size_t)i * (size_t)in;
-            for (int64_t j = 0; j <= i; j++) hr[j] = hr[j] * ratio + tr[j];
-        }
+        /* H = ratio H + T (the same two roundings per element as torch's
+         * H *= ratio; H += T), T read from A's lower triangle */
+        update_upper(h->H32, h->hd, in, ratio);
     } else {
         const double ratio = n0 / n1, f = sqrt(2.0 / n1);
         for (size_t i = 0; i < nn; i++) h->H64[i] *= ratio;
@@ -199,9 +220,8 @@ lb_status lb_gptq_hessian_take(lb_gptq_hessian *h, float **H_out) {
     *H_out = NULL;
     if (!h) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL", who);
     const int64_t in = h->in;
-    /* the scratch goes first, so that at most two [in, in] buffers live */
-    lb_free(h->T32);
-    h->T32 = NULL;
+    const size_t nn = (size_t)in * (size_t)in;
+    /* the scratch goes first */
     lb_free(h->xs);
     h->xs = NULL;
     lb_free(h->xt);
@@ -210,17 +230,39 @@ lb_status lb_gptq_hessian_take(lb_gptq_hessian *h, float **H_out) {
     h->xd = NULL;
     float *H;
     if (!h->f64) {
-        H = h->H32; /* the accumulator itself: mirror its lower triangle */
+        /* the accumulator itself: its strict upper triangle (H's lower one
+         * transposed) copied onto the lower one, the diagonal put in */
+        H = h->H32;
         h->H32 = NULL;
-        lb_gptq_mirror_lower(H, in);
+        lb_gptq_mirror_upper(H, in);
+        for (int64_t i = 0; i < in; i++)
+            H[(size_t)i * (size_t)in + (size_t)i] = h->hd[i];
     } else {
-        H = lb_alloc((size_t)in * (size_t)in * sizeof(float));
-        if (H) lb_gptq_hessian_get(h, H);
+        /* the double accumulator, mirrored, then rounded to float in place
+         * front to back (float k overwrites bytes [4k, 4k + 4) of double
+         * k / 2, read already); its second half leaves the RSS */
+        double *D = h->H64;
+        h->H64 = NULL;
+        enum { TILE = 32 };
+        for (int64_t i0 = 0; i0 < in; i0 += TILE)
+            for (int64_t j0 = 0; j0 <= i0; j0 += TILE) {
+                const int64_t i1 = LB_MIN(i0 + TILE, in), j1 = LB_MIN(j0 + TILE, in);
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1 && j < i; j++)
+                        D[(size_t)i * (size_t)in + (size_t)j] =
+                            D[(size_t)j * (size_t)in + (size_t)i];
+            }
+        unsigned char *b = (unsigned char *)D;
+        for (size_t k = 0; k < nn; k++) {
+            double d;
+            memcpy(&d, b + k * sizeof(double), sizeof d);
+            const float v = (float)d;
+            memcpy(b + k * sizeof(float), &v, sizeof v);
+        }
+        lb_drop_pages(b + nn * sizeof(float), nn * sizeof(float));
+        H = (float *)(void *)b;
     }
     lb_gptq_hessian_free(h);
-    if (!H)
-        return lb_set_error(LB_ERR_NOMEM, "%s: cannot allocate [%lld, %lld]",
-                            who, (long long)in, (long long)in);
     *H_out = H;
     return LB_OK;
 }
@@ -230,8 +272,9 @@ void lb_gptq_hessian_get(const lb_gptq_hessian *h, float *H_out) {
     if (!h->f64) {
         for (int64_t i = 0; i < in; i++)
             for (int64_t j = 0; j < in; j++)
-                H_out[i * in + j] =
-                    j <= i ? h->H32[i * in + j] : h->H32[j * in + i];
+                H_out[i * in + j] = i == j ? h->hd[i]
+                                    : j < i ? h->H32[j * in + i]
+                                            : h->H32[i * in + j];
         return;
     }
     for (int64_t i = 0; i < in; i++)
@@ -245,8 +288,9 @@ void lb_gptq_hessian_get_f64(const lb_gptq_hessian *h, double *H_out) {
     for (int64_t i = 0; i < in; i++)
         for (int64_t j = 0; j < in; j++) {
             if (!h->f64)
-                H_out[i * in + j] = (double)(j <= i ? h->H32[i * in + j]
-                                                    : h->H32[j * in + i]);
+                H_out[i * in + j] = (double)(i == j ? h->hd[i]
+                                             : j < i ? h->H32[j * in + i]
+                                                     : h->H32[i * in + j]);
             else
                 H_out[i * in + j] =
                     j >= i ? h->H64[i * in + j] : h->H64[j * in + i];

@@ -33,6 +33,15 @@ lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,
 /* A[j*n + i] = A[i*n + j] for j < i: the strictly lower triangle of the
  * row-major [n, n] A copied onto the upper one, in place (cache tiles). */
 void lb_gptq_mirror_lower(float *A, int64_t n);
+/* A[i*n + j] = A[j*n + i] for j < i: the strictly upper triangle copied
+ * onto the lower one, in place (cache tiles). */
+void lb_gptq_mirror_upper(float *A, int64_t n);
+/* Tests only: the next lb_gptq_factor_make* attempts fail at step
+ * lb_gptq_test_fail_step (1: Cholesky, 2: inverse, 3: Cholesky of the
+ * inverse, 4: the diagonal check; after the step ran, as a numerical
+ * failure would) while lb_gptq_test_fail_count > 0, which each forced
+ * failure decrements. 0: off. Not thread-safe. */
+extern int lb_gptq_test_fail_step, lb_gptq_test_fail_count;
 /* Sum of x[0..n) in float32 in the order of torch's CPU cascade sum
  * (aten/src/ATen/native/cpu/SumKernel.cpp, vectorized_inner_sum with
  * 8-lane AVX2 vectors, ilp 4, 4 cascade levels), emulated in scalar code. */

@@ -1008,7 +1008,7 @@ lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
     if (!fac)
         return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
                             q->name);
-    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    lb_status s = qz_engine_factor(e, q, H, &o, fac);
     if (s == LB_OK) qz_engine_h_spent(e);
     if (s == LB_OK)
         s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
@@ -1019,6 +1019,14 @@ void qz_engine_h_spent(qz_engine *e) {
     if (!e->h_last) return;
     lb_free(*e->h_last);
     *e->h_last = NULL;
+}
+
+lb_status qz_engine_factor(qz_engine *e, const qz_module *q, const float *H,
+                           const lb_gptq_options *o, lb_gptq_factor **fac) {
+    if (*fac) return LB_OK;
+    if (e->h_last && *e->h_last && *e->h_last == H)
+        return lb_gptq_factor_make_inplace(e->h_last, q->in, o, fac);
+    return lb_gptq_factor_make(H, q->in, o, fac);
 }
 
 /* GPTAQ: GPTQ's factor of the replayed inputs' H, the asymmetric term P
@@ -1032,7 +1040,7 @@ static lb_status solve_gptaq(qz_engine *e, const qz_module *q, const float *W,
     if (!fac)
         return lb_set_error(LB_ERR_INTERNAL, "%s: GPTAQ without a Hessian",
                             q->name);
-    lb_status s = *fac ? LB_OK : lb_gptq_factor_make(H, q->in, &o, fac);
+    lb_status s = qz_engine_factor(e, q, H, &o, fac);
     if (s == LB_OK) qz_engine_h_spent(e);
     float *P = NULL;
     if (s == LB_OK)
@@ -1108,11 +1116,11 @@ static const qz_processor proc_gptaq = {
     "gptaq", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
     solve_gptaq};
 static const qz_processor proc_gptq_qep = {
-    "gptq+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
-    solve_gptq_qep};
+    "gptq+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE | QZ_READS_H,
+    NULL, NULL, solve_gptq_qep};
 static const qz_processor proc_rtn_qep = {
-    "rtn+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE, NULL, NULL,
-    solve_rtn_qep};
+    "rtn+qep", QZ_NEED_CALIB | QZ_NEED_HESSIAN | QZ_NEED_NATIVE | QZ_READS_H,
+    NULL, NULL, solve_rtn_qep};
 
 /* The processor of a parameter set: the method's, or its QEP variant. */
 static const qz_processor *processor_of(const lb_quantize_params *p) {
@@ -1344,15 +1352,25 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
         }
     /* each input's H, taken from its accumulator (whose scratch goes
      * with it), and its inverse-Hessian factors (one per desc_act
-     * setting): q/k/v and gate/up share theirs; both are freed after the
-     * input's last module (H as soon as that module's factor is made) */
+     * setting): q/k/v and gate/up share theirs. H goes to its last
+     * reader: the module making the input's last factor (the factor is
+     * made in H's buffer), or with QZ_READS_H the input's last module (H
+     * freed as soon as its factor is made); the factors are freed after
+     * the input's last module. */
     float *H[G_COUNT] = {NULL};
     int64_t nsamp[G_COUNT] = {0};
     lb_gptq_factor *fac[G_COUNT][2] = {{NULL}};
     int k_last[G_COUNT] = {-1, -1, -1, -1};
+    int k_hread[G_COUNT] = {-1, -1, -1, -1};
+    bool fac_seen[G_COUNT][2] = {{false}};
     for (int k = 0; k < nm; k++) {
         const qz_module *q = find_mod(e, l, members[k]);
-        if (q && q->quantize) k_last[input_group(q->which)] = k;
+        if (!q || !q->quantize) continue;
+        const int g = input_group(q->which);
+        k_last[g] = k;
+        if ((e->proc->needs & QZ_READS_H) || !fac_seen[g][q->desc_act ? 1 : 0])
+            k_hread[g] = k;
+        fac_seen[g][q->desc_act ? 1 : 0] = true;
     }
     for (int g = 0; g < G_COUNT && s == LB_OK; g++) {
         if (!c.H[g]) continue;
@@ -1368,14 +1386,16 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
         snprintf(e->stage, sizeof e->stage, "layer %d/%d %s: gptq %s", l + 1,
                  e->m->config.n_layers, names, short_name(q->which));
         e->dxxt = c.D[g];
-        e->h_last = k == k_last[g] ? &H[g] : NULL;
+        e->h_last = k == k_hread[g] ? &H[g] : NULL;
         s = quantize_module(e, q, H[g], &fac[g][q->desc_act ? 1 : 0],
                             nsamp[g]);
         e->dxxt = NULL;
         e->h_last = NULL;
-        if (k == k_last[g]) {
+        if (k == k_hread[g]) {
             lb_free(H[g]);
             H[g] = NULL;
+        }
+        if (k == k_last[g]) {
             lb_gptq_factor_free(fac[g][0]);
             lb_gptq_factor_free(fac[g][1]);
             fac[g][0] = fac[g][1] = NULL;

@@ -120,10 +120,14 @@ typedef struct qz_engine qz_engine;
 
 enum { QZ_NEED_CALIB = 1,   /* calibration inputs per layer (forwards)  */
        QZ_NEED_HESSIAN = 2, /* per-subset Hessians, solved with them    */
-       QZ_NEED_NATIVE = 4   /* a full-precision copy of the layer inputs
+       QZ_NEED_NATIVE = 4,  /* a full-precision copy of the layer inputs
                                (the native stream, f32) runs beside the
                                replayed one; each subset's solve sees the
                                cross statistics qz_engine.dxxt          */
+       QZ_READS_H = 8       /* solve reads H for every module (QEP's
+                               correction), not only to make the factor
+                               of the first module of an input with its
+                               desc_act (qz_engine_factor)              */
 };
 
 /* A quantization method on the layer pipeline. For each decoder layer the
@@ -230,10 +234,13 @@ struct qz_engine {
     float *nat;
     float *Xn[QZ_IN_COUNT];
     const float *dxxt;
-    /* while the last module of an input is solved: where the looper keeps
-     * that input's H (lb_alloc'd); a solve that has made its factor and
-     * needs H no more frees it there (qz_engine_h_spent), so that H and
-     * the solve's work space do not live at once; NULL otherwise */
+    /* while the last module of an input that reads its H is solved
+     * (the last to make a factor, or with QZ_READS_H the input's last
+     * module): where the looper keeps that H (lb_alloc'd); the factor is
+     * made in H's own buffer then (qz_engine_factor), or a solve that
+     * needs H no more frees it there (qz_engine_h_spent), so that H, the
+     * factor and the solve's work space do not live at once; NULL
+     * otherwise */
     float **h_last;
     /* act32 holds the current layer's post-attention residuals h = x +
      * o_proj(att) instead of its inputs x: a pass that ran with the
@@ -272,6 +279,13 @@ lb_status qz_engine_hessian_create(const qz_engine *e, int64_t in,
 /* The solve of q made its factor and reads H no more: free the looper's
  * H when q is its last module (e->h_last), else nothing. */
 void qz_engine_h_spent(qz_engine *e);
+
+/* *fac unless made already: GPTQ's inverse-Hessian factor of H for q's
+ * options o, in H's own buffer when H is the looper's and q its last
+ * reader (e->h_last: lb_gptq_factor_make_inplace, the looper's pointer
+ * set to NULL), else from a copy (lb_gptq_factor_make). */
+lb_status qz_engine_factor(qz_engine *e, const qz_module *q, const float *H,
+                           const lb_gptq_options *o, lb_gptq_factor **fac);
 
 /* Solve one module and hand it to the sink, swap it in (GPTQ with the
  * inverse-Hessian factor *fac, made from H first when *fac is NULL; the

@@ -132,17 +132,21 @@ static lb_status cross(qz_engine *e, const float *Xn, const float *X,
 /* GPTQ of module q (NULL or not quantized: nothing) with H (and, for
  * GPTAQ / QEP, the cross statistics D of the same input, else NULL); *fac
  * (one per desc_act setting) is made on first use and shared with the
- * next module of the same input. */
+ * next module of the same input. H_own: where the caller keeps H when q is
+ * its only module (the factor is then made in H's buffer, or H freed once
+ * it is made: qz_engine.h_last), else NULL. */
 static lb_status solve(qz_engine *e, const qz_module *q, const float *H,
-                       const float *D, int64_t nsamp, lb_gptq_factor *fac[2],
-                       int l) {
+                       float **H_own, const float *D, int64_t nsamp,
+                       lb_gptq_factor *fac[2], int l) {
     if (!q || !q->quantize) return LB_OK;
     snprintf(e->stage, sizeof e->stage, "layer %d/%d: %s %s", l + 1,
              e->m->config.n_layers, e->proc->name,
              q->name + strlen("model.layers."));
     e->dxxt = D;
+    e->h_last = H_own && *H_own == H ? H_own : NULL;
     lb_status s = qz_engine_quantize_module(e, q, H,
                                             &fac[q->desc_act ? 1 : 0], nsamp);
+    e->h_last = NULL;
     e->dxxt = NULL;
     LB_TRY(s);
     return qz_engine_progress(e, 1);
@@ -195,8 +199,8 @@ static lb_status mlp_block(qz_engine *e, int l, const qz_module *q[3],
             Du = D;
             f = own;
         }
-        if (s == LB_OK) s = solve(e, q[0], Hu, Du, ns, f, l);
-        if (s == LB_OK) s = solve(e, q[1], Hu, Du, ns, f, l);
+        if (s == LB_OK) s = solve(e, q[0], Hu, NULL, Du, ns, f, l);
+        if (s == LB_OK) s = solve(e, q[1], Hu, NULL, Du, ns, f, l);
         lb_free(H);
         lb_free(D);
         H = D = NULL;
@@ -224,7 +228,7 @@ static lb_status mlp_block(qz_engine *e, int l, const qz_module *q[3],
     lb_free(g);
     lb_free(gn);
     lb_gptq_factor *fd[2] = {NULL, NULL};
-    if (s == LB_OK) s = solve(e, q[2], H, D, ns, fd, l);
+    if (s == LB_OK) s = solve(e, q[2], H, &H, D, ns, fd, l);
     for (int i = 0; i < 2; i++) lb_gptq_factor_free(fd[i]);
     lb_free(H);
     lb_free(D);
