@@ -356,10 +356,11 @@ static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
  * each block's loads. Prefill (>= LB_VNNI_MIN_TOKENS tokens, x16_pass2):
  * two groups (32 rows) x 4 tokens per pass, so that each activation
  * broadcast feeds two vpdpbusd and the decoded codes serve 4 tokens; a
- * pair of groups is walked over its K-chunk once per 4 tokens (from L1/L2:
- * lb_mm_plan gives X16 Q4_0/Q8_0 prefill chunks of >= 64 rows). c * sum a
- * and da are computed once per call for each (token, block) (q8_sums, 8
- * blocks per step) and shared by all the call's groups. No gathers, no
+ * pair of groups is walked over its K-chunk once per 4 tokens, groups
+ * outer within each 16-token tile (from L1/L2: lb_mm_plan gives X16
+ * Q4_0/Q8_0 prefill chunks of >= 64 rows). c * sum a and da are computed
+ * once per call for each (token, block) (q8_sums, 8 blocks per step) and
+ * shared by all the call's groups. No gathers, no
  * horizontal sums in the loops. */
 #define XB(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
 
@@ -485,7 +486,7 @@ LB_UNROLL(2)
         }
 }
 
-#define XT 64 /* X16: tokens per corr / da table (one lb_mm_plan token tile) */
+#define XT 16 /* X16: tokens per corr / da table (32 KiB of stack, as before) */
 
 static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                    size_t as, int64_t nt, float *y, size_t ldy) {
