@@ -336,10 +336,11 @@ static inline uint8_t *kc_pack_x16(lb_type wt, const uint8_t *w, int64_t out, in
 /* Table kt on X16 weights: the same bytes as kt itself on the row-form
  * weights, for Q4_0 and Q8_0, on awkward shapes (rows below, at and past
  * multiples of 16; more than 256 blocks per row), 1..70 tokens (decode,
- * tiles, prefill), 1 and 3 threads; and lb_tensor_row_canonical gives the
- * row-form bytes back. Returns the number of products compared. */
+ * tiles, prefill), 1 and 3 threads, and the tile kernels called directly
+ * on the whole matrix (several groups in one call: the prefill kernels pair
+ * them); and lb_tensor_row_canonical gives the row-form bytes back. Returns the number of products compared. */
 static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
-    const int64_t ins[] = {32, 96, 32 * 300}, outs[] = {5, 16, 33, 64};
+    const int64_t ins[] = {32, 96, 32 * 300}, outs[] = {5, 16, 33, 50, 64};
     const int64_t toks[] = {1, 2, 4, 5, 15, 16, 17, 70};
     lb_pool *pool = lb_pool_create(3);
     int runs = 0, bad = 0;
@@ -383,6 +384,28 @@ static inline int kc_x16_same_bits(const lb_kernel_table *kt) {
                             bad++;
                         }
                         runs++;
+                    }
+                    /* the kernels directly on the whole matrix as one tile (lb_matmul
+                     * cuts small matrices into 16-row chunks): several groups per
+                     * call, paired by the prefill kernels, plus the row tail */
+                    {
+                        size_t arb;
+                        lb_row_size(LB_TYPE_Q8_0, in, &arb);
+                        uint8_t *aq = malloc(arb * (size_t)nt);
+                        for (int64_t t = 0; t < nt; t++)
+                            kt->qact[LB_TYPE_Q8_0](x + (size_t)(t * in), aq + (size_t)t * arb, in);
+                        kt->w[wt].mm(in, w, rb, out, aq, arb, nt, y0, (size_t)out);
+                        memset(y1, 0xFF, sizeof(float) * (size_t)(out * nt));
+                        kt->w[wt].mm_x16(in, wx, rb, out, aq, arb, nt, y1, (size_t)out);
+                        if (memcmp(y0, y1, sizeof(float) * (size_t)(out * nt)) != 0) {
+                            if (bad < 5)
+                                fprintf(stderr, "  %s %s X16 tile in=%lld out=%lld nt=%lld: not the row-form bits\n",
+                                        kt->name, lb_type_name(wt), (long long)in,
+                                        (long long)out, (long long)nt);
+                            bad++;
+                        }
+                        runs++;
+                        free(aq);
                     }
                     if (it == 0) {
                         uint8_t *buf = malloc(rb);

@@ -1,10 +1,11 @@
 /*
  * AVX-512 VNNI kernels for Q4_0 and Q8_0 weights against Q8_0 activations
  * (compiled with -mavx512f/bw/vl/dq -mavx512vnni, called only when
- * lb_cpu_get() reports AVX512_VNNI). Tiles of at least LB_VNNI_MIN_TOKENS
- * tokens (prefill) use the repacked layout below; Q4_0 decode (1-3 tokens)
- * has its own kernel (gemv_q4_0); the rest (Q8_0 decode, 4-15 tokens) runs
- * the AVX2 kernels.
+ * lb_cpu_get() reports AVX512_VNNI). Row-form weights: tiles of at least
+ * LB_VNNI_MIN_TOKENS tokens (prefill) use the repacked layout below; Q4_0
+ * decode (1-3 tokens) has its own kernel (gemv_q4_0); the rest (Q8_0
+ * decode, 4-15 tokens) runs the AVX2 kernels. X16 weights (the loader's
+ * default) have their own kernels further down (mm_x16), for every tile.
  *
  * Every output is bit-identical to the AVX2 kernel's (kernels_avx2.c), so a
  * model gives the same logits on AVX2, AVX-512 and AMX machines: per output,
@@ -16,7 +17,7 @@
  * codes minus 8).
  *
  * Layout: 16 weight rows in the 16 int32 lanes. For each block, the 16 rows'
- * codes are repacked (gathered) once per call into 8 vectors, vector k lane n
+ * codes are repacked (gathered from row form) once per call into 8 vectors, vector k lane n
  * = bytes 4k..4k+3 of row n, as unsigned bytes: Q4_0 the codes q (0..15),
  * Q8_0 w + 128. One vpdpbusd against the token's activation dword k
  * broadcast to all lanes (signed) adds 4 products to each of the 16 rows, so
@@ -56,32 +57,51 @@ static inline int32_t q8_sum(const uint8_t *ap) {
     return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
+/* corr[i] = c * (sum of the 32 int8 of block i) and da[i] = its scale for
+ * the kbn Q8_0 blocks at ap (one activation row): q8_sum's integers, 8
+ * blocks per step, the 4 vpsadbw partial sums of each block added in a
+ * transpose. (256-bit AVX2 intrinsics: the emulated test build runs them
+ * as they are.) */
+static void q8_sums(const uint8_t *ap, int kbn, int32_t c, int32_t *corr, float *da) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    const __m256i off = _mm256_set1_epi32(32 * 128), cv = _mm256_set1_epi32(c);
+    int i = 0;
+    for (; i + 8 <= kbn; i += 8) {
+        const uint8_t *p = ap + (size_t)i * 34 + 2;
+        __m256i s[8], r[4];
+LB_UNROLL(8)
+        for (int j = 0; j < 8; j++) /* 4 qwords: partial sums of a + 128, block i + j */
+            s[j] = _mm256_sad_epu8(
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 34 * j)), x80), z);
+LB_UNROLL(4)
+        for (int j = 0; j < 4; j++) /* qwords: 2j (lo), 2j + 1 (lo), 2j (hi), 2j + 1 (hi) */
+            r[j] = _mm256_add_epi64(_mm256_unpacklo_epi64(s[2 * j], s[2 * j + 1]),
+                                    _mm256_unpackhi_epi64(s[2 * j], s[2 * j + 1]));
+        /* dwords: blocks 0, 2, 1, 3 (low halves), then the same (high halves) */
+        const __m256i p0 = _mm256_or_si256(r[0], _mm256_slli_epi64(r[1], 32));
+        const __m256i p1 = _mm256_or_si256(r[2], _mm256_slli_epi64(r[3], 32));
+        const __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
+        const __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(p1), _mm256_extracti128_si256(p1, 1));
+        const __m256i b8 = _mm256_shuffle_epi32(_mm256_set_m128i(t1, t0), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)(corr + i), _mm256_mullo_epi32(_mm256_sub_epi32(b8, off), cv));
+LB_UNROLL(8)
+        for (int j = 0; j < 8; j++) da[i + j] = h2f(ap + (size_t)(i + j) * 34);
+    }
+    for (; i < kbn; i++) {
+        corr[i] = c * q8_sum(ap + (size_t)i * 34);
+        da[i] = h2f(ap + (size_t)i * 34);
+    }
+}
+
 typedef struct {
     __m512i k[8]; /* lane n of k[j]: bytes 4j..4j+3 of row n, unsigned */
 } wblock;
 
-/* Repack blocks [b0, b0 + sn) of rows r0.. r0 + 15 (lanes of rows >= rn
- * read row 0 again: their outputs are never stored). */
+/* Repack (gather) blocks [b0, b0 + sn) of row-form rows r0.. r0 + 15
+ * (lanes of rows >= rn read row 0 again: their outputs are never stored). */
 static void repack(int q4, const uint8_t *w, size_t ws, int rn, int64_t b0, int sn,
-                   wblock *W, float (*dw)[16], bool x16) {
+                   wblock *W, float (*dw)[16]) {
     const int wb = q4 ? 18 : 34;
-    if (x16) { /* a whole X16 group at w: plain loads */
-        const __m512i m4 = _mm512_set1_epi8(0x0F);
-        for (int i = 0; i < sn; i++) {
-            const uint8_t *p = w + (size_t)(b0 + i) * 16 * (size_t)wb;
-            _mm512_storeu_ps(dw[i], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
-            if (q4) {
-                for (int j = 0; j < 4; j++) {
-                    const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
-                    W[i].k[j] = _mm512_and_si512(v, m4);
-                    W[i].k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
-                }
-            } else {
-                for (int j = 0; j < 8; j++) W[i].k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
-            }
-        }
-        return;
-    }
     int32_t idx[16] __attribute__((aligned(64)));
     for (int n = 0; n < 16; n++) idx[n] = (int32_t)((size_t)(n < rn ? n : 0) * ws);
     const __m512i vidx = _mm512_load_si512(idx);
@@ -144,7 +164,7 @@ tokens_pass(const int U, const wblock *W, float (*dw)[16], const uint8_t *at, si
     for (int u = 0; u < U; u++) _mm512_mask_storeu_ps(acc_out[u], 0xFFFF, acc[u]);
 }
 
-static void mm_vnni(int q4, bool x16, int64_t n, const void *vw, size_t ws, int64_t nr,
+static void mm_vnni(int q4, int64_t n, const void *vw, size_t ws, int64_t nr,
                     const void *va, size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32;
@@ -165,15 +185,11 @@ static void mm_vnni(int q4, bool x16, int64_t n, const void *vw, size_t ws, int6
                     const int sn = LB_MIN(SB, kbn - s0);
                     const int64_t b0 = kb0 + s0;
                     for (int t = 0; t < tn; t++)
-                        for (int i = 0; i < sn; i++) {
-                            const uint8_t *ap = at + (size_t)t * as + (size_t)(b0 + i) * 34;
-                            corr[t][i] = c * q8_sum(ap);
-                            da[t][i] = h2f(ap);
-                        }
+                        q8_sums(at + (size_t)t * as + (size_t)b0 * 34, sn, c, corr[t], da[t]);
                     for (int g = 0; g < ng; g++) {
                         const int64_t r0 = R0 + 16 * g;
                         const int rn = (int)LB_MIN(16, nr - r0);
-                        repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw, x16 && rn == 16);
+                        repack(q4, w + (size_t)r0 * ws, ws, rn, b0, sn, W, dw);
                         int t = 0;
                         for (; t + 4 <= tn; t += 4)
                             tokens_pass(4, W, dw, at + (size_t)t * as, as, b0, sn, corr + t,
@@ -313,7 +329,7 @@ static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
     if (!WS_OK(ws)) {
         lb_mm_q4_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
     } else if (nt >= LB_VNNI_MIN_TOKENS) {
-        mm_vnni(1, false, n, w, ws, nr, a, as, nt, y, ldy);
+        mm_vnni(1, n, w, ws, nr, a, as, nt, y, ldy);
     } else if (nt < 4) {
         for (int64_t t = 0; t < nt; t++)
             gemv_q4_0(n, w, ws, nr, (const uint8_t *)a + (size_t)t * as, y + (size_t)t * ldy);
@@ -325,19 +341,27 @@ static void mm_q4_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
 static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                 size_t as, int64_t nt, float *y, size_t ldy) {
     if (nt < LB_VNNI_MIN_TOKENS || !WS_OK(ws)) lb_mm_q8_0_avx2(n, w, ws, nr, a, as, nt, y, ldy);
-    else mm_vnni(0, false, n, w, ws, nr, a, as, nt, y, ldy);
+    else mm_vnni(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
-/* ---- X16 layout (kernels_internal.h): decode and small tiles ------------
+/* ---- X16 layout (kernels_internal.h) -----------------------------------
  * One group of 16 rows is one sequential stream: per block, the 16 scales
  * (one 256-bit load, vcvtph2ps) and 4 (Q4_0) or 8 (Q8_0) 512-bit code
- * loads, lane n = 4 code bytes of row n. Each is multiplied by the token's
- * matching activation dword broadcast (vpdpbusd), in two independent
- * chains that start from -c * sum a (the correction) and 0; their sum is
- * the 16 exact block sums, scaled as in every variant:
+ * loads, lane n = 4 code bytes of row n, read in place (no copy). Each is
+ * multiplied by the token's matching activation dword broadcast
+ * (vpdpbusd), in chains that start from -c * sum a (the correction); their
+ * sum is the 16 exact block sums, scaled as in every variant:
  *   acc = fma(dw * da, (float)isum, acc)
- * U tokens (1..4) share each block's loads. No gathers, no horizontal
- * sums. */
+ * Decode and small tiles (x16_pass): one group, 1-4 tokens per pass share
+ * each block's loads. Prefill (>= LB_VNNI_MIN_TOKENS tokens, x16_pass2):
+ * two groups (32 rows) x 4 tokens per pass, so that each activation
+ * broadcast feeds two vpdpbusd and the decoded codes serve 4 tokens; a
+ * pair of groups is walked over its K-chunk once per 4 tokens, groups
+ * outer within each 16-token tile (from L1/L2: lb_mm_plan gives X16
+ * Q4_0/Q8_0 prefill chunks of >= 64 rows). c * sum a and da are computed
+ * once per call for each (token, block) (q8_sums, 8 blocks per step) and
+ * shared by all the call's groups. No gathers, no
+ * horizontal sums in the loops. */
 #define XB(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
 
 LB_KINLINE void
@@ -400,41 +424,124 @@ LB_UNROLL(4)
     }
 }
 
+/* Two X16 groups (32 rows, the second gs bytes after the first) x U
+ * tokens: each activation dword broadcast feeds two vpdpbusd. One chain per
+ * (token, group) from -c * sum a: the same exact integers as x16_pass's two
+ * chains (integer addition is exact in any order), scaled the same way, so
+ * the same bits. 16 code vectors + 8 accumulators + 2 scale vectors stay in
+ * registers (U = 4). */
+LB_KINLINE void
+x16_pass2(const int U, const int q4, const uint8_t *gp, size_t gs, int64_t kb0, int kbn,
+          const uint8_t *at, size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y,
+          size_t ldy) {
+    const size_t bb = q4 ? 16 * 18 : 16 * 34;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4][2];
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+    const uint8_t *p = gp + (size_t)kb0 * bb;
+    for (int i = 0; i < kbn; i++, p += bb) {
+        __m512 dwv[2];
+        __m512i k[2][8];
+LB_UNROLL(2)
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ph = p + h * gs;
+LB_UNROLL(9)
+            for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(ph + 8 * bb + l), _MM_HINT_T0);
+            dwv[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)ph));
+            if (q4) {
+LB_UNROLL(4)
+                for (int j = 0; j < 4; j++) {
+                    const __m512i v = _mm512_loadu_si512(ph + 32 + 64 * j);
+                    k[h][j] = _mm512_and_si512(v, m4);
+                    k[h][j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                }
+            } else {
+LB_UNROLL(8)
+                for (int j = 0; j < 8; j++) k[h][j] = _mm512_loadu_si512(ph + 32 + 64 * j);
+            }
+        }
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
+            const __m512 dau = _mm512_set1_ps(da[u][i]);
+            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = s0;
+LB_UNROLL(8)
+            for (int j = 0; j < 8; j++) {
+                const __m512i b = XB(ap, j);
+                s0 = _mm512_dpbusd_epi32(s0, k[0][j], b);
+                s1 = _mm512_dpbusd_epi32(s1, k[1][j], b);
+            }
+            acc[u][0] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[0], dau), _mm512_cvtepi32_ps(s0), acc[u][0]);
+            acc[u][1] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[1], dau), _mm512_cvtepi32_ps(s1), acc[u][1]);
+        }
+    }
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++)
+LB_UNROLL(2)
+        for (int h = 0; h < 2; h++) {
+            float *yu = y + (size_t)u * ldy + 16 * h;
+            const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u][h]) : acc[u][h];
+            _mm512_storeu_ps(yu, v);
+        }
+}
+
+#define XT 16 /* X16: tokens per corr / da table (32 KiB of stack, as before) */
+
 static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                    size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32, ng = nr / 16;
     const int32_t c = q4 ? 8 : 128;
-    if (nt >= LB_VNNI_MIN_TOKENS) {
-        mm_vnni(q4, true, n, w, ws, ng * 16, a, as, nt, y, ldy);
-    } else {
-        int32_t corr[LB_VNNI_MIN_TOKENS][KB];
-        float da[LB_VNNI_MIN_TOKENS][KB];
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-            const int kbn = (int)LB_MIN(KB, nb - kb0);
-            for (int64_t t = 0; t < nt; t++)
-                for (int i = 0; i < kbn; i++) {
-                    const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
-                    corr[t][i] = c * q8_sum(ap);
-                    da[t][i] = h2f(ap);
+    const bool g2 = nt >= LB_VNNI_MIN_TOKENS; /* prefill: two groups per pass */
+    int32_t corr[XT][KB];
+    float da[XT][KB];
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+        const int kbn = (int)LB_MIN(KB, nb - kb0);
+        for (int64_t t0 = 0; t0 < nt; t0 += XT) {
+            const int64_t tn = LB_MIN(XT, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                q8_sums(at + (size_t)t * as + (size_t)kb0 * 34, kbn, c, corr[t], da[t]);
+            int64_t g = 0;
+            if (g2)
+                for (; g + 2 <= ng; g += 2) {
+                    const uint8_t *gp = w + (size_t)g * 16 * ws;
+                    float *yg = y + (size_t)t0 * ldy + 16 * g;
+                    int64_t t = 0;
+                    if (q4) {
+                        for (; t + 4 <= tn; t += 4)
+                            x16_pass2(4, 1, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                        for (; t < tn; t++)
+                            x16_pass2(1, 1, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                    } else {
+                        for (; t + 4 <= tn; t += 4)
+                            x16_pass2(4, 0, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                        for (; t < tn; t++)
+                            x16_pass2(1, 0, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                    }
                 }
-            for (int64_t g = 0; g < ng; g++) {
+            for (; g < ng; g++) {
                 const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + 16 * g;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
                 int64_t t = 0;
                 if (q4) {
-                    for (; t + 4 <= nt; t += 4)
-                        x16_pass(4, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                    for (; t + 4 <= tn; t += 4)
+                        x16_pass(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
                                  yg + (size_t)t * ldy, ldy);
-                    for (; t < nt; t++)
-                        x16_pass(1, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                    for (; t < tn; t++)
+                        x16_pass(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
                                  yg + (size_t)t * ldy, ldy);
                 } else {
-                    for (; t + 4 <= nt; t += 4)
-                        x16_pass(4, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                    for (; t + 4 <= tn; t += 4)
+                        x16_pass(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
                                  yg + (size_t)t * ldy, ldy);
-                    for (; t < nt; t++)
-                        x16_pass(1, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
+                    for (; t < tn; t++)
+                        x16_pass(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
                                  yg + (size_t)t * ldy, ldy);
                 }
             }
