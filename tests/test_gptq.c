@@ -664,7 +664,7 @@ static void test_gptq_threads_progress(void) {
     o.progress.fn = NULL;
     TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &b));
     if (a.codes && b.codes) {
-        TH_CHECK(memcmp(a.codes, b.codes, sizeof(int32_t) * out * in) == 0);
+        TH_CHECK(memcmp(a.codes, b.codes, sizeof *a.codes * out * in) == 0);
         TH_CHECK(memcmp(a.W_deq, b.W_deq, sizeof(float) * out * in) == 0);
         TH_CHECK(memcmp(a.scales, b.scales, sizeof(float) * out * a.n_groups) == 0);
         TH_CHECK(memcmp(a.zeros, b.zeros, sizeof(int32_t) * out * a.n_groups) == 0);
@@ -699,7 +699,7 @@ static bool same_result(const lb_gptq_result *a, const lb_gptq_result *b) {
     const int64_t n = a->out_features * a->in_features;
     const int64_t g = a->out_features * a->n_groups;
     return a->codes && b->codes && n == b->out_features * b->in_features &&
-           memcmp(a->codes, b->codes, sizeof(int32_t) * (size_t)n) == 0 &&
+           memcmp(a->codes, b->codes, sizeof *a->codes * (size_t)n) == 0 &&
            memcmp(a->W_deq, b->W_deq, sizeof(float) * (size_t)n) == 0 &&
            memcmp(a->scales, b->scales, sizeof(float) * (size_t)g) == 0 &&
            memcmp(a->zeros, b->zeros, sizeof(int32_t) * (size_t)g) == 0 &&
@@ -924,7 +924,7 @@ static void test_gptq_dead_and_identity(void) {
     TH_CHECK_OK(lb_rtn_quantize(W0, O, N, 3, 16, false, false, &rtn));
     TH_CHECK_INT(r.n_dead, 1);
     if (r.codes && rtn.codes) {
-        TH_CHECK(memcmp(r.codes, rtn.codes, sizeof(int32_t) * O * N) == 0);
+        TH_CHECK(memcmp(r.codes, rtn.codes, sizeof *r.codes * O * N) == 0);
         TH_CHECK(memcmp(r.scales, rtn.scales, sizeof(float) * O * 4) == 0);
         for (int i = 0; i < O; i++) TH_CHECK(r.W_deq[i * N + 5] == 0.0f);
     }

@@ -405,7 +405,7 @@ static void solve_rows(void *p, int ith, int nth) {
             }
             const int32_t code = lb_quant_grid_code(w, scale, zero, s->maxq);
             const float q = lb_quant_grid_dequant(code, scale, zero);
-            res->codes[o * in + oc] = code;
+            res->codes[o * in + oc] = (uint8_t)code;
             res->W_deq[o * in + oc] = q;
             const float *urow = s->U + c * in + i1; /* U[c, i1:i2] */
             const float d = urow[i];
