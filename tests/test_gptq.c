@@ -739,6 +739,14 @@ static void test_gptq_shared_factor(void) {
             TH_CHECK_OK(lb_gptq_quantize(Ws[k], out, in, H, &o, &a));
             TH_CHECK_OK(lb_gptq_quantize_factored(Ws[k], out, in, f, &o, &b));
             TH_CHECK(same_result(&a, &b));
+            /* W as the working copy: the same bits */
+            lb_gptq_result c;
+            float *Wc = malloc(sizeof(float) * (size_t)(out * in));
+            memcpy(Wc, Ws[k], sizeof(float) * (size_t)(out * in));
+            TH_CHECK_OK(lb_gptq_quantize_factored_inplace(Wc, out, in, f, &o, &c));
+            TH_CHECK(same_result(&a, &c));
+            lb_gptq_result_free(&c);
+            free(Wc);
             TH_CHECK(a.hinv_upper && b.hinv_upper &&
                      memcmp(a.hinv_upper, b.hinv_upper, sizeof(float) * (size_t)(in * in)) == 0);
             TH_CHECK((a.perm == NULL) == !da && (b.perm == NULL) == !da);
@@ -756,6 +764,24 @@ static void test_gptq_shared_factor(void) {
         TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in, f, &o, &r), LB_ERR_INVALID_ARG);
         o.damp_percent = 0.01;
         TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in - 32, f, &o, &r), LB_ERR_INVALID_ARG);
+        lb_gptq_factor_free(f);
+    }
+    /* in place with per-row groups (step 1 reads W) and static groups */
+    for (int k = 0; k < 2; k++) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = k ? 100 : -1;
+        o.static_groups = k;
+        o.desc_act = k;
+        lb_gptq_factor *f = NULL;
+        TH_CHECK_OK(lb_gptq_factor_make(H, in, &o, &f));
+        lb_gptq_result a, c;
+        TH_CHECK_OK(lb_gptq_quantize_factored(W, out, in, f, &o, &a));
+        memcpy(W2, W, sizeof(float) * (size_t)(out * in));
+        TH_CHECK_OK(lb_gptq_quantize_factored_inplace(W2, out, in, f, &o, &c));
+        TH_CHECK(same_result(&a, &c));
+        lb_gptq_result_free(&a);
+        lb_gptq_result_free(&c);
         lb_gptq_factor_free(f);
     }
     lb_gptq_factor *f = (lb_gptq_factor *)1;

@@ -341,6 +341,15 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
                                     const lb_gptq_options *opt,
                                     lb_gptq_result *res);
 
+/* lb_gptq_quantize_factored with W [out, in] itself as the solve's working
+ * copy (permuted, compensated, then holding the per-weight losses) instead
+ * of a copy of it: one [out, in] f32 array less, the same result bit for
+ * bit. W's contents are unspecified on return, success or error. */
+lb_status lb_gptq_quantize_factored_inplace(float *W, int64_t out, int64_t in,
+                                            const lb_gptq_factor *f,
+                                            const lb_gptq_options *opt,
+                                            lb_gptq_result *res);
+
 /* ------------------------------------------------------------------------ */
 /* AutoGPTQ checkpoint packing (qweight / qzeros)                            */
 /* ------------------------------------------------------------------------ */
