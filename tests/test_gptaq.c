@@ -143,6 +143,19 @@ static void test_gptaq_rule(void) {
     lb_gptq_result r, rg;
     TH_CHECK_OK(lb_gptaq_quantize_factored(W, OUT, IN, f, &o, P, &r));
     TH_CHECK_OK(lb_gptq_quantize_factored(W, OUT, IN, f, &o, &rg));
+    { /* W as the working copy: the same bits */
+        lb_gptq_result ri;
+        float *Wc = malloc(sizeof(float) * OUT * IN);
+        memcpy(Wc, W, sizeof(float) * OUT * IN);
+        TH_CHECK_OK(lb_gptaq_quantize_factored_inplace(Wc, OUT, IN, f, &o, P, &ri));
+        TH_CHECK(ri.codes && r.codes &&
+                 memcmp(ri.codes, r.codes, (size_t)OUT * IN) == 0 &&
+                 memcmp(ri.W_deq, r.W_deq, sizeof(float) * OUT * IN) == 0 &&
+                 memcmp(ri.scales, r.scales, sizeof(float) * (size_t)(OUT * r.n_groups)) == 0 &&
+                 ri.loss == r.loss);
+        lb_gptq_result_free(&ri);
+        free(Wc);
+    }
 
     /* float64 reference: damp = 0.01 mean diag, Hinv = (H + damp)^-1,
      * U = upper Cholesky of Hinv (Hinv = U^T U), P = alpha triu(D U^T,1) U */

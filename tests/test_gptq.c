@@ -664,7 +664,7 @@ static void test_gptq_threads_progress(void) {
     o.progress.fn = NULL;
     TH_CHECK_OK(lb_gptq_quantize(W, out, in, H, &o, &b));
     if (a.codes && b.codes) {
-        TH_CHECK(memcmp(a.codes, b.codes, sizeof(int32_t) * out * in) == 0);
+        TH_CHECK(memcmp(a.codes, b.codes, sizeof *a.codes * out * in) == 0);
         TH_CHECK(memcmp(a.W_deq, b.W_deq, sizeof(float) * out * in) == 0);
         TH_CHECK(memcmp(a.scales, b.scales, sizeof(float) * out * a.n_groups) == 0);
         TH_CHECK(memcmp(a.zeros, b.zeros, sizeof(int32_t) * out * a.n_groups) == 0);
@@ -699,7 +699,7 @@ static bool same_result(const lb_gptq_result *a, const lb_gptq_result *b) {
     const int64_t n = a->out_features * a->in_features;
     const int64_t g = a->out_features * a->n_groups;
     return a->codes && b->codes && n == b->out_features * b->in_features &&
-           memcmp(a->codes, b->codes, sizeof(int32_t) * (size_t)n) == 0 &&
+           memcmp(a->codes, b->codes, sizeof *a->codes * (size_t)n) == 0 &&
            memcmp(a->W_deq, b->W_deq, sizeof(float) * (size_t)n) == 0 &&
            memcmp(a->scales, b->scales, sizeof(float) * (size_t)g) == 0 &&
            memcmp(a->zeros, b->zeros, sizeof(int32_t) * (size_t)g) == 0 &&
@@ -739,6 +739,14 @@ static void test_gptq_shared_factor(void) {
             TH_CHECK_OK(lb_gptq_quantize(Ws[k], out, in, H, &o, &a));
             TH_CHECK_OK(lb_gptq_quantize_factored(Ws[k], out, in, f, &o, &b));
             TH_CHECK(same_result(&a, &b));
+            /* W as the working copy: the same bits */
+            lb_gptq_result c;
+            float *Wc = malloc(sizeof(float) * (size_t)(out * in));
+            memcpy(Wc, Ws[k], sizeof(float) * (size_t)(out * in));
+            TH_CHECK_OK(lb_gptq_quantize_factored_inplace(Wc, out, in, f, &o, &c));
+            TH_CHECK(same_result(&a, &c));
+            lb_gptq_result_free(&c);
+            free(Wc);
             TH_CHECK(a.hinv_upper && b.hinv_upper &&
                      memcmp(a.hinv_upper, b.hinv_upper, sizeof(float) * (size_t)(in * in)) == 0);
             TH_CHECK((a.perm == NULL) == !da && (b.perm == NULL) == !da);
@@ -756,6 +764,24 @@ static void test_gptq_shared_factor(void) {
         TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in, f, &o, &r), LB_ERR_INVALID_ARG);
         o.damp_percent = 0.01;
         TH_CHECK_FAILS(lb_gptq_quantize_factored(W, out, in - 32, f, &o, &r), LB_ERR_INVALID_ARG);
+        lb_gptq_factor_free(f);
+    }
+    /* in place with per-row groups (step 1 reads W) and static groups */
+    for (int k = 0; k < 2; k++) {
+        lb_gptq_options o;
+        lb_gptq_options_default(&o);
+        o.group_size = k ? 100 : -1;
+        o.static_groups = k;
+        o.desc_act = k;
+        lb_gptq_factor *f = NULL;
+        TH_CHECK_OK(lb_gptq_factor_make(H, in, &o, &f));
+        lb_gptq_result a, c;
+        TH_CHECK_OK(lb_gptq_quantize_factored(W, out, in, f, &o, &a));
+        memcpy(W2, W, sizeof(float) * (size_t)(out * in));
+        TH_CHECK_OK(lb_gptq_quantize_factored_inplace(W2, out, in, f, &o, &c));
+        TH_CHECK(same_result(&a, &c));
+        lb_gptq_result_free(&a);
+        lb_gptq_result_free(&c);
         lb_gptq_factor_free(f);
     }
     lb_gptq_factor *f = (lb_gptq_factor *)1;
@@ -924,7 +950,7 @@ static void test_gptq_dead_and_identity(void) {
     TH_CHECK_OK(lb_rtn_quantize(W0, O, N, 3, 16, false, false, &rtn));
     TH_CHECK_INT(r.n_dead, 1);
     if (r.codes && rtn.codes) {
-        TH_CHECK(memcmp(r.codes, rtn.codes, sizeof(int32_t) * O * N) == 0);
+        TH_CHECK(memcmp(r.codes, rtn.codes, sizeof *r.codes * O * N) == 0);
         TH_CHECK(memcmp(r.scales, rtn.scales, sizeof(float) * O * 4) == 0);
         for (int i = 0; i < O; i++) TH_CHECK(r.W_deq[i * N + 5] == 0.0f);
     }

@@ -206,7 +206,7 @@ static void test_result_to_checkpoint(void) {
             TH_CHECK(sg[g * NO + o] == r.scales[o * ng + g]);
             TH_CHECK_INT(zg[g * NO + o], r.zeros[o * ng + g]);
         }
-    TH_CHECK_OK(lb_gptq_pack_qweight(r.codes, NO, NI, 3, qw));
+    TH_CHECK_OK(lb_gptq_pack_qweight_u8(r.codes, NO, NI, 3, qw));
     TH_CHECK_OK(lb_gptq_pack_qzeros(zg, ng, NO, 3, LB_GPTQ_FORMAT_V2, qz));
     TH_CHECK_OK(lb_gptq_unpack_qweight(qw, NO, NI, 3, cb));
     TH_CHECK_OK(lb_gptq_unpack_qzeros(qz, ng, NO, 3, LB_GPTQ_FORMAT_V2, zb));
@@ -219,6 +219,20 @@ static void test_result_to_checkpoint(void) {
             bad += v != r.W_deq[o * NI + c];
         }
     TH_CHECK_INT(bad, 0);
+    /* the one-byte codes unpack to themselves, and the int32 packer gives
+     * the same qweight words from the same values */
+    int64_t nc = 0;
+    for (int64_t i = 0; i < NO * NI; i++) nc += cb[i] != (int32_t)r.codes[i];
+    TH_CHECK_INT(nc, 0);
+    int32_t *qw2 = malloc(sizeof(int32_t) * NI * 3 / 32 * NO);
+    TH_CHECK_OK(lb_gptq_pack_qweight(cb, NO, NI, 3, qw2));
+    TH_CHECK(memcmp(qw, qw2, sizeof(int32_t) * NI * 3 / 32 * NO) == 0);
+    free(qw2);
+    r.codes[5] = 8; /* outside 0..7 */
+    TH_CHECK_FAILS(lb_gptq_pack_qweight_u8(r.codes, NO, NI, 3, qw),
+                   LB_ERR_INVALID_ARG);
+    TH_CHECK_FAILS(lb_gptq_pack_qweight_u8(r.codes, NO, 48, 3, qw),
+                   LB_ERR_INVALID_ARG); /* in % 32 */
     lb_gptq_result_free(&r);
     free(W), free(sg), free(zg), free(zb), free(qw), free(cb), free(qz);
 }

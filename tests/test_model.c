@@ -110,7 +110,8 @@ static void test_tinystories_reference(void) {
 /* lb_model_release_layer / _tensor on an HF load (a file mapping): the
  * layers' touched pages leave the RSS and the next forward gives the same
  * logits bit for bit (the pages are read from the file again); likewise
- * lb_context_release_kv for a layer's KV cache. */
+ * lb_context_release_kv for a layer's KV cache and
+ * lb_context_release_scratch for the forward's buffers. */
 static void test_release_pages(void) {
     lb_model *m = NULL;
     TH_CHECK_OK(lb_model_load_hf(th_shared("models/tinystories-656k"), NULL,
@@ -173,6 +174,21 @@ static void test_release_pages(void) {
     memcpy(h1, x, nx * sizeof(float));
     TH_CHECK_OK(lb_layer_forward(ctx, 0, h1, T, 0));
     TH_CHECK(memcmp(h0, h1, nx * sizeof(float)) == 0);
+
+    /* lb_context_release_scratch: the layer forward's normed input and
+     * query/output buffers ([T, hidden] f32 each, touched above) leave the
+     * RSS, and the next forward gives the same bits */
+    const long s0 = th_rss_pages();
+    lb_context_release_scratch(ctx);
+    const long s1 = th_rss_pages();
+    const long sc_pages = (long)(2 * nx * sizeof(float) /
+                                 (size_t)sysconf(_SC_PAGESIZE));
+    TH_CHECK_MSG(s0 - s1 >= sc_pages / 2, "RSS %ld -> %ld pages releasing "
+                 "%ld pages of scratch", s0, s1, sc_pages);
+    memcpy(h1, x, nx * sizeof(float));
+    TH_CHECK_OK(lb_layer_forward(ctx, 0, h1, T, 0));
+    TH_CHECK(memcmp(h0, h1, nx * sizeof(float)) == 0);
+    lb_context_release_scratch(NULL); /* nothing */
     lb_context_free(ctx);
     free(x);
     free(h0);

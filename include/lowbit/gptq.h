@@ -111,8 +111,8 @@ typedef struct lb_gptq_result {
     int64_t n_groups; /* ceil(in / group_size), 1 for group_size -1       */
     int bits;
     int group_size;   /* as requested (-1 = one group per row)            */
-    int32_t *codes;   /* [out, in] codes in [0, 2^bits-1], ORIGINAL column
-                         order                                            */
+    uint8_t *codes;   /* [out, in] codes in [0, 2^bits-1] (bits <= 8: one
+                         byte each), ORIGINAL column order                */
     float *scales;    /* [out, n_groups]                                  */
     int32_t *zeros;   /* [out, n_groups] integer zero points in [0, maxq] */
     int32_t *g_idx;   /* [in] group of each (original) column             */
@@ -341,6 +341,15 @@ lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
                                     const lb_gptq_options *opt,
                                     lb_gptq_result *res);
 
+/* lb_gptq_quantize_factored with W [out, in] itself as the solve's working
+ * copy (permuted, compensated, then holding the per-weight losses) instead
+ * of a copy of it: one [out, in] f32 array less, the same result bit for
+ * bit. W's contents are unspecified on return, success or error. */
+lb_status lb_gptq_quantize_factored_inplace(float *W, int64_t out, int64_t in,
+                                            const lb_gptq_factor *f,
+                                            const lb_gptq_options *opt,
+                                            lb_gptq_result *res);
+
 /* ------------------------------------------------------------------------ */
 /* AutoGPTQ checkpoint packing (qweight / qzeros)                            */
 /* ------------------------------------------------------------------------ */
@@ -397,6 +406,10 @@ int64_t lb_gptq_packed_len(int64_t n, int bits);
  * Errors: LB_ERR_INVALID_ARG (bits, sizes, in % 32, a code out of range). */
 lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
                                int bits, int32_t *qweight);
+/* The same from one-byte codes (lb_gptq_result.codes): the same qweight
+ * bytes for the same code values. Errors: as lb_gptq_pack_qweight. */
+lb_status lb_gptq_pack_qweight_u8(const uint8_t *codes, int64_t out,
+                                  int64_t in, int bits, int32_t *qweight);
 
 /* Inverse of lb_gptq_pack_qweight: qweight [in*bits/32, out] -> codes
  * [out, in]. Any bit pattern is accepted. Errors: LB_ERR_INVALID_ARG. */

@@ -302,6 +302,16 @@ lb_pool *lb_context_pool(lb_context *ctx);
  * layer is done. Nothing for a layer out of range. */
 void lb_context_release_kv(lb_context *ctx, int layer);
 
+/* Give the pages of the forward's scratch back to the kernel: the
+ * activation buffers ([n_batch, hidden] and [n_batch, n_heads * head_dim]
+ * f32), the MLP's ([n_batch, intermediate_size] f32 where a layer does not
+ * stream its MLP, e.g. with a hook set) and the quantized-activation rows.
+ * They stay allocated and come back (as zero pages) when the next forward
+ * writes them: every forward writes its scratch before reading it, so
+ * results are unchanged. For a caller that holds a context idle between
+ * forwards, e.g. GPTQ calibration while a subset is solved. */
+void lb_context_release_scratch(lb_context *ctx);
+
 /* The KV cache element type, and its size in bytes (K and V, all layers,
  * n_ctx positions). */
 lb_type lb_context_kv_type(const lb_context *ctx);

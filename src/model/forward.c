@@ -464,6 +464,30 @@ void lb_context_release_kv(lb_context *ctx, int layer) {
     lb_drop_pages((uint8_t *)ctx->v_cache + (size_t)layer * slab, slab);
 }
 
+void lb_context_release_scratch(lb_context *ctx) {
+    if (!ctx) return;
+    const lb_model_config *c = &ctx->m->config;
+    const size_t cap = (size_t)ctx->cap, dim = (size_t)c->hidden_size,
+                 qd = (size_t)c->n_heads * (size_t)c->head_dim,
+                 kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim,
+                 wide = LB_MAX(dim, qd), ff = (size_t)c->intermediate_size,
+                 fs = sizeof(float);
+    /* the sizes the buffers were allocated with (ensure_scratch,
+     * plan_layers, online_hadamard_ready), never more */
+    lb_drop_pages(ctx->x, cap * dim * fs);
+    lb_drop_pages(ctx->xn, cap * wide * fs);
+    lb_drop_pages(ctx->q, cap * wide * fs);
+    lb_drop_pages(ctx->k, cap * kvd * fs);
+    lb_drop_pages(ctx->v, cap * kvd * fs);
+    lb_drop_pages(ctx->gate, (size_t)ctx->gate_cap * ff * fs);
+    lb_drop_pages(ctx->up, (size_t)ctx->up_cap * ff * fs);
+    for (int i = 0; i < 4; i++)
+        lb_drop_pages(ctx->act[i], cap * ctx->act_stride[i]);
+    lb_drop_pages(ctx->mlpc, ctx->mlpc_per_thread * (size_t)ctx->n_threads * fs);
+    if (ctx->had_tmp)
+        lb_drop_pages(ctx->had_tmp, (size_t)ctx->n_threads * ff * fs);
+}
+
 size_t lb_context_kv_bytes(const lb_context *ctx) {
     const lb_model_config *c = &ctx->m->config;
     return 2 * (size_t)c->n_layers * (size_t)c->n_kv_heads *

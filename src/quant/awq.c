@@ -90,19 +90,27 @@ lb_status qz_awq_quantize(const float *W, int64_t out, int64_t in, int bits,
     res->group_size = group_size;
     const int64_t gs = group_size < 0 ? in : group_size;
     for (int64_t c = 0; c < in; c++) res->g_idx[c] = (int32_t)(c / gs);
+    /* one group's codes as qz_awq_group gives them (int32), then bytes */
+    int32_t *q = malloc((size_t)gs * sizeof *q);
+    if (!q) {
+        lb_gptq_result_free(res);
+        return lb_set_error(LB_ERR_NOMEM, "awq: out of memory");
+    }
     for (int64_t o = 0; o < out; o++)
         for (int64_t k = 0; k < ng; k++) {
             int64_t c0, c1;
             group_range(in, group_size, k, &c0, &c1);
             float s;
             int32_t z;
-            int32_t *q = res->codes + o * in + c0;
             qz_awq_group(W + o * in + c0, c1 - c0, bits, sym, &s, &z, q);
             res->scales[o * ng + k] = s;
             res->zeros[o * ng + k] = z;
-            for (int64_t c = c0; c < c1; c++)
+            for (int64_t c = c0; c < c1; c++) {
+                res->codes[o * in + c] = (uint8_t)q[c - c0];
                 res->W_deq[o * in + c] = s * (float)(q[c - c0] - z);
+            }
         }
+    free(q);
     return LB_OK;
 }
 

@@ -405,7 +405,7 @@ static void solve_rows(void *p, int ith, int nth) {
             }
             const int32_t code = lb_quant_grid_code(w, scale, zero, s->maxq);
             const float q = lb_quant_grid_dequant(code, scale, zero);
-            res->codes[o * in + oc] = code;
+            res->codes[o * in + oc] = (uint8_t)code;
             res->W_deq[o * in + oc] = q;
             const float *urow = s->U + c * in + i1; /* U[c, i1:i2] */
             const float d = urow[i];
@@ -640,13 +640,21 @@ lb_status lb_gptq_quantize(const float *W, int64_t out, int64_t in,
 static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
                                    const lb_gptq_factor *f,
                                    const lb_gptq_options *opt,
-                                   const float *P, lb_gptq_result *res);
+                                   const float *P, float *Ww,
+                                   lb_gptq_result *res);
 
 lb_status lb_gptq_quantize_factored(const float *W, int64_t out, int64_t in,
                                     const lb_gptq_factor *f,
                                     const lb_gptq_options *opt,
                                     lb_gptq_result *res) {
-    return quantize_factored(W, out, in, f, opt, NULL, res);
+    return quantize_factored(W, out, in, f, opt, NULL, NULL, res);
+}
+
+lb_status lb_gptq_quantize_factored_inplace(float *W, int64_t out, int64_t in,
+                                            const lb_gptq_factor *f,
+                                            const lb_gptq_options *opt,
+                                            lb_gptq_result *res) {
+    return quantize_factored(W, out, in, f, opt, NULL, W, res);
 }
 
 lb_status lb_gptaq_quantize_factored(const float *W, int64_t out, int64_t in,
@@ -657,13 +665,30 @@ lb_status lb_gptaq_quantize_factored(const float *W, int64_t out, int64_t in,
         if (res) memset(res, 0, sizeof *res);
         return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptaq_quantize: NULL P");
     }
-    return quantize_factored(W, out, in, f, opt, P, res);
+    return quantize_factored(W, out, in, f, opt, P, NULL, res);
 }
 
+lb_status lb_gptaq_quantize_factored_inplace(float *W, int64_t out,
+                                             int64_t in,
+                                             const lb_gptq_factor *f,
+                                             const lb_gptq_options *opt,
+                                             const float *P,
+                                             lb_gptq_result *res) {
+    if (!P) {
+        if (res) memset(res, 0, sizeof *res);
+        return lb_set_error(LB_ERR_INVALID_ARG, "lb_gptaq_quantize: NULL P");
+    }
+    return quantize_factored(W, out, in, f, opt, P, W, res);
+}
+
+/* Ww: NULL, or W itself (the _inplace entry points): the working copy
+ * is then W's own buffer, which step 1 reads before anything is written
+ * to it. */
 static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
                                    const lb_gptq_factor *f,
                                    const lb_gptq_options *opt,
-                                   const float *P, lb_gptq_result *res) {
+                                   const float *P, float *Ww,
+                                   lb_gptq_result *res) {
     static const char *who = "lb_gptq_quantize";
     if (!res) return lb_set_error(LB_ERR_INVALID_ARG, "%s: NULL result", who);
     memset(res, 0, sizeof *res);
@@ -712,7 +737,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
     solve_ctx s;
     memset(&s, 0, sizeof s);
-    float *Wp = lb_alloc(n_ow), *Loss = Wp;
+    float *Wp = Ww ? Ww : lb_alloc(n_ow), *Loss = Wp;
     float *W1 = lb_alloc(n_ob), *Err1 = lb_alloc(n_ob);
     float *W0 = P ? lb_alloc(n_ob) : NULL;
     float *T = lb_alloc(n_ow), *cur_scale = lb_calloc((size_t)out, 4);
@@ -749,7 +774,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
     /* 3. static groups from the original (dead-zeroed) columns; Wp holds W
      *    unpermuted for the moment. */
-    memcpy(Wp, W, n_ow);
+    if (Wp != W) memcpy(Wp, W, n_ow);
     for (int64_t o = 0; o < out; o++)
         for (int64_t c = 0; c < in; c++)
             if (dead[c]) Wp[o * in + c] = 0.0f;
@@ -853,7 +878,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
     st = LB_OK;
 
 done:
-    lb_free(Wp);
+    if (Wp != Ww) lb_free(Wp);
     lb_free(W1);
     lb_free(W0);
     lb_free(Err1);

@@ -73,6 +73,13 @@ lb_status lb_gptaq_quantize_factored(const float *W, int64_t out, int64_t in,
                                      const lb_gptq_factor *f,
                                      const lb_gptq_options *opt,
                                      const float *P, lb_gptq_result *res);
+/* The same with W as the working copy (lb_gptq_quantize_factored_inplace). */
+lb_status lb_gptaq_quantize_factored_inplace(float *W, int64_t out,
+                                             int64_t in,
+                                             const lb_gptq_factor *f,
+                                             const lb_gptq_options *opt,
+                                             const float *P,
+                                             lb_gptq_result *res);
 
 /* QEP (Arai and Ichikura 2025, arXiv 2504.09629; the FujitsuResearch/qep
  * weight correction): W* = W0 + alpha * W0 dXXT (H + damp I)^-1 with W0 = W

@@ -84,6 +84,29 @@ lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
     return LB_OK;
 }
 
+lb_status lb_gptq_pack_qweight_u8(const uint8_t *codes, int64_t out,
+                                  int64_t in, int bits, int32_t *qweight) {
+    static const char *who = "lb_gptq_pack_qweight";
+    LB_TRY(check_pack_args(codes, qweight, in, out, bits, who, "in_features"));
+    const int64_t rows = lb_gptq_packed_len(in, bits);
+    const int32_t maxq = (1 << bits) - 1;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++) {
+            int32_t v = codes[o * in + c];
+            if (v > maxq)
+                return lb_set_error(LB_ERR_INVALID_ARG,
+                                    "%s: code %d at [%lld, %lld] is outside "
+                                    "0..%d",
+                                    who, v, (long long)o, (long long)c, maxq);
+        }
+    uint32_t *q = (uint32_t *)qweight;
+    memset(q, 0, (size_t)rows * (size_t)out * sizeof(uint32_t));
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t c = 0; c < in; c++)
+            put_field(q + o, out, c, bits, (uint32_t)codes[o * in + c]);
+    return LB_OK;
+}
+
 lb_status lb_gptq_unpack_qweight(const int32_t *qweight, int64_t out,
                                  int64_t in, int bits, int32_t *codes) {
     static const char *who = "lb_gptq_unpack_qweight";

@@ -941,7 +941,16 @@ static lb_status quantize_module_with(engine *e, const qz_module *q,
     lb_gptq_result res;
     memset(&res, 0, sizeof res);
     double t0 = lb_time_s();
+    e->w_own = W;
+    e->w_spent = false;
     lb_status s = solve(e, q, W, H, fac, &res);
+    e->w_own = NULL;
+    if (s == LB_OK && e->w_spent) { /* W was the solve's working copy */
+        lb_free(W);
+        W = NULL;
+        s = module_weight_f32(e->m, q, &W);
+        if (s != LB_OK) lb_gptq_result_free(&res);
+    }
     if (s != LB_OK) {
         lb_free(W);
         return lb_error_context(s, "%s", q->name);
@@ -1010,8 +1019,13 @@ lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
                             q->name);
     lb_status s = qz_engine_factor(e, q, H, &o, fac);
     if (s == LB_OK) qz_engine_h_spent(e);
-    if (s == LB_OK)
+    if (s == LB_OK && e->w_own && W == e->w_own) {
+        e->w_spent = true;
+        s = lb_gptq_quantize_factored_inplace(e->w_own, q->out, q->in, *fac,
+                                              &o, res);
+    } else if (s == LB_OK) {
         s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
+    }
     return s;
 }
 
@@ -1045,8 +1059,13 @@ static lb_status solve_gptaq(qz_engine *e, const qz_module *q, const float *W,
     float *P = NULL;
     if (s == LB_OK)
         s = lb_gptaq_make_P(*fac, e->dxxt, (float)e->p->gptaq_alpha, &P);
-    if (s == LB_OK)
+    if (s == LB_OK && e->w_own && W == e->w_own) {
+        e->w_spent = true;
+        s = lb_gptaq_quantize_factored_inplace(e->w_own, q->out, q->in, *fac,
+                                               &o, P, res);
+    } else if (s == LB_OK) {
         s = lb_gptaq_quantize_factored(W, q->out, q->in, *fac, &o, P, res);
+    }
     lb_free(P);
     return s;
 }
@@ -1336,6 +1355,10 @@ static lb_status run_subset(engine *e, int l, const int *members, int nm,
     if (s == LB_OK && keep_att) e->att_ok = true;
     if (s == LB_OK && keep_act) e->act_ok = true;
     lb_context_set_hook(e->ctx, NULL);
+    /* the forward's scratch (at the 7B shapes [T, intermediate_size] and
+     * [T, hidden] f32, ~0.3 GiB) is idle while the subset is solved: its
+     * pages go back, the next forward faults them in again */
+    lb_context_release_scratch(e->ctx);
     e->rep->hessian_seconds += c.t_hessian;
     e->rep->forward_seconds += lb_time_s() - t_loop - c.t_hessian;
     lb_free(c.delta);

@@ -242,6 +242,15 @@ struct qz_engine {
      * factor and the solve's work space do not live at once; NULL
      * otherwise */
     float **h_last;
+    /* while quantize_module solves a module: its F32 weight copy (made
+     * for that solve and nothing else), which a GPTQ/GPTAQ solve given
+     * exactly this W may use as its working copy
+     * (lb_gptq_quantize_factored_inplace) and then sets w_spent: the
+     * copy is made again from the model for what reads W afterwards (the
+     * SNR, the sink), so that W and a working copy of it do not live at
+     * once; NULL otherwise */
+    float *w_own;
+    bool w_spent;
     /* act32 holds the current layer's post-attention residuals h = x +
      * o_proj(att) instead of its inputs x: a pass that ran with the
      * layer's attention in its final form kept them, and later passes and

@@ -281,7 +281,7 @@ static lb_status w_module_done(void *user, const qz_module *q, const float *W,
     lb_status s = LB_OK;
     if (!m->qweight || !m->qzeros || !m->scales || !m->g_idx || !zg)
         s = lb_set_error(LB_ERR_NOMEM, "%s: out of memory", q->name);
-    if (s == LB_OK) s = lb_gptq_pack_qweight(res->codes, out, in, bits,
+    if (s == LB_OK) s = lb_gptq_pack_qweight_u8(res->codes, out, in, bits,
                                              m->qweight);
     if (s == LB_OK) s = lb_gptq_result_groups_major(res, m->scales, zg);
     if (s == LB_OK)

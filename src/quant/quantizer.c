@@ -151,7 +151,7 @@ void lb_gptq_result_free(lb_gptq_result *r) {
 
 lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,
                                int64_t n_groups, bool perm, bool hinv) {
-    /* n_w, n_h: bytes of an [out, in] f32/i32 and an [in, in] f32 array */
+    /* n_w, n_h: bytes of an [out, in] f32 and an [in, in] f32 array */
     size_t n_w, n_g, n_h = 0;
     if (!lb_mul_ok((size_t)out, (size_t)in, &n_w) ||
         !lb_mul_ok(n_w, sizeof(float), &n_w) ||
@@ -164,7 +164,7 @@ lb_status lb_gptq_result_alloc(lb_gptq_result *r, int64_t out, int64_t in,
     r->out_features = out;
     r->in_features = in;
     r->n_groups = n_groups;
-    r->codes = lb_alloc(n_w);
+    r->codes = lb_alloc(n_w / sizeof(float)); /* one byte a code */
     r->W_deq = lb_alloc(n_w);
     r->scales = lb_calloc(n_g, sizeof(float));
     r->zeros = lb_calloc(n_g, sizeof(int32_t));
@@ -254,7 +254,7 @@ lb_status lb_rtn_quantize_grid(const lb_quant_grid *g, const float *W,
             res->zeros[o * ng + k] = z;
             for (int64_t c = c0; c < c1; c++) {
                 int32_t q = lb_quant_grid_code(w[c], s, z, maxq);
-                res->codes[o * in + c] = q;
+                res->codes[o * in + c] = (uint8_t)q;
                 res->W_deq[o * in + c] = lb_quant_grid_dequant(q, s, z);
             }
         }
