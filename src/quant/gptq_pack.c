@@ -60,15 +60,19 @@ static lb_status check_pack_args(const void *a, const void *b, int64_t n_pack,
     return LB_OK;
 }
 
-lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
-                               int bits, int32_t *qweight) {
+/* codes [out, in] (int32_t, or uint8_t when u8) -> qweight: the packers
+ * below, one for each code width */
+static lb_status pack_qweight(const void *codes, bool u8, int64_t out,
+                              int64_t in, int bits, int32_t *qweight) {
     static const char *who = "lb_gptq_pack_qweight";
     LB_TRY(check_pack_args(codes, qweight, in, out, bits, who, "in_features"));
+    const int32_t *c32 = codes;
+    const uint8_t *c8 = codes;
     const int64_t rows = lb_gptq_packed_len(in, bits);
     const int32_t maxq = (1 << bits) - 1;
     for (int64_t o = 0; o < out; o++)
         for (int64_t c = 0; c < in; c++) {
-            int32_t v = codes[o * in + c];
+            int32_t v = u8 ? c8[o * in + c] : c32[o * in + c];
             if (v < 0 || v > maxq)
                 return lb_set_error(LB_ERR_INVALID_ARG,
                                     "%s: code %d at [%lld, %lld] is outside "
@@ -80,31 +84,19 @@ lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
     /* column o of qweight packs codes[o, 0..in) along the rows */
     for (int64_t o = 0; o < out; o++)
         for (int64_t c = 0; c < in; c++)
-            put_field(q + o, out, c, bits, (uint32_t)codes[o * in + c]);
+            put_field(q + o, out, c, bits,
+                      u8 ? c8[o * in + c] : (uint32_t)c32[o * in + c]);
     return LB_OK;
+}
+
+lb_status lb_gptq_pack_qweight(const int32_t *codes, int64_t out, int64_t in,
+                               int bits, int32_t *qweight) {
+    return pack_qweight(codes, false, out, in, bits, qweight);
 }
 
 lb_status lb_gptq_pack_qweight_u8(const uint8_t *codes, int64_t out,
                                   int64_t in, int bits, int32_t *qweight) {
-    static const char *who = "lb_gptq_pack_qweight";
-    LB_TRY(check_pack_args(codes, qweight, in, out, bits, who, "in_features"));
-    const int64_t rows = lb_gptq_packed_len(in, bits);
-    const int32_t maxq = (1 << bits) - 1;
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t c = 0; c < in; c++) {
-            int32_t v = codes[o * in + c];
-            if (v > maxq)
-                return lb_set_error(LB_ERR_INVALID_ARG,
-                                    "%s: code %d at [%lld, %lld] is outside "
-                                    "0..%d",
-                                    who, v, (long long)o, (long long)c, maxq);
-        }
-    uint32_t *q = (uint32_t *)qweight;
-    memset(q, 0, (size_t)rows * (size_t)out * sizeof(uint32_t));
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t c = 0; c < in; c++)
-            put_field(q + o, out, c, bits, (uint32_t)codes[o * in + c]);
-    return LB_OK;
+    return pack_qweight(codes, true, out, in, bits, qweight);
 }
 
 lb_status lb_gptq_unpack_qweight(const int32_t *qweight, int64_t out,
