@@ -486,6 +486,33 @@ LB_UNROLL(2)
         }
 }
 
+/* The tn tokens at `at` (4 at a time, then one by one) x group g of the
+ * X16 weights w (and group g + 1 when pair): outputs y[t][16 g ..] */
+LB_KINLINE void
+x16_tokens(const int q4, const bool pair, const uint8_t *w, size_t ws, int64_t g, int64_t kb0,
+           int kbn, const uint8_t *at, size_t as, int64_t tn, int32_t (*corr)[KB],
+           float (*da)[KB], float *y, size_t ldy) {
+    const uint8_t *gp = w + (size_t)g * 16 * ws;
+    float *yg = y + 16 * g;
+    int64_t t = 0;
+    for (; t + 4 <= tn; t += 4) {
+        if (pair)
+            x16_pass2(4, q4, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                      yg + (size_t)t * ldy, ldy);
+        else
+            x16_pass(4, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                     yg + (size_t)t * ldy, ldy);
+    }
+    for (; t < tn; t++) {
+        if (pair)
+            x16_pass2(1, q4, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                      yg + (size_t)t * ldy, ldy);
+        else
+            x16_pass(1, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                     yg + (size_t)t * ldy, ldy);
+    }
+}
+
 #define XT 16 /* X16: tokens per corr / da table (32 KiB of stack, as before) */
 
 static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
@@ -503,47 +530,16 @@ static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, con
             const uint8_t *at = a + (size_t)t0 * as;
             for (int64_t t = 0; t < tn; t++)
                 q8_sums(at + (size_t)t * as + (size_t)kb0 * 34, kbn, c, corr[t], da[t]);
+            float *yt = y + (size_t)t0 * ldy;
             int64_t g = 0;
             if (g2)
                 for (; g + 2 <= ng; g += 2) {
-                    const uint8_t *gp = w + (size_t)g * 16 * ws;
-                    float *yg = y + (size_t)t0 * ldy + 16 * g;
-                    int64_t t = 0;
-                    if (q4) {
-                        for (; t + 4 <= tn; t += 4)
-                            x16_pass2(4, 1, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                        for (; t < tn; t++)
-                            x16_pass2(1, 1, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                    } else {
-                        for (; t + 4 <= tn; t += 4)
-                            x16_pass2(4, 0, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                        for (; t < tn; t++)
-                            x16_pass2(1, 0, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                    }
+                    if (q4) x16_tokens(1, true, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
+                    else x16_tokens(0, true, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
                 }
             for (; g < ng; g++) {
-                const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + (size_t)t0 * ldy + 16 * g;
-                int64_t t = 0;
-                if (q4) {
-                    for (; t + 4 <= tn; t += 4)
-                        x16_pass(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                 yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        x16_pass(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                 yg + (size_t)t * ldy, ldy);
-                } else {
-                    for (; t + 4 <= tn; t += 4)
-                        x16_pass(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                 yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        x16_pass(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                 yg + (size_t)t * ldy, ldy);
-                }
+                if (q4) x16_tokens(1, false, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
+                else x16_tokens(0, false, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
             }
         }
     }
