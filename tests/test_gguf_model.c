@@ -420,11 +420,14 @@ static void test_batching_threads_kv(void) {
     p.pin_threads = LB_PIN_OFF;
     p.kv_type = LB_TYPE_F16;
     float *f16 = logits_of(m, ids, n, &p);
-    /* token by token */
+    /* token by token, on both threads (a model this small decodes on one
+     * thread by default: LB_LAYER_MT_MIN) */
     float *dec = malloc((size_t)n * V * sizeof(float));
     p.kv_type = LB_TYPE_F32;
     lb_context *ctx = NULL;
+    setenv("LB_LAYER_MT_MIN", "0", 1);
     TH_CHECK_OK(lb_context_create(m, &p, &ctx));
+    unsetenv("LB_LAYER_MT_MIN");
     for (int32_t t = 0; ctx && t < n; t++)
         TH_CHECK_OK(lb_model_forward(ctx, ids + t, 1, t, dec + (size_t)t * V, LB_LOGITS_LAST));
     lb_context_free(ctx);

@@ -43,6 +43,9 @@ struct lb_context {
     int32_t n_ctx, n_past;
     lb_pool *pool;
     bool own_pool;
+    /* layers with fewer weight bytes x tokens than this run on the caller
+     * alone (run_layers; LB_LAYER_MT_MIN overrides, e.g. 0 in tests) */
+    double layer_mt_min;
     int n_threads;
 
     /* KV cache of kv_type (F32 or F16), per layer and KV head contiguous
@@ -376,6 +379,10 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
         }
     }
     ctx->n_threads = lb_pool_size(ctx->pool);
+    {
+        const char *e = getenv("LB_LAYER_MT_MIN");
+        ctx->layer_mt_min = e && e[0] ? strtod(e, NULL) : 1048576.0;
+    }
     size_t kv_elems;
     if (!lb_mul_ok((size_t)c->n_layers * (size_t)c->n_kv_heads,
                    (size_t)n_ctx * (size_t)c->head_dim, &kv_elems) ||
@@ -1066,12 +1073,17 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     j.entry = entry;
     j.src = src;
     atomic_init(&j.status, LB_OK);
-    /* a single token on a short context: waking the pool costs more than
-     * the work of the smallest models */
+    /* a layer's ~10 barriers cost ~10 us with two threads on a 2-vCPU VM
+     * (Zen 5), more than a second thread saves on up to ~1.3 MB of
+     * weights per layer: tinystories-656k decode at 2 threads, 110 KB
+     * (Q4_0) / 780 KB (F32) per layer, 31.3k -> 52.9k / 21.9k -> 26.3k
+     * tokens/s with the layers on one thread (`lowbit bench MODEL -p 0 -n
+     * 256 -t 2`). Below 1 MiB of weights x tokens per layer (default of
+     * ctx->layer_mt_min) the layers run on the caller alone. */
     const lb_model_config *c = &ctx->m->config;
     double work = (double)n * (double)lb_model_weight_bytes(ctx->m) /
                   (double)LB_MAX(c->n_layers, 1) * (l1 - l0);
-    j.pool = work < 65536.0 ? NULL : ctx->pool;
+    j.pool = work < ctx->layer_mt_min ? NULL : ctx->pool;
     lb_pool_run(j.pool, fwd_worker, &j);
     return (lb_status)atomic_load(&j.status);
 }
