@@ -207,8 +207,12 @@ static void test_pinned_pool(void) {
 }
 
 /* LB_POOL_PIN_AUTO: each thread of a pool as large as the allowed CPU set
- * runs on its own single CPU during a job (the caller's affinity restored
- * after it); a pool of another size is left to the scheduler. */
+ * runs on its own single CPU during a job: a caller confined to another
+ * CPU than the pool's first is pinned to the first for the job and its
+ * affinity restored after it; a caller confined to the first stays as it
+ * is (both cases are deterministic; an unconfined caller is pinned or not
+ * depending on where the scheduler put it). A pool of another size is left
+ * to the scheduler. */
 typedef struct aff_job {
     int cpus[64]; /* CPU of each thread when pinned, -1 when not */
 } aff_job;
@@ -234,13 +238,35 @@ static void test_pool_pin_auto(void) {
     }
     lb_pool *p = lb_pool_create_ex(n_all, LB_POOL_PIN_AUTO);
     TH_CHECK(p != NULL);
-    if (p) {
+    /* the caller confined to the last allowed CPU (not the pool's first),
+     * then to the first */
+    int first = -1, last = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) {
+            if (first < 0) first = c;
+            last = c;
+        }
+    const int confine[2] = {last, first};
+    for (int r = 0; p && r < 2; r++) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(confine[r], &one);
+        TH_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
         aff_job j;
         lb_pool_run(p, aff_fn, &j);
+        TH_CHECK_INT(j.cpus[0], first);
         for (int i = 0; i < n_all; i++) {
             TH_CHECK(j.cpus[i] >= 0 && CPU_ISSET(j.cpus[i], &all));
             for (int k = 0; k < i; k++) TH_CHECK(j.cpus[i] != j.cpus[k]);
         }
+        cpu_set_t after;
+        TH_CHECK(sched_getaffinity(0, sizeof after, &after) == 0 &&
+                 CPU_EQUAL(&after, &one));
+    }
+    TH_CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+    if (p) { /* unconfined: the same results, the caller's mask kept */
+        aff_job j;
+        lb_pool_run(p, aff_fn, &j);
         cpu_set_t after;
         TH_CHECK(sched_getaffinity(0, sizeof after, &after) == 0 &&
                  CPU_EQUAL(&after, &all));

@@ -204,12 +204,16 @@ typedef void (*lb_pool_fn)(void *ctx, int ith, int nth);
 lb_pool *lb_pool_create(int n_threads);
 
 /* Flags of lb_pool_create_ex. LB_POOL_PIN: pin worker i (i >= 1) to the
- * i-th CPU of the process's allowed set, and the thread that calls
- * lb_pool_run to the first one for the duration of each job (its affinity
- * is restored afterwards). Keeps the threads of a job on distinct CPUs on a
- * busy machine, where the scheduler otherwise tends to stack a woken worker
- * onto its waker's CPU. Ignored when there are fewer allowed CPUs than
- * threads. */
+ * i-th CPU of the process's allowed set; the thread that calls
+ * lb_pool_run runs its share on the first one: when it is on another CPU
+ * at the start of a job it is pinned to the first for the job (its
+ * affinity restored afterwards); when it already runs there (sched_getcpu,
+ * no syscall) it is left as it is. A restored thread usually stays where
+ * it ran, so from the second job on no affinity call is made (a pin and
+ * restore per job cost ~5 us on a 2-vCPU VM, the whole job of a tiny
+ * model). Keeps the threads of a job on distinct CPUs on a busy machine,
+ * where the scheduler otherwise tends to stack a woken worker onto its
+ * waker's CPU. Ignored when there are fewer allowed CPUs than threads. */
 #define LB_POOL_PIN 1u
 /* LB_POOL_PIN_AUTO: LB_POOL_PIN only when the pool has exactly as many
  * threads as the process has allowed CPUs (it takes the whole machine, so
