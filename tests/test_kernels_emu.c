@@ -802,6 +802,78 @@ static void test_emu_f16_kernels(void) {
             hw ? " and vs the AVX-512 build" : " (no AVX-512 here: no hardware comparison)");
 }
 
+/* The AVX-512 attention helpers (vec_avx512.c) on any AVX2 machine: qk /
+ * pv within f32 rounding of the reference (relative to the sum of
+ * |products|), f16_to_f32 exact, and bit for bit the real AVX-512 build's
+ * where the CPU has it; head sizes 16..128 and 72 (the AVX2 fallback),
+ * 1..8 queries, key counts around the 16-key step. */
+static void test_emu_vec_kernels(void) {
+    lb_kernel_table emu = *lb_kernels_table(LB_KV_AVX2);
+    lb_vec_fill_avx512_emu(&emu);
+    const lb_kernel_table *ref = lb_kernels_table(LB_KV_REF);
+    const bool hw = lb_kernels_usable(LB_KV_AVX512);
+    const lb_kernel_table *real = lb_kernels_table(LB_KV_AVX512);
+    TH_CHECK(emu.vec.qk != lb_kernels_table(LB_KV_AVX2)->vec.qk);
+    const int hds[] = {16, 32, 64, 72, 80, 128};
+    const int64_t ns[] = {1, 15, 16, 17, 33, 64};
+    double worst_qk = 0, worst_pv = 0;
+    int differ_hw = 0, runs = 0;
+    for (size_t a = 0; a < LB_ARRAY_LEN(hds); a++)
+        for (int G = 1; G <= 8; G++)
+            for (size_t b = 0; b < LB_ARRAY_LEN(ns); b++, runs++) {
+                const int hd = hds[a];
+                const int64_t n = ns[b], lds = 67;
+                float *q = malloc(sizeof(float) * (size_t)(G * hd)),
+                      *K = malloc(sizeof(float) * (size_t)(n * hd)),
+                      *V = malloc(sizeof(float) * (size_t)(n * hd)),
+                      *s0 = malloc(sizeof(float) * (size_t)(G * lds)),
+                      *s1 = malloc(sizeof(float) * (size_t)(G * lds)),
+                      *s2 = malloc(sizeof(float) * (size_t)(G * lds)),
+                      *a0 = malloc(sizeof(float) * (size_t)(G * hd)),
+                      *a1 = malloc(sizeof(float) * (size_t)(G * hd)),
+                      *a2 = malloc(sizeof(float) * (size_t)(G * hd));
+                for (int i = 0; i < G * hd; i++) q[i] = rng_f(-1, 1), a0[i] = a1[i] = a2[i] = rng_f(-1, 1);
+                for (int64_t i = 0; i < n * hd; i++) K[i] = rng_f(-1, 1), V[i] = rng_f(-1, 1);
+                ref->vec.qk(G, hd, q, K, n, 0.125f, s0, lds);
+                emu.vec.qk(G, hd, q, K, n, 0.125f, s1, lds);
+                if (hw) real->vec.qk(G, hd, q, K, n, 0.125f, s2, lds);
+                for (int g = 0; g < G; g++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double mag = 0;
+                        for (int i = 0; i < hd; i++) mag += fabs(q[g * hd + i] * K[j * hd + i]);
+                        const size_t o = (size_t)(g * lds + j);
+                        worst_qk = fmax(worst_qk, fabs(s0[o] - s1[o]) / (0.125 * mag + 1e-30));
+                        differ_hw += hw && !same_float(s1[o], s2[o]);
+                    }
+                ref->vec.pv(G, hd, s0, lds, V, n, a0);
+                emu.vec.pv(G, hd, s0, lds, V, n, a1);
+                if (hw) real->vec.pv(G, hd, s0, lds, V, n, a2);
+                for (int g = 0; g < G; g++)
+                    for (int i = 0; i < hd; i++) {
+                        double mag = 1;
+                        for (int64_t j = 0; j < n; j++) mag += fabs(s0[g * lds + j] * V[j * hd + i]);
+                        worst_pv = fmax(worst_pv, fabs(a0[g * hd + i] - a1[g * hd + i]) / mag);
+                        differ_hw += hw && !same_float(a1[g * hd + i], a2[g * hd + i]);
+                    }
+                free(q), free(K), free(V), free(s0), free(s1), free(s2), free(a0), free(a1), free(a2);
+            }
+    enum { NH = 4099 };
+    uint16_t *h = malloc(NH * 2);
+    float *f0 = malloc(NH * 4), *f1 = malloc(NH * 4);
+    for (int i = 0; i < NH; i++) h[i] = (uint16_t)(i * 16 + (i >> 8));
+    for (int len = 0; len <= NH; len += len < 40 ? 1 : 1013) {
+        ref->vec.f16_to_f32(h, f0, len);
+        emu.vec.f16_to_f32(h, f1, len);
+        TH_CHECK(memcmp(f0, f1, (size_t)len * 4) == 0);
+    }
+    free(h), free(f0), free(f1);
+    fprintf(stderr, "  vec AVX-512 (emulated): %d shapes, qk max rel err %.3g, pv %.3g%s\n", runs,
+            worst_qk, worst_pv, hw ? ", bit for bit vs the hardware" : " (no AVX-512 here)");
+    TH_CHECK(worst_qk < 1e-6);
+    TH_CHECK(worst_pv < 1e-6);
+    TH_CHECK_MSG(differ_hw == 0, "%d outputs differ from the real AVX-512 build", differ_hw);
+}
+
 int main(int argc, char **argv) {
     kc_verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     if (!lb_kernels_usable(LB_KV_AVX2))
@@ -826,6 +898,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_emu_fp8_bnb_intrinsics);
     TH_RUN(test_emu_fp8_bnb_kernels);
     TH_RUN(test_emu_f16_kernels);
+    TH_RUN(test_emu_vec_kernels);
     for (int e = 0; e < E_COUNT; e++)
         fprintf(stderr, "variant %-17s tested: %d kernel cases vs ref + oracle + threads\n",
                 g_emu[e].name, n_cases[e]);

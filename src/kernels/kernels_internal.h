@@ -352,6 +352,12 @@ void lb_mm_q4_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
 void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_vec_fill_avx2(lb_kernel_table *kt); /* vec_avx2.c */
+/* vec_avx2.c's attention kernels (lb_vec_kernels.qk / .pv), also the
+ * fallback of vec_avx512.c for head sizes that are not a multiple of 16 */
+void lb_vec_qk_avx2(int G, int hd, const float *q, const float *K, int64_t n,
+                    float scale, float *s, int64_t lds);
+void lb_vec_pv_avx2(int G, int hd, const float *p, int64_t ldp, const float *V,
+                    int64_t n, float *acc);
 
 /* LB_KSYM(name): exported name of a function defined in kernels_avx512vnni.c
  * or kernels_amx.c. Tests compile those two files a second time against
@@ -399,6 +405,8 @@ void lb_kernels_fill_f32_avx512(lb_kernel_table *kt);
  * Only AVX2/F16C intrinsics: test_kernels_emu builds it with AVX2 flags
  * (the _emu name) and checks it on any AVX2 machine. */
 void LB_KSYM(lb_kernels_fill_f16_avx512)(lb_kernel_table *kt);
+/* vec_avx512.c: AVX-512 qk / pv / f16_to_f32 (the rest of vec stays AVX2) */
+void LB_KSYM(lb_vec_fill_avx512)(lb_kernel_table *kt);
 
 /* ---- BF16 activations (bf16x_ref.c, bf16x_avx512bf16.c) ----------------- */
 /* Products of bf16 weights and bf16 activations with f32 accumulation, for

@@ -65,6 +65,7 @@ static void init_tables(void) {
             g_tables[v].vec.hadamard = lb_hadamard_f32_avx512; /* hadamard_avx512.c */
             lb_kernels_fill_f32_avx512(&g_tables[v]); /* f32_avx512.c: F32 retiled */
             lb_kernels_fill_f16_avx512(&g_tables[v]); /* f16_avx512.c: F16/BF16 */
+            lb_vec_fill_avx512(&g_tables[v]);         /* vec_avx512.c: attention */
             break;
         case LB_KV_AVX512_VNNI: lb_kernels_fill_avx512_vnni(&g_tables[v]); break;
         case LB_KV_AMX: lb_kernels_fill_amx(&g_tables[v]); break;

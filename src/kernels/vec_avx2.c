@@ -50,7 +50,7 @@ LB_AI __m256 exp8(__m256 x) {
 
 /* ---- attention --------------------------------------------------------- */
 
-static void qk_avx2(int G, int hd, const float *q, const float *K, int64_t n,
+void lb_vec_qk_avx2(int G, int hd, const float *q, const float *K, int64_t n,
                     float scale, float *s, int64_t lds) {
     const int hd8 = hd & ~7;
     const __m256 sc = _mm256_set1_ps(scale);
@@ -121,7 +121,7 @@ LB_AI void pv_cols(int W, int ng, int hd, int i0, const float *p, int64_t ldp,
     }
 }
 
-static void pv_avx2(int G, int hd, const float *p, int64_t ldp, const float *V,
+void lb_vec_pv_avx2(int G, int hd, const float *p, int64_t ldp, const float *V,
                     int64_t n, float *acc) {
     for (int g0 = 0; g0 < G; g0 += 4) {
         const int ng = G - g0 < 4 ? G - g0 : 4;
@@ -212,8 +212,8 @@ static void f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
 }
 
 void lb_vec_fill_avx2(lb_kernel_table *kt) {
-    kt->vec.qk = qk_avx2;
-    kt->vec.pv = pv_avx2;
+    kt->vec.qk = lb_vec_qk_avx2;
+    kt->vec.pv = lb_vec_pv_avx2;
     kt->vec.exp_sum = exp_sum_avx2;
     kt->vec.silu_mul = silu_mul_avx2;
     kt->vec.add = add_avx2;
