@@ -345,7 +345,12 @@ static void check_model(lb_moe_coverage cov) {
             (long long)n_w, within_all ? "yes" : "no", (long long)n_alt,
             (long long)n_zero, min_gap);
     TH_CHECK(min_gap > 1e-5); /* the routing is not ambiguous */
-    TH_CHECK_MSG(n_diff * 500 <= n_w, "%lld of %lld", (long long)n_diff,
+    /* codes at a rounding boundary flip with the f32 rounding of the
+     * forward that made the inputs (the attention helpers sum in another
+     * order per kernel family: routed 147 of 73728 with LB_KERNELS=avx2,
+     * 194 with avx512; all 148 / 127 of 147456), every flip one step;
+     * the wrong constructions below differ in > 90% */
+    TH_CHECK_MSG(n_diff * 200 <= n_w, "%lld of %lld", (long long)n_diff,
                  (long long)n_w);
     TH_CHECK(within_all);
     TH_CHECK_MSG(n_zero > 20 * (n_diff + 1), "D = 0: %lld", (long long)n_zero);
