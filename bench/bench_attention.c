@@ -3,8 +3,9 @@
  * qk, exp_sum, pv, f16_to_f32) per kernel variant, as the forward pass
  * calls them for one token: for each of H (layer, KV head) pairs, the
  * f16 K and V rows of DEPTH cached positions in blocks of 64, converted,
- * scored against G queries, softmax-weighted and summed (attn_unit in
- * src/model/forward.c, without its online max / rescale).
+ * scored against G queries, softmax-weighted and summed, the next block
+ * prefetched (attn_unit in src/model/forward.c, without its online max /
+ * rescale).
  *
  *   bench_attention [--depth 4096] [--heads 48] [--group 7] [--hd 64]
  *                   [--cached] [--min-time S]
@@ -87,6 +88,12 @@ int main(int argc, char **argv) {
                         const size_t o = cached ? 0 : (size_t)j * hd;
                         kt->vec.f16_to_f32(Kh + o, kf, (int64_t)nb * hd);
                         kt->vec.f16_to_f32(Vh + o, vf, (int64_t)nb * hd);
+                        if (!cached && j + B < depth) /* the next block, as attn_unit */
+                            for (int off = 0; off < (depth - j - B < B ? depth - j - B : B) * hd * 2;
+                                 off += 64) {
+                                __builtin_prefetch((const char *)(Kh + o + (size_t)B * hd) + off);
+                                __builtin_prefetch((const char *)(Vh + o + (size_t)B * hd) + off);
+                            }
                         kt->vec.qk(G, hd, q, kf, nb, 0.125f, s, B);
                         for (int g = 0; g < G; g++) kt->vec.exp_sum(s + g * B, nb, 4.0f);
                         kt->vec.pv(G, hd, s, B, vf, nb, acc);
