@@ -486,6 +486,16 @@ LB_UNROLL(2)
         }
 }
 
+/* One pass of U tokens over group(s) gp: x16_pass2 on two groups when
+ * pair, x16_pass on one */
+LB_KINLINE void
+x16_step(const int U, const int q4, const bool pair, const uint8_t *gp, size_t gs, int64_t kb0,
+         int kbn, const uint8_t *at, size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y,
+         size_t ldy) {
+    if (pair) x16_pass2(U, q4, gp, gs, kb0, kbn, at, as, corr, da, y, ldy);
+    else x16_pass(U, q4, gp, kb0, kbn, at, as, corr, da, y, ldy);
+}
+
 /* The tn tokens at `at` (4 at a time, then one by one) x group g of the
  * X16 weights w (and group g + 1 when pair): outputs y[t][16 g ..] */
 LB_KINLINE void
@@ -495,22 +505,12 @@ x16_tokens(const int q4, const bool pair, const uint8_t *w, size_t ws, int64_t g
     const uint8_t *gp = w + (size_t)g * 16 * ws;
     float *yg = y + 16 * g;
     int64_t t = 0;
-    for (; t + 4 <= tn; t += 4) {
-        if (pair)
-            x16_pass2(4, q4, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                      yg + (size_t)t * ldy, ldy);
-        else
-            x16_pass(4, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                     yg + (size_t)t * ldy, ldy);
-    }
-    for (; t < tn; t++) {
-        if (pair)
-            x16_pass2(1, q4, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                      yg + (size_t)t * ldy, ldy);
-        else
-            x16_pass(1, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                     yg + (size_t)t * ldy, ldy);
-    }
+    for (; t + 4 <= tn; t += 4)
+        x16_step(4, q4, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                 yg + (size_t)t * ldy, ldy);
+    for (; t < tn; t++)
+        x16_step(1, q4, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                 yg + (size_t)t * ldy, ldy);
 }
 
 #define XT 16 /* X16: tokens per corr / da table (32 KiB of stack, as before) */
