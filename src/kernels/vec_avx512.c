@@ -2,9 +2,9 @@
  * vec_avx512.c — AVX-512 (F/BW/VL/DQ) twins of the attention helpers of
  * vec_ref.c (lb_vec_kernels.qk, .pv, .f16_to_f32); the other helpers stay
  * the AVX2 ones (vec_avx2.c). Decode at depth spends its attention time in
- * these three: at depth 4096 a Qwen2.5-0.5B step read ~50 MB of f16 KV
- * cache but took ~14 ms more than at depth 0 on one Zen 5 thread, compute-
- * bound in the 256-bit kernels.
+ * these three (bench/bench_attention, Qwen2.5-0.5B's shape at depth 4096,
+ * one Zen 5 thread): 1.34-1.37x the AVX2 helpers on a cache-resident
+ * block; from memory the read of the f16 KV cache bounds both.
  *
  *  qk: 16 keys at a time, one 512-bit accumulator per key over the head
  *      dimension (16 floats per FMA), reduced into one vector of 16 scores
@@ -27,8 +27,6 @@
 #ifdef LB_EMULATE_SIMD /* test build: portable AVX-512 (tests/emu/) */
 #include "emu_avx512.h"
 #endif
-#include <string.h>
-
 
 /* r[k] = sum of the 16 lanes of a[k], k < 16 (see the file comment) */
 LB_KINLINE __m512 sum16x16(const __m512 *a) {

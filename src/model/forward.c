@@ -1085,9 +1085,10 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     /* a layer on two threads costs ~10 us more on a 2-vCPU VM (Zen 5):
      * ~9 barriers of ~0.2 us, and the per-token steps (norms, RoPE, the
      * KV append) one thread does while the other waits; more than a
-     * second thread saves on up to ~1.3 MB of weights per layer: tinystories-656k decode at 2 threads, 110 KB
-     * (Q4_0) / 780 KB (F32) per layer, 31.3k -> 52.9k / 21.9k -> 26.3k
-     * tokens/s with the layers on one thread (`lowbit bench MODEL -p 0 -n
+     * second thread saves on up to ~1.3 MB of weights per layer:
+     * tinystories-656k decode at 2 threads, 110 KB (Q4_0) / 780 KB (F32)
+     * per layer, 31.3k -> 52.9k / 21.9k -> 26.3k tokens/s with the layers
+     * on one thread (`lowbit bench MODEL -p 0 -n
      * 256 -t 2`). Below 1 MiB of weights x tokens per layer (default of
      * ctx->layer_mt_min) the layers run on the caller alone. */
     const lb_model_config *c = &ctx->m->config;
