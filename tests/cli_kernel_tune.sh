@@ -1,9 +1,10 @@
 #!/bin/sh
-# cli_kernel_tune — the measured X16 decode-kernel choice
-# (src/kernels/tune.c): the choice is cached once per CPU / microcode /
-# family / version and then read, not measured again; a cached choice of
-# another family's decode kernel changes the decode kernel `lowbit version`
-# names (prefill keeps the family's) and not one byte of the
+# cli_kernel_tune — the measured kernel choice (src/kernels/tune.c; X16
+# decode kernels, and AMX's prefill kernels against the others): the choice
+# is cached once per CPU / microcode / family / version and then read, not
+# measured again; a cached choice of another family's decode kernel changes
+# the decode kernel `lowbit version` names (prefill unchanged) and not one
+# byte of the
 # log-probabilities (every X16 kernel of a type gives the same bits);
 # LB_TUNE=0 ignores the choice, LB_TUNE=1 measures again, a corrupt file is
 # replaced, LB_KERNELS pins the family (no choice). The choice exists only
@@ -29,7 +30,7 @@ if [ ! -f "$1" ]; then
   exit 77
 fi
 f=$1
-head -n 1 "$f" | grep -q "kernel choice v1 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
+head -n 1 "$f" | grep -q "kernel choice v2 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
 grep -q '^Q4_0 mm_q4_0_x16_' "$f" || fail "no Q4_0 choice in the cache"
 cp "$f" "$T/orig"
 ino=$(stat -c %i "$f")
@@ -40,11 +41,14 @@ cmp -s "$T/v1.txt" "$T/v2.txt" || fail "a cached run names other kernels than th
 
 # the family's own Q4_0 kernels (LB_TUNE=0), e.g. "mm_q4_0_x16_avx512_vnni"
 own=$(LB_TUNE=0 "$LOWBIT" version | sed -n 's/^  Q4_0  decode \([^,]*\), prefill \(.*\)$/\1 \2/p')
-own_dec=${own% *} own_pre=${own#* }
+own_dec=${own% *}
+# the prefill kernel of the measuring run (AMX machines: AMX's or the one
+# that measured faster)
+tuned_pre=$(sed -n 's/^  Q4_0  decode [^,]*, prefill \(.*\)$/\1/p' "$T/v1.txt")
 case $own_dec in mm_q4_0_x16_avx512*) ;; *) fail "family $fam decodes Q4_0 with '$own_dec'" ;; esac
-# a cached choice of the AVX2 decode kernel: decode named so, prefill the family's
+# a cached choice of the AVX2 decode kernel: decode named so, prefill as before
 sed 's/^Q4_0 .*/Q4_0 mm_q4_0_x16_avx2/' "$T/orig" > "$f"
-"$LOWBIT" version | grep -q "^  Q4_0  decode mm_q4_0_x16_avx2, prefill $own_pre\$" \
+"$LOWBIT" version | grep -q "^  Q4_0  decode mm_q4_0_x16_avx2, prefill $tuned_pre\$" \
   || fail "cached avx2 decode choice not used: $("$LOWBIT" version | grep Q4_0)"
 LB_KERNELS=$fam "$LOWBIT" version | grep -q "^  Q4_0  decode $own_dec," \
   || fail "LB_KERNELS=$fam does not pin the family's decode kernel"
@@ -62,7 +66,7 @@ LB_TUNE=1 "$LOWBIT" version > /dev/null
 [ "$(stat -c %i "$f")" != "$ino" ] || fail "LB_TUNE=1 did not measure again and replace the cache"
 printf 'garbage\n\001\002' > "$f"
 "$LOWBIT" version > /dev/null
-head -n 1 "$f" | grep -q "kernel choice v1" || fail "a corrupt cache was not replaced"
+head -n 1 "$f" | grep -q "kernel choice v2" || fail "a corrupt cache was not replaced"
 # an unwritable cache directory: the choice is still made, nothing fails
 LB_CACHE_DIR=/proc/lowbit-no-such-dir "$LOWBIT" version | grep -q "^kernels: $fam" || fail "unwritable cache dir"
 echo "ok: kernel choice cached, read, overridden, same bytes ($fam)"

@@ -9,7 +9,9 @@
  * Standalone: ./build/test_kernels (add -v for per-case lines). */
 #include "th.h"
 #include "kernel_cases.h"
+#include "lowbit/file.h"
 
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -312,6 +314,80 @@ static void test_force_ref(void) {
     if (lb_kernels_usable(LB_KV_AVX2)) TH_CHECK_INT(run_child("LB_KERNELS", "avx2", "avx2"), 0);
 }
 
+/* The measured prefill choice (tune.c): a family batch kernel that is
+ * slower than another candidate is dropped from the tuned table, one that
+ * is as fast stays; the choice is cached ("TYPE:x16" / "TYPE:rows" lines)
+ * and read back without measuring. The "slow" batch kernels compute the
+ * AVX2 kernel's product three times (same bits, 3x the time). */
+static int g_slow_calls;
+static void slow_q4_0_x16(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                          int64_t nt, float *y, size_t ldy) {
+    g_slow_calls++;
+    for (int k = 0; k < 3; k++)
+        lb_kernels_table(LB_KV_AVX2)->w[LB_TYPE_Q4_0].mm_x16(n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void slow_q8_0_rows(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                           int64_t nt, float *y, size_t ldy) {
+    g_slow_calls++;
+    for (int k = 0; k < 3; k++)
+        lb_kernels_table(LB_KV_AVX2)->w[LB_TYPE_Q8_0].mm(n, w, ws, nr, a, as, nt, y, ldy);
+}
+static void test_tune_prefill(void) {
+    if (!lb_kernels_usable(LB_KV_AVX2)) {
+        fprintf(stderr, "  (no AVX2: prefill choice not tested)\n");
+        return;
+    }
+    char dir[] = "/tmp/lb-tune-test.XXXXXX";
+    TH_CHECK(mkdtemp(dir) != NULL);
+    setenv("LB_CACHE_DIR", dir, 1);
+    const lb_kernel_table *avx2 = lb_kernels_table(LB_KV_AVX2);
+    const lb_kernel_table *tabs[1] = {avx2};
+    lb_kernel_table tuned = *avx2;
+    lb_wkernel *q4 = &tuned.w[LB_TYPE_Q4_0], *q8 = &tuned.w[LB_TYPE_Q8_0];
+    q4->mm_x16_batch = slow_q4_0_x16, q4->x16_batch_name = "slow_x16", q4->batch_min = 16;
+    q8->mm_batch = slow_q8_0_rows, q8->batch_name = "slow_rows", q8->batch_min = 16;
+    g_slow_calls = 0;
+    setenv("LB_TUNE", "1", 1);
+    lb_kernels_tune(&tuned, tabs, 1);
+    TH_CHECK(g_slow_calls > 0);
+    TH_CHECK(q4->mm_x16_batch == NULL && q4->x16_batch_name == NULL);
+    TH_CHECK(q8->mm_batch == NULL && q8->batch_name == NULL);
+    /* cached: read, not measured */
+    char path[512], *text = NULL;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    path[0] = 0;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, "kernels-", 8)) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (d) closedir(d);
+    TH_CHECK(path[0] && lb_read_file(path, 1 << 16, &text, NULL) == LB_OK);
+    if (text) {
+        char want[128];
+        snprintf(want, sizeof want, "\nQ4_0:x16 %s\n", avx2->w[LB_TYPE_Q4_0].x16_name);
+        TH_CHECK(strstr(text, want) != NULL);
+        TH_CHECK(strstr(text, "\nQ8_0:rows ") != NULL);
+        TH_CHECK(strstr(text, "kernel choice v2 |") != NULL);
+    }
+    free(text);
+    unsetenv("LB_TUNE");
+    tuned = *avx2;
+    q4->mm_x16_batch = slow_q4_0_x16, q4->x16_batch_name = "slow_x16", q4->batch_min = 16;
+    g_slow_calls = 0;
+    lb_kernels_tune(&tuned, tabs, 1);
+    TH_CHECK_INT(g_slow_calls, 0);
+    TH_CHECK(q4->mm_x16_batch == NULL);
+    /* a batch kernel that is the only candidate stays */
+    tuned = *avx2;
+    q4->mm_x16_batch = avx2->w[LB_TYPE_Q4_0].mm_x16;
+    setenv("LB_TUNE", "1", 1);
+    lb_kernels_tune(&tuned, tabs, 1);
+    TH_CHECK(q4->mm_x16_batch == avx2->w[LB_TYPE_Q4_0].mm_x16);
+    unsetenv("LB_TUNE");
+    unsetenv("LB_CACHE_DIR");
+    if (path[0]) unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--print-variant") == 0)
         return strcmp(lb_kernels_variant(), argv[2]) == 0 ? 0 : 1;
@@ -330,6 +406,7 @@ int main(int argc, char **argv) {
     TH_RUN(test_matmul_oracle_and_threads);
     TH_RUN(test_matmul_errors);
     TH_RUN(test_force_ref);
+    TH_RUN(test_tune_prefill);
     for (int v = 0; v < LB_KV_COUNT; v++) {
         const lb_kernel_table *kt = lb_kernels_table(v);
         if (!lb_kernels_usable(v))

@@ -1,32 +1,43 @@
 /*
- * Measured decode-kernel choice (issue 10: "kernel choice that holds on
- * any x86-64 machine").
+ * Measured kernel choice (issue 10: "kernel choice that holds on any
+ * x86-64 machine").
  *
- * The family in use is picked from CPUID (matmul.c), but the fastest decode
- * kernel of a weight type is not always that family's: a 512-bit kernel
- * can lose to a 256-bit one on a CPU whose 512-bit path is narrow or
- * down-clocks. For the repacked (X16) types every usable family's decode
- * kernel reads the same layout and gives the same bits (kernels_internal.h:
- * Q4_0/Q8_0 the AVX2 kernels' bits, the others the reference's), so the
- * choice can be made by measurement without changing any output.
+ * The family in use is picked from CPUID (matmul.c), but the fastest kernel
+ * of a weight type is not always that family's: a 512-bit kernel can lose
+ * to a 256-bit one on a CPU whose 512-bit path is narrow or down-clocks,
+ * and the AMX batch kernels (kernels_amx.c) ran 2-5x slower than the
+ * avx512_vnni ones on a 16-core Intel Xeon (family 6 model 207, a VM):
+ * lowbit bench -p 64, one thread, Qwen2.5-0.5B Q4_0, 44 vs 217 tokens/s.
+ * For Q4_0/Q8_0 every family's kernels give the AVX2 kernels' bits, for
+ * the other X16 types the reference's (kernels_internal.h), so the choice
+ * can be made by measurement without changing any output.
  *
- * Per X16 type with two or more distinct candidate kernels (the decode
+ * Decode, per X16 type with two or more distinct candidates (the X16
  * kernels of the usable SIMD families up to the one in use, same
- * activation type): each candidate multiplies a synthetic 256 x 4096
- * matrix (0.6-1.1 MB: from L2/L3, so the figure is the kernel's own rate,
- * not this moment's DRAM contention) by one token, 4 calls per sample,
- * 5 samples in turns; the thread's CPU time is the measure (other
- * processes' load does not count), the minimum per candidate is kept, and
- * a candidate replaces the family's own kernel only when it is at least
- * 5% faster. The result fills lb_wkernel.mm_x16_dec (used for n_tokens <
- * LB_X16_DEC_MAX; prefill keeps the family's kernels).
+ * activation type): each multiplies a synthetic 256 x 4096 matrix
+ * (0.6-1.1 MB: from L2/L3, so the figure is the kernel's own rate, not
+ * this moment's DRAM contention) by one token, 4 calls per sample, 5
+ * samples in turns. The result fills lb_wkernel.mm_x16_dec (used for
+ * n_tokens < LB_X16_DEC_MAX).
+ * Prefill, per type whose family has a batch kernel (mm_batch /
+ * mm_x16_batch: AMX's Q4_0/Q8_0), in each layout: the batch kernel
+ * against the kernel every other usable family uses at PRE_TOKENS tokens,
+ * one call of PRE_TOKENS tokens on the same matrix per sample, 3 samples
+ * in turns. When another wins, the tuned table drops its batch kernel
+ * (mm_batch / mm_x16_batch NULL) if the winner is the family's own
+ * non-batch kernel, or takes the winner as its batch kernel.
+ * The thread's CPU time is the measure (other processes' load does not
+ * count), the minimum per candidate is kept, and a candidate replaces the
+ * family's own kernel only when it is at least 5% faster.
  *
  * Cache: the choice is kept in $LB_CACHE_DIR, else $XDG_CACHE_HOME/lowbit,
  * else $HOME/.cache/lowbit, file kernels-<hash>.txt, where the hash covers
  * the CPU brand string, the microcode revision (/proc/cpuinfo), the family
  * and lowbit's version; the file repeats them and is used only when they
- * match. Written atomically (lb_write_file_in); every failure to read or
- * write it only means measuring again. LB_TUNE=0 turns the
+ * match; one line "TYPE kernel" per decode choice, "TYPE:rows kernel" /
+ * "TYPE:x16 kernel" per prefill choice. Written atomically
+ * (lb_write_file_in); every failure to read or write it only means
+ * measuring again. LB_TUNE=0 turns the
  * measured choice off (each family's own kernels), LB_TUNE=1 measures
  * again and rewrites the cache. Nothing is printed.
  */
@@ -48,6 +59,8 @@
 #define TUNE_COLS 4096
 #define TUNE_CALLS 4
 #define TUNE_SAMPLES 5
+#define PRE_TOKENS 128 /* prefill measurement: tokens per call */
+#define PRE_SAMPLES 3
 
 /* CPU brand string (CPUID 0x80000002..4), trimmed; "unknown" without it */
 static void cpu_brand(char out[49]) {
@@ -133,31 +146,34 @@ static int candidates(const lb_kernel_table *base, const lb_kernel_table *const 
     return n;
 }
 
-/* seconds per call of the fastest sample of each candidate */
-static bool measure(lb_type t, const lb_kernel_table *base, const lb_wkernel **cand, int nc,
-                    double *best) {
+/* seconds per call of the fastest sample of each candidate kernel fns[c]
+ * (one activation type, act): nt tokens per call, calls calls per sample */
+static bool measure(lb_type t, lb_type act, const lb_kernel_table *base, lb_mm_fn const *fns,
+                    int nc, int64_t nt, int calls, int samples, double *best) {
     size_t ws, as;
-    if (!lb_row_size(t, TUNE_COLS, &ws) || !lb_row_size(base->w[t].act_type, TUNE_COLS, &as) ||
-        !base->qact[base->w[t].act_type])
+    if (!lb_row_size(t, TUNE_COLS, &ws) || !lb_row_size(act, TUNE_COLS, &as) || !base->qact[act])
         return false;
-    uint8_t *w = lb_alloc(ws * TUNE_ROWS), *a = lb_alloc(as);
-    float *x = lb_alloc(sizeof(float) * TUNE_COLS), *y = lb_alloc(sizeof(float) * TUNE_ROWS);
+    uint8_t *w = lb_alloc(ws * TUNE_ROWS), *a = lb_alloc(as * (size_t)nt);
+    float *x = lb_alloc(sizeof(float) * TUNE_COLS);
+    float *y = lb_alloc(sizeof(float) * TUNE_ROWS * (size_t)nt);
     const bool ok = w && a && x && y;
     if (ok) {
-        /* 0x31 in every byte: codes, and fp16 scales of 0.16 (normal) */
+        /* 0x31 in every byte: codes, and fp16 scales of 0.16 (normal), in
+         * either layout */
         memset(w, 0x31, ws * TUNE_ROWS);
-        for (int i = 0; i < TUNE_COLS; i++) x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
-        base->qact[base->w[t].act_type](x, a, TUNE_COLS);
+        for (int64_t k = 0; k < nt; k++) {
+            for (int i = 0; i < TUNE_COLS; i++) x[i] = (float)((i * 37 + (int)k * 11) % 101 - 50) / 50.0f;
+            base->qact[act](x, a + (size_t)k * as, TUNE_COLS);
+        }
         for (int c = 0; c < nc; c++) {
-            cand[c]->mm_x16(TUNE_COLS, w, ws, TUNE_ROWS, a, as, 1, y, TUNE_ROWS); /* warm-up */
+            fns[c](TUNE_COLS, w, ws, TUNE_ROWS, a, as, nt, y, TUNE_ROWS); /* warm-up */
             best[c] = 1e30;
         }
-        for (int s = 0; s < TUNE_SAMPLES; s++)
+        for (int s = 0; s < samples; s++)
             for (int c = 0; c < nc; c++) {
                 const double t0 = thread_seconds();
-                for (int k = 0; k < TUNE_CALLS; k++)
-                    cand[c]->mm_x16(TUNE_COLS, w, ws, TUNE_ROWS, a, as, 1, y, TUNE_ROWS);
-                const double dt = (thread_seconds() - t0) / TUNE_CALLS;
+                for (int k = 0; k < calls; k++) fns[c](TUNE_COLS, w, ws, TUNE_ROWS, a, as, nt, y, TUNE_ROWS);
+                const double dt = (thread_seconds() - t0) / calls;
                 if (dt < best[c]) best[c] = dt;
             }
     }
@@ -165,18 +181,31 @@ static bool measure(lb_type t, const lb_kernel_table *base, const lb_wkernel **c
     return ok;
 }
 
+/* index of the candidate to use: own unless one is >= 5% faster */
+static int fastest(const double *sec, int nc, int own) {
+    int pick = own;
+    for (int c = 0; c < nc; c++)
+        if (sec[c] < 0.95 * sec[own] && sec[c] < sec[pick]) pick = c;
+    return pick;
+}
+
 /* the cache's header line: what the choice depends on */
 static void cache_key(const lb_kernel_table *base, char *key, size_t cap) {
     char brand[49], mc[32];
     cpu_brand(brand);
     cpu_microcode(mc);
-    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v1 | cpu %s | microcode %s | family %s",
+    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v2 | cpu %s | microcode %s | family %s",
              LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name);
 }
 
-/* chosen[t]: name read from the cache (or ""); true when the file matched.
+/* Choices, per type: [0] decode, [1] prefill in row form, [2] prefill in
+ * X16; "" when none. Cache lines "TYPE", "TYPE:rows", "TYPE:x16". */
+enum { CH_DEC, CH_ROWS, CH_X16, CH_N };
+static const char *const k_ch_suffix[CH_N] = {"", ":rows", ":x16"};
+
+/* chosen: names read from the cache (or ""); true when the file matched.
  * A file that cannot be read is no cache (its error is not kept). */
-static bool cache_read(const char *path, const char *key, char chosen[][64]) {
+static bool cache_read(const char *path, const char *key, char chosen[][CH_N][64]) {
     char *text = NULL;
     if (lb_read_file(path, 64 * 1024, &text, NULL) != LB_OK) {
         lb_clear_error();
@@ -188,7 +217,11 @@ static bool cache_read(const char *path, const char *key, char chosen[][64]) {
         char tn[32], kn[64];
         if (sscanf(line, "%31s %63s", tn, kn) != 2) continue;
         for (int t = 0; t < LB_TYPE_COUNT_; t++)
-            if (lb_type_name(t) && strcmp(lb_type_name(t), tn) == 0) snprintf(chosen[t], 64, "%s", kn);
+            for (int c = 0; c < CH_N && lb_type_name(t); c++) {
+                char want[40];
+                snprintf(want, sizeof want, "%s%s", lb_type_name(t), k_ch_suffix[c]);
+                if (strcmp(want, tn) == 0) snprintf(chosen[t][c], 64, "%s", kn);
+            }
     }
     free(text);
     return ok;
@@ -196,12 +229,70 @@ static bool cache_read(const char *path, const char *key, char chosen[][64]) {
 
 /* dir/name <- the key line and one "TYPE kernel" line per choice,
  * atomically (lb_write_file_in); a failure only means measuring again */
-static void cache_write(const char *dir, const char *name, const char *key, char chosen[][64]) {
-    char text[4096];
+static void cache_write(const char *dir, const char *name, const char *key, char chosen[][CH_N][64]) {
+    char text[8192];
     size_t n = (size_t)snprintf(text, sizeof text, "%s\n", key);
     for (int t = 0; t < LB_TYPE_COUNT_ && n < sizeof text; t++)
-        if (chosen[t][0]) n += (size_t)snprintf(text + n, sizeof text - n, "%s %s\n", lb_type_name(t), chosen[t]);
+        for (int c = 0; c < CH_N && n < sizeof text; c++)
+            if (chosen[t][c][0])
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s%s %s\n", lb_type_name(t),
+                                      k_ch_suffix[c], chosen[t][c]);
     if (n >= sizeof text || lb_write_file_in(dir, name, text, n) != LB_OK) lb_clear_error();
+}
+
+/* Prefill candidates for type t in one layout (x16): tuned's batch kernel
+ * first, then the kernel each usable table uses at PRE_TOKENS tokens, same
+ * activation type, distinct. 0 when tuned has no batch kernel there. */
+static int pre_candidates(const lb_kernel_table *tuned, const lb_kernel_table *const *tables,
+                          int ntab, lb_type t, bool x16, lb_mm_fn *fn, const char **nm) {
+    const lb_wkernel *own = &tuned->w[t];
+    if (!(x16 ? own->mm_x16_batch : own->mm_batch)) return 0;
+    int n = 0;
+    fn[n] = x16 ? own->mm_x16_batch : own->mm_batch;
+    nm[n++] = x16 ? own->x16_batch_name : own->batch_name;
+    for (int v = 0; v < ntab; v++) {
+        const lb_wkernel *wk = &tables[v]->w[t];
+        if (wk->act_type != own->act_type) continue;
+        lb_mm_fn f = x16 ? wk->mm_x16 : wk->mm;
+        const char *fname = x16 ? wk->x16_name : wk->mm_name;
+        lb_mm_fn bf = x16 ? wk->mm_x16_batch : wk->mm_batch;
+        if (bf && PRE_TOKENS >= wk->batch_min) f = bf, fname = x16 ? wk->x16_batch_name : wk->batch_name;
+        if (!f || (x16 && !wk->x16_fast)) continue;
+        bool seen = false;
+        for (int k = 0; k < n; k++) seen |= fn[k] == f;
+        if (!seen) fn[n] = f, nm[n++] = fname;
+    }
+    return n;
+}
+
+/* the prefill choice of type t in one layout, from the cache (chosen, when
+ * it names a candidate) or measured (then chosen is set, *wrote true) */
+static void tune_prefill(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab,
+                         lb_type t, bool x16, char chosen[64], bool *wrote) {
+    lb_mm_fn fn[LB_KV_COUNT + 1];
+    const char *nm[LB_KV_COUNT + 1];
+    const int nc = pre_candidates(tuned, tables, ntab, t, x16, fn, nm);
+    if (nc < 2) return;
+    int pick = -1;
+    for (int c = 0; c < nc && chosen[0]; c++)
+        if (nm[c] && strcmp(nm[c], chosen) == 0) pick = c;
+    if (pick < 0) {
+        double sec[LB_KV_COUNT + 1];
+        if (!measure(t, tuned->w[t].act_type, tuned, fn, nc, PRE_TOKENS, 1, PRE_SAMPLES, sec)) return;
+        pick = fastest(sec, nc, 0);
+        snprintf(chosen, 64, "%s", nm[pick] ? nm[pick] : "-");
+        *wrote = true;
+    }
+    if (pick == 0) return;
+    lb_wkernel *wk = &tuned->w[t];
+    const bool plain = fn[pick] == (x16 ? wk->mm_x16 : wk->mm);
+    if (x16) {
+        wk->mm_x16_batch = plain ? NULL : fn[pick];
+        wk->x16_batch_name = plain ? NULL : nm[pick];
+    } else {
+        wk->mm_batch = plain ? NULL : fn[pick];
+        wk->batch_name = plain ? NULL : nm[pick];
+    }
 }
 
 void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab) {
@@ -209,39 +300,48 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
     if (env && strcmp(env, "0") == 0) return;
     const bool remeasure = env && strcmp(env, "1") == 0;
     const lb_wkernel *cand[LB_KV_COUNT];
+    lb_mm_fn pfn[LB_KV_COUNT + 1];
+    const char *pnm[LB_KV_COUNT + 1];
     bool any = false;
     for (int t = 0; t < LB_TYPE_COUNT_ && !any; t++)
-        any = lb_x16_type((lb_type)t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast &&
-              candidates(tuned, tables, ntab, (lb_type)t, cand) >= 2;
+        any = (lb_x16_type((lb_type)t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast &&
+               candidates(tuned, tables, ntab, (lb_type)t, cand) >= 2) ||
+              pre_candidates(tuned, tables, ntab, (lb_type)t, false, pfn, pnm) >= 2 ||
+              pre_candidates(tuned, tables, ntab, (lb_type)t, true, pfn, pnm) >= 2;
     if (!any) return; /* one family's kernels only: nothing to choose */
 
-    static char chosen[LB_TYPE_COUNT_][64]; /* once, under matmul.c's pthread_once */
+    static char chosen[LB_TYPE_COUNT_][CH_N][64]; /* once, under matmul.c's pthread_once */
     memset(chosen, 0, sizeof chosen);
     char key[256], dir[4000], name[40], path[4100];
     cache_key(tuned, key, sizeof key);
     snprintf(name, sizeof name, "kernels-%016llx.txt", (unsigned long long)fnv1a(key));
     const bool have_dir = cache_dir(dir, sizeof dir) &&
                           snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path;
-    const bool cached = have_dir && !remeasure && cache_read(path, key, chosen);
+    if (!(have_dir && !remeasure && cache_read(path, key, chosen))) memset(chosen, 0, sizeof chosen);
     bool wrote = false;
     for (int t = 0; t < LB_TYPE_COUNT_; t++) {
+        /* prefill first: the decode candidates do not depend on it */
+        tune_prefill(tuned, tables, ntab, (lb_type)t, false, chosen[t][CH_ROWS], &wrote);
         lb_wkernel *wk = &tuned->w[t];
         if (!lb_x16_type((lb_type)t) || !wk->mm_x16 || !wk->x16_fast) continue;
+        tune_prefill(tuned, tables, ntab, (lb_type)t, true, chosen[t][CH_X16], &wrote);
         const int nc = candidates(tuned, tables, ntab, (lb_type)t, cand);
         if (nc < 2) continue;
         int pick = -1;
-        for (int c = 0; c < nc && cached; c++)
-            if (strcmp(cand[c]->x16_name, chosen[t]) == 0) pick = c;
+        for (int c = 0; c < nc; c++)
+            if (strcmp(cand[c]->x16_name, chosen[t][CH_DEC]) == 0) pick = c;
         if (pick < 0) {
+            lb_mm_fn fn[LB_KV_COUNT];
             double sec[LB_KV_COUNT];
-            if (!measure((lb_type)t, tuned, cand, nc, sec)) continue;
             int own = 0;
-            for (int c = 0; c < nc; c++)
-                if (cand[c]->mm_x16 == wk->mm_x16) own = c;
-            pick = own;
-            for (int c = 0; c < nc; c++)
-                if (sec[c] < 0.95 * sec[own] && sec[c] < sec[pick]) pick = c;
-            snprintf(chosen[t], 64, "%s", cand[pick]->x16_name);
+            for (int c = 0; c < nc; c++) {
+                fn[c] = cand[c]->mm_x16;
+                if (fn[c] == wk->mm_x16) own = c;
+            }
+            if (!measure((lb_type)t, wk->act_type, tuned, fn, nc, 1, TUNE_CALLS, TUNE_SAMPLES, sec))
+                continue;
+            pick = fastest(sec, nc, own);
+            snprintf(chosen[t][CH_DEC], 64, "%s", cand[pick]->x16_name);
             wrote = true;
         }
         if (cand[pick]->mm_x16 != wk->mm_x16) {
