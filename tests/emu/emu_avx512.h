@@ -175,6 +175,7 @@ LB_EMU_FN lb_emu_m512 lb_emu_mm512_loadu_ps(void const *p) {
     return r;
 }
 LB_EMU_FN void lb_emu_mm512_storeu_ps(void *p, lb_emu_m512 a) { memcpy(p, a.f, 64); }
+LB_EMU_FN void lb_emu_mm512_storeu_si512(void *p, lb_emu_m512i a) { memcpy(p, a.u8, 64); }
 /* vcvtph2ps zmm: 16 binary16 -> binary32 (exact), lane i from bits 16i. */
 LB_EMU_FN lb_emu_m512 lb_emu_mm512_cvtph_ps(__m256i h) {
     uint16_t u[16];
@@ -473,6 +474,8 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_loadu_ps lb_emu_mm512_loadu_ps
 #undef _mm512_storeu_ps
 #define _mm512_storeu_ps lb_emu_mm512_storeu_ps
+#undef _mm512_storeu_si512
+#define _mm512_storeu_si512 lb_emu_mm512_storeu_si512
 #undef _mm512_cvtph_ps
 #define _mm512_cvtph_ps lb_emu_mm512_cvtph_ps
 #undef _mm512_mask_storeu_ps
