@@ -194,14 +194,17 @@ enum {
 const lb_kernel_table *lb_kernels_table(int v);
 bool lb_kernels_usable(int v);
 /* The table lb_matmul uses (best usable, or ref under LB_FORCE_REF=1),
- * with the measured X16 decode kernels of lb_kernels_tune. */
+ * with the measured kernel choice of lb_kernels_tune. */
 const lb_kernel_table *lb_kernels_current(void);
-/* Measured decode-kernel choice (tune.c): fills tuned->w[t].mm_x16_dec for
- * the X16 types where a kernel of tables[0..ntab) (the usable SIMD tables
- * up to tuned's family) is measurably faster than tuned's own; cached per
- * CPU model, microcode, family and version in the user's cache directory.
- * LB_TUNE=0: no change; LB_TUNE=1: measure again. Never fails (a kernel it
- * cannot measure keeps the family's). */
+/* Measured kernel choice (tune.c): fills tuned->w[t].mm_x16_dec for the
+ * X16 types where a kernel of tables[0..ntab) (the usable SIMD tables up to
+ * tuned's family) is measurably faster than tuned's own, and drops or
+ * replaces tuned's batch kernels (mm_batch / mm_x16_batch, AMX's) where
+ * they are not clearly faster than the others' at 128 tokens; every
+ * candidate gives the same bits. Cached per CPU model, microcode, family
+ * and version in the user's cache directory. LB_TUNE=0: no change;
+ * LB_TUNE=1: measure again. Never fails (a kernel it cannot measure keeps
+ * the family's). */
 void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab);
 
 /* lb_matmul with an explicit table (tests/benchmarks). The table must be

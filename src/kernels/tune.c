@@ -332,7 +332,6 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
     if (!(have_dir && !remeasure && cache_read(path, key, chosen))) memset(chosen, 0, sizeof chosen);
     bool wrote = false;
     for (int t = 0; t < LB_TYPE_COUNT_; t++) {
-        /* prefill first: the decode candidates do not depend on it */
         tune_prefill(tuned, tables, ntab, (lb_type)t, false, chosen[t][CH_ROWS], &wrote);
         lb_wkernel *wk = &tuned->w[t];
         if (!lb_x16_type((lb_type)t) || !wk->mm_x16 || !wk->x16_fast) continue;
