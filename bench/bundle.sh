@@ -14,9 +14,8 @@
 # self-contained kernel tests (test_kernels, test_vec, test_bf16x,
 # test_hadamard, test_core), with every shared library they load and this
 # machine's dynamic loader, so they run on any x86-64 Linux whatever its
-# libraries (run.sh starts them through that loader; test_kernels' child
-# processes re-run /proc/self/exe, which is then the loader: its
-# test_force_ref fails there and only there).
+# libraries (run.sh starts them through that loader; test_kernels then
+# skips test_force_ref, whose child processes re-run /proc/self/exe).
 # ref.tar.xz: a minimal root for chroot with llama-bench, llama-quantize,
 # their libraries and ggml's CPU backends, copied from the reference chroot
 # (../shared/tools/refenv.sh; needs root there, as chroot does on the other
