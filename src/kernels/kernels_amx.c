@@ -1,10 +1,11 @@
 /*
  * AMX-INT8 batch kernels for Q4_0 and Q8_0 weights x Q8_0 activations
  * (prefill: n_tokens >= 16, where tune.c measures them clearly faster
- * than avx512_vnni's -- on the one AMX machine measured, a 16-core Xeon VM,
- * they were not at one thread; decode stays on avx512_vnni). Compiled with -mamx-tile -mamx-int8 plus the AVX-512 flags;
- * run only when lb_cpu_get() reports AMX-INT8 usable (Linux XTILEDATA
- * permission granted).
+ * than avx512_vnni's -- on the one AMX machine measured, a 16-core Xeon
+ * VM, they were not at one thread; decode stays on avx512_vnni). Compiled
+ * with -mamx-tile -mamx-int8 plus the AVX-512 flags; run only when
+ * lb_cpu_get() reports AMX-INT8 usable (Linux XTILEDATA permission
+ * granted).
  *
  * Per 32-element block b and a 16-token x 16-row tile:
  *   C (16x16 int32) = A (16 tokens x 32 int8, loaded straight from the Q8_0
