@@ -40,8 +40,12 @@ say machine
 { lscpu; grep -m1 flags /proc/cpuinfo; nproc; free -g
   cat /sys/kernel/mm/transparent_hugepage/enabled; uname -a; } >> "$L" 2>&1
 tar -C "$P" -xJf "$DIR/lb.tar.xz" && tar -C "$P" -xJf "$DIR/ref.tar.xz" || { say "cannot unpack"; exit 1; }
-LD=$P/lb/lib/ld-linux-x86-64.so.2
-lb() { local b=$1; shift; "$LD" --library-path "$P/lb/lib" "$P/lb/bin/$b" "$@"; }
+# lb PROGRAM ARGS: a bundled program through the bundled loader (a script
+# file, not a function, so that `timeout` can run it)
+lb=$P/lb.sh
+printf '#!/bin/sh\nb=$1; shift\nexec "%s" --library-path "%s" "%s/$b" "$@"\n' \
+  "$P/lb/lib/ld-linux-x86-64.so.2" "$P/lb/lib" "$P/lb/bin" > "$lb"
+chmod +x "$lb"
 R=$P/ref
 M=$R/m
 mount -t proc proc "$R/proc" 2>> "$L" || say "no /proc in the chroot (llama-bench may not see the CPU count)"
@@ -49,20 +53,20 @@ mount --bind /dev "$R/dev" 2>> "$L" || true
 trap 'umount "$R/dev" "$R/proc" 2> /dev/null; rm -rf "$P"' EXIT
 export LB_CACHE_DIR=$P/cache
 
-say "lowbit version"; lb lowbit version 2>&1 | tee -a "$L"; cat "$P"/cache/* 2> /dev/null | tee -a "$L"
+say "lowbit version"; "$lb" lowbit version 2>&1 | tee -a "$L"; cat "$P"/cache/* 2> /dev/null | tee -a "$L"
 for t in test_kernels test_vec test_bf16x test_hadamard test_core; do
-  say "$t"; timeout 120 "$LD" --library-path "$P/lb/lib" "$P/lb/bin/$t" 2>&1 | tee -a "$L"
+  say "$t"; timeout 120 "$lb" "$t" 2>&1 | tee -a "$L"
 done
-say roofline; lb roofline --threads "1 2 4 8 16" 2>&1 | tee -a "$L"
+say roofline; "$lb" roofline --threads "1 2 4 8 16" 2>&1 | tee -a "$L"
 for sy in qwen2.5-0.5b:q4_0 qwen2.5-0.5b:q8_0 llama3.2-1b:q4_0; do
-  lb make_random_gguf --shape "${sy%:*}" --type "${sy#*:}" -o "$M/${sy%:*}-${sy#*:}.gguf" --threads "$(nproc)" >> "$L" 2>&1
+  "$lb" make_random_gguf --shape "${sy%:*}" --type "${sy#*:}" -o "$M/${sy%:*}-${sy#*:}.gguf" --threads "$(nproc)" >> "$L" 2>&1
 done
 for k in avx2 avx512 avx512_vnni amx; do
   left || break
   say "LB_KERNELS=$k"
-  LB_KERNELS=$k lb lowbit bench "$M/qwen2.5-0.5b-q4_0.gguf" -p 64 -n 64 -t 1 -r 2 2>&1 | grep "^| [a-z]" | tee -a "$L"
+  LB_KERNELS=$k "$lb" lowbit bench "$M/qwen2.5-0.5b-q4_0.gguf" -p 64 -n 64 -t 1 -r 2 2>&1 | grep "^| [a-z]" | tee -a "$L"
 done
-left && { say bench_kernels; timeout 120 "$LD" --library-path "$P/lb/lib" "$P/lb/bin/bench_kernels" --dram --cpu-time \
+left && { say bench_kernels; timeout 120 "$lb" bench_kernels --dram --cpu-time \
   --only q4_0 --prefill 0 --min-time 0.2 --shape 4864x896 --shape 896x4864 2>&1 | tee -a "$L"; }
 vs() { # file stem, threads
   for k in 1 2; do
@@ -71,7 +75,7 @@ vs() { # file stem, threads
       [ "$k" = 2 ] && { [ "$who" = lowbit ] && who=llama || who=lowbit; }
       say "$who $1 t$2 round $k"
       if [ "$who" = lowbit ]; then
-        timeout 300 "$LD" --library-path "$P/lb/lib" "$P/lb/bin/lowbit" bench "$M/$1.gguf" -p 256 -n 64 -t "$2" -r 2 2>&1 |
+        timeout 300 "$lb" lowbit bench "$M/$1.gguf" -p 256 -n 64 -t "$2" -r 2 2>&1 |
           grep "^| [a-z]" | tee -a "$L"
       else
         timeout 300 chroot "$R" /usr/bin/llama-bench -m "/m/$1.gguf" -p 256 -n 64 -t "$2" -r 2 2>&1 |

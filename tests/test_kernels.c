@@ -11,7 +11,7 @@
 #include "kernel_cases.h"
 #include "lowbit/file.h"
 
-#include <dirent.h>
+#include <glob.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -349,8 +349,7 @@ static void test_tune_prefill(void) {
         fprintf(stderr, "  (no AVX2: prefill choice not tested)\n");
         return;
     }
-    char dir[] = "/tmp/lb-tune-test.XXXXXX";
-    TH_CHECK(mkdtemp(dir) != NULL);
+    const char *dir = th_tmpdir();
     setenv("LB_CACHE_DIR", dir, 1);
     const lb_kernel_table *avx2 = lb_kernels_table(LB_KV_AVX2);
     const lb_kernel_table *tabs[1] = {avx2};
@@ -365,14 +364,12 @@ static void test_tune_prefill(void) {
     TH_CHECK(q4->mm_x16_batch == NULL && q4->x16_batch_name == NULL);
     TH_CHECK(q8->mm_batch == NULL && q8->batch_name == NULL);
     /* cached: read, not measured */
-    char path[512], *text = NULL;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    path[0] = 0;
-    while (d && (e = readdir(d)))
-        if (!strncmp(e->d_name, "kernels-", 8)) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (d) closedir(d);
-    TH_CHECK(path[0] && lb_read_file(path, 1 << 16, &text, NULL) == LB_OK);
+    char pat[600];
+    snprintf(pat, sizeof pat, "%s/kernels-*.txt", dir);
+    glob_t g;
+    TH_CHECK(glob(pat, 0, NULL, &g) == 0 && g.gl_pathc == 1);
+    char *text = NULL;
+    TH_CHECK(g.gl_pathc == 1 && lb_read_file(g.gl_pathv[0], 1 << 16, &text, NULL) == LB_OK);
     if (text) {
         char want[128];
         snprintf(want, sizeof want, "\nQ4_0:x16 %s\n", avx2->w[LB_TYPE_Q4_0].x16_name);
@@ -396,7 +393,8 @@ static void test_tune_prefill(void) {
     TH_CHECK(q4->mm_x16_batch == avx2->w[LB_TYPE_Q4_0].mm_x16);
     unsetenv("LB_TUNE");
     unsetenv("LB_CACHE_DIR");
-    if (path[0]) unlink(path);
+    for (size_t k = 0; k < g.gl_pathc; k++) unlink(g.gl_pathv[k]);
+    globfree(&g);
     rmdir(dir);
 }
 
