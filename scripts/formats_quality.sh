@@ -52,8 +52,13 @@ dense=$(ppl "$TS")
 # KL divergence against the dense model: llama-perplexity's protocol (ctx 256,
 # second half of each chunk scored), the only one --kl-base takes
 "$LB" ppl "$TS" --ids "$W/head.i32" --ctx 256 -q --save-logits "$W/base.kld" > /dev/null
+# KLD | the paired PPL change of the same tokens with its standard error
+# (llama-perplexity's "Mean ln(PPL(Q)/PPL(base))" statistic, in %)
 kl() { "$LB" ppl "$1" --ids "$W/head.i32" --ctx 256 -q --json --kl-base "$W/base.kld" ${2:-} |
-  python3 -c "import json,sys; k=json.load(sys.stdin)['kl']; print('%.5f' % k['kld_mean'])"; }
+  python3 -c "
+import json, math, sys
+k = json.load(sys.stdin)['kl']
+print('%.5f | %+.2f%% ± %.2f%%' % (k['kld_mean'], 100 * math.expm1(k['ln_ppl_ratio']), 100 * k['ln_ppl_ratio_unc']))"; }
 row() { # label dir code-bits [ppl opts]
   p=$(ppl "$2" "${4:-}")
   k=$(kl "$2" "${4:-}")
@@ -78,11 +83,14 @@ row() { # label dir code-bits [ppl opts]
   echo "f for every block, f = 1 .. 0.6: PPL 39.21 .. 39.70, i.e. -0.13% .. +1.11%, while KLD stays within"
   echo "0.0043 .. 0.0046). FP8 scale rule: mse (lowbit's default, \`--fp8-scale mse\`) picks each group's"
   echo "scale among 27 candidates around amax/448 by squared weight error; amax is transformers' /"
-  echo "llm-compressor's rule (byte-identical checkpoints)."
+  echo "llm-compressor's rule (byte-identical checkpoints). Last column: the PPL change on the KLD run's tokens"
+  echo "with its standard error (llama-perplexity's \"Mean ln(PPL(Q)/PPL(base))\" statistic: the per-token"
+  echo "log-probability differences, paired, so the spread of the text itself cancels), the size of the noise"
+  echo "on PPL changes of a few tenths of a percent."
   echo
-  echo "| model | linear bits/weight | PPL | vs dense | KLD |"
-  echo "|---|---|---|---|---|"
-  printf '| dense F32 | 32 | %s | - | 0 |\n' "$dense"
+  echo "| model | linear bits/weight | PPL | vs dense | KLD | PPL change, KLD tokens (± 1 s.e.) |"
+  echo "|---|---|---|---|---|---|"
+  printf '| dense F32 | 32 | %s | - | 0 | - |\n' "$dense"
   row "FP8 E4M3, block 128 (quant_method fp8, weight_scale_inv), mse scales" "$W/fp8b" 8
   row "FP8 E4M3, block 128, amax scales (= transformers)" "$W/fp8ba" 8
   row "FP8 E4M3, per channel (compressed-tensors), mse scales" "$W/fp8c" 8
