@@ -13,7 +13,13 @@
 #   -k ROUNDS  rounds; each round runs lowbit then llama-bench, alternating
 #              which goes first (default 3)
 #   -s SHAPES  default "qwen2.5-0.5b llama3.2-1b" (make_random_gguf shapes)
-#   -y TYPES   default "q4_0 q8_0"
+#   -y TYPES   default "q4_0 q8_0": lower case = make_random_gguf's uniform
+#              files (every matrix that type); llama-quantize's own type names
+#              (Q4_0, Q4_K_M, Q5_K_M, Q6_K, ...) = its real mixes (e.g. Q4_0
+#              with a Q8_0 token_embd, K-quants with Q6_K halves and the
+#              fallbacks for rows that are not a multiple of 256), made from
+#              make_random_gguf's F16 file of the shape by the reference
+#              chroot's llama-quantize
 #   -b DIR     lowbit build directory (default $LB_BUILD_DIR or ./build)
 #   -D DEPTH   tokens already in the KV cache when each test starts
 #              (llama-bench -d; default 0)
@@ -64,7 +70,16 @@ roof
 for shape in $SHAPES; do
   for type in $TYPES; do
     f=$DIR/$shape-$type.gguf
-    [ -s "$f" ] || "$MAKE" --shape "$shape" --type "$type" -o "$f"
+    if [ ! -s "$f" ]; then
+      case $type in
+        [a-z]*) "$MAKE" --shape "$shape" --type "$type" -o "$f" ;;
+        *) # a llama-quantize mix, from the shape's F16 file
+           [ -s "$DIR/$shape-f16.gguf" ] || "$MAKE" --shape "$shape" --type f16 -o "$DIR/$shape-f16.gguf"
+           sh "$REFENV" run llama-quantize "$DIR/$shape-f16.gguf" "$f.tmp" "$type" > "$f.log" 2>&1 ||
+             { echo "llama-quantize $type failed: $f.log" >&2; exit 1; }
+           mv "$f.tmp" "$f" ;;
+      esac
+    fi
     k=1
     while [ "$k" -le "$K" ]; do
       for who in lowbit llama; do
