@@ -952,42 +952,7 @@ void lb_quantize_q8_K_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* X16 weights on AVX2 (kernels_internal.h): each 256-block K-chunk of a
- * group is rebuilt in row form in a per-thread buffer and multiplied by the
- * row-form kernel, whose K-chunks are the same 256 blocks, so the result is
- * its bits: y = part (first chunk) or y + part. Not a fast path (the avx2
- * table does not ask for repacking); it serves tests and tables that find
- * X16 weights repacked for another family. */
-static _Thread_local uint8_t x16_rows[16 * 256 * 34];
-
-static void mm_x16_rows(lb_type type, lb_mm_fn mm, int64_t n, const void *vw, size_t ws,
-                        int64_t nr, const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
-    const uint8_t *w = vw;
-    const size_t bb = type == LB_TYPE_Q4_0 ? 18 : 34;
-    const int64_t nb = n / 32, ng = nr / 16;
-    float part[64 * 16];
-    for (int64_t g = 0; g < ng; g++)
-        for (int64_t kb0 = 0; kb0 < nb; kb0 += 256) {
-            const int64_t kbn = LB_MIN(256, nb - kb0);
-            const size_t cs = (size_t)kbn * bb;
-            for (int rn = 0; rn < 16; rn++)
-                for (int64_t i = 0; i < kbn; i++)
-                    lb_x16_get_block(type, w + (size_t)g * 16 * ws, kb0 + i, rn,
-                                     x16_rows + (size_t)rn * cs + (size_t)i * bb);
-            for (int64_t t0 = 0; t0 < nt; t0 += 64) {
-                const int64_t tn = LB_MIN(64, nt - t0);
-                const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as + (size_t)kb0 * 34;
-                mm(kbn * 32, x16_rows, cs, 16, at, as, tn, part, 16);
-                for (int64_t t = 0; t < tn; t++) {
-                    float *yt = y + (size_t)(t0 + t) * ldy + (size_t)(16 * g);
-                    for (int k = 0; k < 16; k++) yt[k] = kb0 ? yt[k] + part[16 * t + k] : part[16 * t + k];
-                }
-            }
-        }
-    if (nr > 16 * ng)
-        mm(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
-}
-/* X16 decode and small tiles (n_tokens < 16) on AVX2: a group of 16 rows
+/* X16 weights on AVX2, decode and prefill: a group of 16 rows
  * is one sequential stream, read as two 8-row halves (bytes 0-31 of each
  * 64-byte vector: rows 0-7, bytes 32-63: rows 8-15), lane n of a 256-bit
  * load = 4 codes of row n. Per block and half: Q4_0, vpmaddubsw of the
@@ -1069,6 +1034,9 @@ LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t k
         }
 }
 
+/* K-chunks of Q4_KB blocks, tiles of 16 tokens (their corrections and
+ * scales computed once per chunk), then each group's chunk for 4 tokens at
+ * a time, as Q5_0's X16 kernel (kx16_avx2.c) */
 static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                         size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -1077,30 +1045,34 @@ static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr
     float da[16][Q4_KB];
     for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
         const int kbn = (int)LB_MIN(Q4_KB, nb - kb0);
-        for (int64_t t = 0; t < nt; t++)
-            for (int i = 0; i < kbn; i++) {
-                const uint8_t *ap = a + (size_t)t * as + (size_t)(kb0 + i) * 34;
-                corr[t][i] = q4 ? 8 * lb_q8_0_sum_avx2(ap) : 0;
-                da[t][i] = h2f(ap);
-            }
-        for (int64_t g = 0; g < ng; g++) {
-            const uint8_t *gp = w + (size_t)g * 16 * ws;
-            float *yg = y + 16 * g;
-            int64_t t = 0;
-            if (q4) {
-                for (; t + 4 <= nt; t += 4)
-                    x16_pass_avx2(4, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
-                for (; t < nt; t++)
-                    x16_pass_avx2(1, 1, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
-            } else {
-                for (; t + 4 <= nt; t += 4)
-                    x16_pass_avx2(4, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
-                for (; t < nt; t++)
-                    x16_pass_avx2(1, 0, gp, kb0, kbn, a + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
+        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+            const int64_t tn = LB_MIN(16, nt - t0);
+            const uint8_t *at = a + (size_t)t0 * as;
+            for (int64_t t = 0; t < tn; t++)
+                for (int i = 0; i < kbn; i++) {
+                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 34;
+                    corr[t][i] = q4 ? 8 * lb_q8_0_sum_avx2(ap) : 0;
+                    da[t][i] = h2f(ap);
+                }
+            for (int64_t g = 0; g < ng; g++) {
+                const uint8_t *gp = w + (size_t)g * 16 * ws;
+                float *yg = y + (size_t)t0 * ldy + 16 * g;
+                int64_t t = 0;
+                if (q4) {
+                    for (; t + 4 <= tn; t += 4)
+                        x16_pass_avx2(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        x16_pass_avx2(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                } else {
+                    for (; t + 4 <= tn; t += 4)
+                        x16_pass_avx2(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                    for (; t < tn; t++)
+                        x16_pass_avx2(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
+                                      da + t, yg + (size_t)t * ldy, ldy);
+                }
             }
         }
     }
@@ -1109,17 +1081,13 @@ static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr
                                                   as, nt, y + 16 * ng, ldy);
 }
 
-/* n_tokens < 16: the streaming kernel above; prefill: rows rebuilt per
- * K-chunk (the rebuild is shared by all tokens) */
 void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    if (nt < 16) mm_x16_fast(1, n, w, ws, nr, a, as, nt, y, ldy);
-    else mm_x16_rows(LB_TYPE_Q4_0, lb_mm_q4_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_x16_fast(1, n, w, ws, nr, a, as, nt, y, ldy);
 }
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    if (nt < 16) mm_x16_fast(0, n, w, ws, nr, a, as, nt, y, ldy);
-    else mm_x16_rows(LB_TYPE_Q8_0, lb_mm_q8_0_avx2, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_x16_fast(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void lb_kernels_fill_avx2(lb_kernel_table *kt) {
