@@ -20,8 +20,8 @@
  * summed in int16 (|pair| <= 2 * 63 * 128 = 16128 < 2^15: no saturation),
  * then widened to the int32 sum of the 4 bytes of a lane (exact); where
  * the codes are small, several vpmaddubsw of one sub-block add up in int16
- * first (Q4_K: 8 * 2 * 15 * 128 = 30720, Q5_K: 4 * 2 * 31 * 128 = 31744 <
- * 2^15) and one vpmaddwd by the sub-block scale in both int16 halves of
+ * first (Q4_K: 8 * 2 * 15 * 128 = 30720, Q5_K: 4 * 2 * 31 * 128 = 31744,
+ * Q6_K: 2 * 2 * 63 * 128 = 32256 < 2^15) and one vpmaddwd by the sub-block scale in both int16 halves of
  * each lane (kx_w16) gives scale * sum (no vpmulld). Per super-block:
  *   Q4_K / Q5_K: acc = acc + (d * da) * isum;  acc = acc + (dmin * -da) * imin
  *   Q6_K:        acc = acc + (d * da) * isum
@@ -48,18 +48,6 @@
 /* activation dword (4 int8) at p, in every lane */
 LB_AI __m256i kbc(const uint8_t *p) { return _mm256_set1_epi32((int)lb_rd_u32(p)); }
 
-/* sum over the 4 bytes of each lane of u * a (u unsigned <= 63, a int8) */
-LB_AI __m256i dot4(__m256i u, __m256i a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
-}
-
-LB_AI __m256i kx_byte(__m256i v, int b) { /* byte b of each dword, 0..255 */
-    return _mm256_and_si256(_mm256_srli_epi32(v, 8 * b), _mm256_set1_epi32(0xFF));
-}
-LB_AI __m256i kx_sbyte(__m256i v, int b) { /* the same, as int8 */
-    const __m256i x80 = _mm256_set1_epi32(0x80);
-    return _mm256_sub_epi32(_mm256_xor_si256(kx_byte(v, b), x80), x80);
-}
 LB_AI int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int16 x2 */
     const int16_t *b = (const int16_t *)(const void *)bs;
     const int lo = b[2 * k0] + b[2 * k0 + 1], hi = b[2 * k1] + b[2 * k1 + 1];
@@ -187,12 +175,30 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
 /* Q6_K: one group, U tokens. Super-block fields: d at 0 (16 halves), the
  * 16 int8 scales as 4 vectors at 32 (scale j: vector j / 4, byte j % 4),
  * then 16 steps of (ql, ql, qh) vectors at 288: step 8h + m holds dword m
- * of sub-blocks 8h + 2q + r (q = 0..3, r = m / 4). Each sub-block's chain
- * starts at -32 * bsums[j] (codes u = q + 32). */
+ * of sub-blocks 8h + 2q + r (q = 0..3, r = m / 4). Codes u = q + 32 in
+ * 0..63: two vpmaddubsw of a sub-block add up in int16 (2 * 16128 =
+ * 32256 < 2^15), then one vpmaddwd by its scale (sign-extended into both
+ * int16 halves) gives scale * sum; the -32 offset is added once per
+ * half-super-block as -32 * sum_j scale_j * bsums[j] (vpmaddwd of scale
+ * pairs with bsums pairs). isum is the reference's integer
+ * sum_j scale_j * (sum u * a - 32 * bsums[j]) (exact, |isum| < 2^29). */
+LB_AI __m256i sext16_lo(__m256i v) { return _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8); }
+
+LB_AI __m256i q6_u(__m256i A, __m256i B, __m256i H, int qd) { /* codes of sub-block quarter qd */
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    switch (qd) {
+    case 0: return _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi32(H, 4), m30));
+    case 1: return _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi32(H, 2), m30));
+    case 2: return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(A, 4), m4), _mm256_and_si256(H, m30));
+    default:
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(B, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi32(H, 2), m30));
+    }
+}
+
 LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
                          float *y, size_t ldy) {
     const size_t BB = 16 * 210;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -204,56 +210,53 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
         for (int hf = 0; hf < 2; hf++) {
             const uint8_t *ph = p + 32 * hf;
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf)));
-            __m256i isum[4];
+            __m256i isum[4], off[4];
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) isum[u] = _mm256_setzero_si256();
+            for (int u = 0; u < U; u++) off[u] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) { /* scales 4v..4v+3: pairs (4v, 4v+2), (4v+1, 4v+3) */
+                const __m256i S = _mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * v));
+                const __m256i se = sext16_lo(S), so = _mm256_srai_epi16(S, 8);
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const uint8_t *bs = ab + (size_t)u * as + 260;
+                    off[u] = _mm256_add_epi32(
+                        off[u], _mm256_add_epi32(
+                                    _mm256_madd_epi16(se, _mm256_set1_epi32(kx_pair2(bs, 4 * v, 4 * v + 2))),
+                                    _mm256_madd_epi16(so, _mm256_set1_epi32(kx_pair2(bs, 4 * v + 1, 4 * v + 3)))));
+                }
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++)
+                isum[u] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off[u], 5));
             for (int h = 0; h < 2; h++)
                 for (int r = 0; r < 2; r++) {
-                    __m256i sc[4];
+                    __m256i scw[4];
 #pragma GCC unroll 4
                     for (int qd = 0; qd < 4; qd++) {
                         const int j = 8 * h + 2 * qd + r;
-                        sc[qd] = kx_sbyte(_mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * (j / 4))), j % 4);
+                        scw[qd] = sext16_lo(kx_w16(_mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * (j / 4))), j % 4));
                     }
-                    __m256i s[4][4];
+#pragma GCC unroll 2
+                    for (int m = 4 * r; m < 4 * r + 4; m += 2) {
+                        const uint8_t *q0 = ph + 288 + 192 * (8 * h + m), *q1 = q0 + 192; /* ql, ql, qh */
 #pragma GCC unroll 4
-                    for (int u = 0; u < U; u++) {
-                        const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+                        for (int qd = 0; qd < 4; qd++) {
+                            const __m256i u0 = q6_u(_mm256_loadu_si256((const __m256i *)q0),
+                                                    _mm256_loadu_si256((const __m256i *)(q0 + 64)),
+                                                    _mm256_loadu_si256((const __m256i *)(q0 + 128)), qd);
+                            const __m256i u1 = q6_u(_mm256_loadu_si256((const __m256i *)q1),
+                                                    _mm256_loadu_si256((const __m256i *)(q1 + 64)),
+                                                    _mm256_loadu_si256((const __m256i *)(q1 + 128)), qd);
 #pragma GCC unroll 4
-                        for (int qd = 0; qd < 4; qd++)
-                            s[u][qd] = _mm256_set1_epi32(-32 * bs[8 * h + 2 * qd + r]);
-                    }
-#pragma GCC unroll 4
-                    for (int m = 4 * r; m < 4 * r + 4; m++) {
-                        const uint8_t *q = ph + 288 + 192 * (8 * h + m); /* ql, ql, qh */
-                        const __m256i A = _mm256_loadu_si256((const __m256i *)q);
-                        const __m256i B = _mm256_loadu_si256((const __m256i *)(q + 64));
-                        const __m256i H = _mm256_loadu_si256((const __m256i *)(q + 128));
-                        __m256i uq[4];
-                        uq[0] = _mm256_or_si256(_mm256_and_si256(A, m4),
-                                                _mm256_and_si256(_mm256_slli_epi32(H, 4), m30));
-                        uq[1] = _mm256_or_si256(_mm256_and_si256(B, m4),
-                                                _mm256_and_si256(_mm256_slli_epi32(H, 2), m30));
-                        uq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(A, 4), m4),
-                                                _mm256_and_si256(H, m30));
-                        uq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(B, 4), m4),
-                                                _mm256_and_si256(_mm256_srli_epi32(H, 2), m30));
-#pragma GCC unroll 4
-                        for (int u = 0; u < U; u++) {
-                            const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * h + 4 * m;
-#pragma GCC unroll 4
-                            for (int qd = 0; qd < 4; qd++)
-                                s[u][qd] = _mm256_add_epi32(s[u][qd], dot4(uq[qd], kbc(a8 + 32 * qd)));
+                            for (int u = 0; u < U; u++) {
+                                const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * h + 32 * qd + 4 * m;
+                                const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, kbc(a8)),
+                                                                     _mm256_maddubs_epi16(u1, kbc(a8 + 4)));
+                                isum[u] = _mm256_add_epi32(isum[u], _mm256_madd_epi16(s16, scw[qd]));
+                            }
                         }
                     }
-#pragma GCC unroll 4
-                    for (int u = 0; u < U; u++)
-                        isum[u] = _mm256_add_epi32(
-                            isum[u],
-                            _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(s[u][0], sc[0]),
-                                                              _mm256_mullo_epi32(s[u][1], sc[1])),
-                                             _mm256_add_epi32(_mm256_mullo_epi32(s[u][2], sc[2]),
-                                                              _mm256_mullo_epi32(s[u][3], sc[3]))));
                 }
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
