@@ -329,8 +329,8 @@ void lb_mm_q4_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void
                      size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                      size_t as, int64_t nt, float *y, size_t ldy);
-/* X16 twins of the two above (same bits; a row-form rebuild per K-chunk,
- * not a fast path). */
+/* X16 twins of the two above (same bits): one sequential stream per
+ * 16-row group, 1-4 tokens per pass, decode and prefill. */
 void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
