@@ -145,7 +145,7 @@ set -e
 # (docs/quantize.md "Calibration throughput"), the checkpoint still loads
 "$LOWBIT" --quiet --json quantize "$M" -o "$T/bf16" --calib-ids "$CAL" --seqlen 128 --nsamples 32 \
     --calib-dtype bf16 2>"$T/bf16.err" >/dev/null
-python3 - "$T/bf16/quantize_report.json" "$(grep -c avx512_bf16 /proc/cpuinfo 2>/dev/null || echo 0)" <<'PY'
+python3 - "$T/bf16/quantize_report.json" "$(grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null && echo 1 || echo 0)" <<'PY'
 import json, os, sys
 r = json.load(open(sys.argv[1]))
 ref = os.environ.get("LB_FORCE_REF", "0") not in ("", "0")  # the scalar reference runs
