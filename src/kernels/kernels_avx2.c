@@ -1034,6 +1034,20 @@ LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t k
         }
 }
 
+/* one group's K-chunk for tn tokens, 4 at a time (q4 a constant where
+ * inlined, so each pass is compiled for its type) */
+LB_AI void x16_tokens_avx2(const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
+                           size_t as, int64_t tn, int32_t (*corr)[Q4_KB], float (*da)[Q4_KB],
+                           float *yg, size_t ldy) {
+    int64_t t = 0;
+    for (; t + 4 <= tn; t += 4)
+        x16_pass_avx2(4, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                      yg + (size_t)t * ldy, ldy);
+    for (; t < tn; t++)
+        x16_pass_avx2(1, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
+                      yg + (size_t)t * ldy, ldy);
+}
+
 /* K-chunks of Q4_KB blocks, tiles of 16 tokens (their corrections and
  * scales computed once per chunk), then each group's chunk for 4 tokens at
  * a time, as Q5_0's X16 kernel (kx16_avx2.c) */
@@ -1057,22 +1071,8 @@ static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr
             for (int64_t g = 0; g < ng; g++) {
                 const uint8_t *gp = w + (size_t)g * 16 * ws;
                 float *yg = y + (size_t)t0 * ldy + 16 * g;
-                int64_t t = 0;
-                if (q4) {
-                    for (; t + 4 <= tn; t += 4)
-                        x16_pass_avx2(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        x16_pass_avx2(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                } else {
-                    for (; t + 4 <= tn; t += 4)
-                        x16_pass_avx2(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        x16_pass_avx2(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, corr + t,
-                                      da + t, yg + (size_t)t * ldy, ldy);
-                }
+                if (q4) x16_tokens_avx2(1, gp, kb0, kbn, at, as, tn, corr, da, yg, ldy);
+                else x16_tokens_avx2(0, gp, kb0, kbn, at, as, tn, corr, da, yg, ldy);
             }
         }
     }
