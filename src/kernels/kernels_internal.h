@@ -36,6 +36,15 @@
 extern "C" {
 #endif
 
+/* Software prefetch distance of the streaming (X16) kernels: bytes ahead of
+ * the line being read. A kernel prefetches each line of its stream once, as
+ * it reads the line at this distance before it, so the prefetches are spread
+ * over the compute: a burst of a whole block's prefetches at once fills the
+ * core's miss buffers and the loads behind it wait for DRAM (Zen 3, AVX2 Q6_K
+ * X16 GEMV from DRAM at 1 thread: 10.7-12.0 GB/s with a burst of 53 lines one
+ * super-block ahead, 14-16 spread at 13-80 KB ahead, 12-16 spread at 3.3 KB). */
+#define LB_PF_AHEAD 16384
+
 /* Quantize one activation row of n f32 values into the vec_dot_type. */
 typedef void (*lb_qact_fn)(const float *x, void *y, int64_t n);
 

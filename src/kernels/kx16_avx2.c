@@ -48,6 +48,11 @@
 /* activation dword (4 int8) at p, in every lane */
 LB_AI __m256i kbc(const uint8_t *p) { return _mm256_set1_epi32((int)lb_rd_u32(p)); }
 
+/* prefetch the line that holds p + LB_PF_AHEAD (kernels_internal.h): each
+ * kernel calls it once per line of its stream, where it first reads the
+ * line, so the prefetches are spread over the compute */
+LB_AI void kpf(const uint8_t *p) { _mm_prefetch((const char *)(p + LB_PF_AHEAD), _MM_HINT_T0); }
+
 LB_AI int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pairs as int16 x2 */
     const int16_t *b = (const int16_t *)(const void *)bs;
     const int lo = b[2 * k0] + b[2 * k0 + 1], hi = b[2 * k1] + b[2 * k1 + 1];
@@ -96,7 +101,7 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
-        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, dmin, scales */
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *ph = p + 32 * h; /* this half's bytes of each vector */
@@ -124,6 +129,10 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
                 for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int m = 0; m < 8; m++) {
+                    if (h == 0) {
+                        kpf(q + 64 * m);
+                        if (q5 && g == 0) kpf(ph + 256 + 64 * m);
+                    }
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * m));
                     __m256i lo = _mm256_and_si256(v, m4);
                     __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
@@ -205,7 +214,7 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
-        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        for (int l = 0; l < 5; l++) kpf(p + 64 * l); /* d, scales */
 #pragma GCC unroll 2
         for (int hf = 0; hf < 2; hf++) {
             const uint8_t *ph = p + 32 * hf;
@@ -240,6 +249,8 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
 #pragma GCC unroll 2
                     for (int m = 4 * r; m < 4 * r + 4; m += 2) {
                         const uint8_t *q0 = ph + 288 + 192 * (8 * h + m), *q1 = q0 + 192; /* ql, ql, qh */
+                        if (hf == 0)
+                            for (int l = 0; l < 6; l++) kpf(q0 + 64 * l);
 #pragma GCC unroll 4
                         for (int qd = 0; qd < 4; qd++) {
                             const __m256i u0 = q6_u(_mm256_loadu_si256((const __m256i *)q0),
@@ -443,7 +454,7 @@ LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
-        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, scales */
         __m256i SC[2][4];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -476,6 +487,10 @@ LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
 #pragma GCC unroll 4
                     for (int m = 4 * r; m < 4 * r + 4; m++) {
                         __m256i uq[2];
+                        if (j == 0) {
+                            kpf(p + 736 + 64 * (8 * k + m));
+                            if (k == 0) kpf(p + 224 + 64 * m);
+                        }
 #pragma GCC unroll 2
                         for (int h = 0; h < 2; h++) {
                             const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 736 + 64 * (8 * k + m)));
@@ -528,7 +543,7 @@ LB_AI void q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = at + (size_t)i * Q8K_BYTES;
-        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + BB + l), _MM_HINT_T0);
+        for (int l = 0; l < 5; l++) kpf(p + 64 * l); /* d, dmin, scales */
         __m256i isum[4][2];
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) isum[u][0] = isum[u][1] = _mm256_setzero_si256();
@@ -545,6 +560,7 @@ LB_AI void q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
 #pragma GCC unroll 4
                     for (int m = 4 * r; m < 4 * r + 4; m++) {
                         __m256i uq[2];
+                        if (j == 0) kpf(p + 320 + 64 * (8 * k + m));
 #pragma GCC unroll 2
                         for (int h = 0; h < 2; h++) {
                             const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 320 + 64 * (8 * k + m)));
