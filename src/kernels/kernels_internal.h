@@ -36,13 +36,16 @@
 extern "C" {
 #endif
 
-/* Software prefetch distance of the streaming (X16) kernels: bytes ahead of
- * the line being read. A kernel prefetches each line of its stream once, as
- * it reads the line at this distance before it, so the prefetches are spread
- * over the compute: a burst of a whole block's prefetches at once fills the
- * core's miss buffers and the loads behind it wait for DRAM (Zen 3, AVX2 Q6_K
- * X16 GEMV from DRAM at 1 thread: 10.7-12.0 GB/s with a burst of 53 lines one
- * super-block ahead, 14-16 spread at 13-80 KB ahead, 12-16 spread at 3.3 KB). */
+/* Software prefetch distance of the AVX2 K-quant X16 kernels (kx16_avx2.c):
+ * bytes ahead of the line being read. Each kernel prefetches every line of
+ * its stream once, where it first reads the line, so the prefetches are
+ * spread over the compute; a burst of a whole super-block's prefetches (36-53
+ * lines) at once fills the core's miss buffers and the loads behind it wait
+ * for DRAM (Zen 3, AVX2 Q6_K X16 GEMV from DRAM at 1 thread: 10.6-12.0 GB/s
+ * with the burst one super-block ahead, 14-17 spread 13-80 KB ahead). The
+ * small-block kernels (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1: 5-9 lines per block) keep
+ * their per-block prefetches (Q4_0/Q8_0: no distance from 4 to 32 KB
+ * measured better than their 8 blocks). */
 #define LB_PF_AHEAD 16384
 
 /* Quantize one activation row of n f32 values into the vec_dot_type. */
