@@ -10,8 +10,9 @@
  * Q4_0/Q8_0/Q4_K/Q6_K are also timed in LB_LAYOUT_X16 (the layout the loader repacks
  * them into where the family asks for it; with LB_REPACK=1 every type a SIMD
  * family has an X16 kernel for, e.g. Q4_1), as "<variant>+x16". --dram: the
- * GEMVs cycle over copies of the weights totalling >= 512 MiB, so they
- * stream from memory as decode does (without it a matrix stays in L2/L3).
+ * GEMVs cycle over copies of the weights totalling >= 512 MiB (one arena in
+ * huge pages, as a loaded model's weights), so they stream from memory as
+ * decode does (without it a matrix stays in L2/L3).
  * --cpu-time: 1-thread timings in process CPU time instead of wall time
  * (less disturbed on a shared machine: time the process spends descheduled
  * does not count). --only TYPE: one weight type; F8_E4M3_B32, NF4_B64,
