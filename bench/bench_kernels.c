@@ -40,28 +40,17 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Weight copies in one 2 MiB-aligned anonymous arena advised MADV_HUGEPAGE,
- * one after another (64-byte aligned), as the loader reads a model's tensors
- * (lb_file_read_huge): with 4 KiB pages the streaming GEMVs read DRAM more
- * slowly than decode does. */
+/* Weight copies in one lb_map_huge arena, one after another (64-byte
+ * aligned), as the loader holds a model's tensors (lb_map_file_ex with
+ * LB_MAP_COPY): with 4 KiB pages the streaming GEMVs read DRAM more slowly
+ * than decode does. */
 static void *hp_alloc(size_t n) {
-    const size_t huge = (size_t)2 << 20, len = (n + huge - 1) / huge * huge;
-    uint8_t *raw = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) {
+    void *p = lb_map_huge(n);
+    if (!p) {
         fprintf(stderr, "bench_kernels: out of memory (%zu bytes)\n", n);
         exit(1);
     }
-    uint8_t *p = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-    if (p > raw) munmap(raw, (size_t)(p - raw));
-    if (raw + huge > p) munmap(p + len, (size_t)(raw + huge - p));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, len, MADV_HUGEPAGE);
-#endif
     return p;
-}
-static void hp_free(void *p, size_t n) {
-    const size_t huge = (size_t)2 << 20;
-    munmap(p, (n + huge - 1) / huge * huge);
 }
 
 static uint64_t rs = 0x1234567887654321ull;
@@ -284,8 +273,8 @@ int main(int argc, char **argv) {
                         fflush(stdout);
                     }
                 }
-                hp_free(aw, arena);
-                if (xq) hp_free(ax, arena);
+                munmap(aw, arena);
+                if (xq) munmap(ax, arena);
                 free(w);
                 free(Ws), free(Wx), free(X), free(Y);
             }

@@ -14,29 +14,41 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-/* The file's bytes in a 2 MiB-aligned anonymous mapping advised for huge
- * pages, read-only afterwards; NULL (errno set) on failure. */
-static void *copy_to_anon(int fd, size_t size) {
+void *lb_map_huge(size_t n) {
     const size_t huge = (size_t)2 << 20;
-    /* a file that would take more than half the machine's memory stays
-     * mapped (pages the kernel can drop and re-read) */
-    const long phys = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    if (size > SIZE_MAX - huge ||
-        (phys > 0 && psz > 0 && size > (size_t)phys / 2 * (size_t)psz)) {
-        errno = ENOMEM;
+    const long psz = sysconf(_SC_PAGESIZE);
+    const size_t page = psz > 0 ? (size_t)psz : 4096;
+    if (n == 0 || n > SIZE_MAX - huge) {
+        errno = n ? ENOMEM : EINVAL;
         return NULL;
     }
-    uint8_t *raw = mmap(NULL, size + huge, PROT_READ | PROT_WRITE,
+    uint8_t *raw = mmap(NULL, n + huge, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return NULL;
     uint8_t *p = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-    const size_t page = psz > 0 ? (size_t)psz : 4096;
-    const size_t len = (size + page - 1) / page * page;
+    const size_t len = (n + page - 1) / page * page;
     if (p > raw) munmap(raw, (size_t)(p - raw));
-    if (raw + size + huge > p + len) munmap(p + len, (size_t)(raw + size + huge - (p + len)));
+    if (raw + n + huge > p + len) munmap(p + len, (size_t)(raw + n + huge - (p + len)));
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, len, MADV_HUGEPAGE); /* advice: refused is fine */
 #endif
+    return p;
+}
+
+/* The file's bytes in lb_map_huge memory, read-only afterwards; NULL
+ * (errno set) on failure. */
+static void *copy_to_anon(int fd, size_t size) {
+    /* a file that would take more than half the machine's memory stays
+     * mapped (pages the kernel can drop and re-read) */
+    const long phys = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (phys > 0 && psz > 0 && size > (size_t)phys / 2 * (size_t)psz) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint8_t *p = lb_map_huge(size);
+    if (!p) return NULL;
+    const size_t page = psz > 0 ? (size_t)psz : 4096;
+    const size_t len = (size + page - 1) / page * page;
     size_t off = 0;
     while (off < size) {
         ssize_t r = pread(fd, p + off, size - off, (off_t)off);

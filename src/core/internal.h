@@ -76,6 +76,13 @@ static inline float lb_f16_to_f32_inline(uint16_t h) {
 /* Duplicate a string (NULL on failure or NULL input). */
 char *lb_strdup(const char *s);
 
+/* n bytes (n > 0) of anonymous read-write memory starting on a 2 MiB
+ * boundary, advised MADV_HUGEPAGE (refused advice is fine: 4 KiB pages
+ * then), zero bytes; NULL (errno set) on failure. Free with munmap(p, n).
+ * For large buffers streamed by the kernels (a model's weights): huge
+ * pages keep the TLB out of the stream. */
+void *lb_map_huge(size_t n);
+
 /* madvise(MADV_DONTNEED) of the whole pages inside [p, p + n): they leave
  * the RSS. A file mapping's pages are read from the file again: a
  * read-only one's clean pages, and a shared writable one's (lb_spill_map)
