@@ -228,11 +228,15 @@ static void slot_release(srv_sched *s, srv_slot *sl, lb_stop_reason r,
     } else if (err_status == 0) {
         atomic_fetch_add(&s->completed, 1);
     }
-    task_finish(sl->task, r, n_gen, err_status, msg);
-    srv_task_release(sl->task);
+    /* the slot is free before the client can see the answer: a client
+     * that sends its next request on receiving this one must find the
+     * slot free (with --queue 0 it got a spurious 503 otherwise) */
+    srv_task *t = sl->task;
     sl->task = NULL;
     sl->state = SLOT_FREE;
     atomic_fetch_sub(&s->active, 1);
+    task_finish(t, r, n_gen, err_status, msg);
+    srv_task_release(t);
 }
 
 /* Put a task into a free slot (reusing the longest cached prefix). */

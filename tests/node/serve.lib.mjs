@@ -6,9 +6,11 @@ const LOWBIT = process.env.LOWBIT;
 
 // Start `lowbit serve MODEL --port 0 ARGS` (with -q unless quiet is false);
 // resolves {proc, port, url, stderr()}.
-export function startServer(model, args = [], { quiet = true } = {}) {
+// wrap: a command line the server runs under (e.g. ['taskset', '-c', '0']).
+export function startServer(model, args = [], { quiet = true, wrap = [] } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(LOWBIT, ['serve', model, '--port', '0', ...(quiet ? ['-q'] : []), ...args], {
+    const argv = [...wrap, LOWBIT, 'serve', model, '--port', '0', ...(quiet ? ['-q'] : []), ...args];
+    const proc = spawn(argv[0], argv.slice(1), {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '', err = '';

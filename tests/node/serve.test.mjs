@@ -477,7 +477,8 @@ test('413 body over --max-body (Content-Length and chunked)', async () => {
 });
 
 // Open a streaming request on B that holds its only slot; resolves once the
-// first event arrived: {sock, firstChunk}.
+// first event arrived: {sock, got}. Rejects on any other answer (a complete
+// non-SSE response, a closed socket) instead of waiting for ever.
 function holdSlot() {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ prompt: 'Once', max_tokens: 8000, stream: true, ignore_eos: true });
@@ -486,13 +487,39 @@ function holdSlot() {
         `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
     });
     let got = '';
+    const fail = (why) => { sock.destroy(); reject(new Error(`holdSlot: ${why}: ${JSON.stringify(got.slice(0, 400))}`)); };
     sock.on('data', (d) => {
       got += d;
-      if (got.includes('data: {')) { sock.removeAllListeners('data'); resolve({ sock, got }); }
+      if (got.includes('data: {')) { sock.removeAllListeners(); sock.on('error', () => {}); resolve({ sock, got }); }
+      else if (/^HTTP\/1\.1 (?!200)\d{3}/.test(got) && got.includes('\r\n\r\n{')) fail('not a stream');
     });
-    sock.on('error', reject);
+    sock.on('close', () => fail('closed before the first event'));
+    sock.on('error', (e) => fail(e.message));
   });
 }
+
+// The first CPU this process may run on (for taskset).
+function firstCpu() {
+  const m = fs.readFileSync('/proc/self/status', 'utf8').match(/^Cpus_allowed_list:\s*(\d+)/m);
+  return m ? m[1] : '0';
+}
+
+test('sequential requests on one slot with no queue never get 503 (slot freed before the answer)', async () => {
+  // On one CPU the client's next request used to arrive while the scheduler
+  // still counted the slot as busy (8% of requests got 503 server_busy).
+  const S = await startServer(MODEL, ['-np', '1', '--queue', '0', '-c', '256', '-t', '1'],
+    { wrap: ['taskset', '-c', firstCpu()] });
+  try {
+    const codes = {};
+    for (let i = 0; i < 150; i++) {
+      const r = await post(S.port, '/v1/completions', { prompt: 'x', max_tokens: 1 });
+      codes[r.status] = (codes[r.status] || 0) + 1;
+    }
+    assert.deepEqual(codes, { 200: 150 });
+  } finally {
+    assert.equal(await stopServer(S), 0);
+  }
+});
 
 async function waitFor(pred, ms = 10000) {
   const end = Date.now() + ms;
