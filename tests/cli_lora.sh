@@ -86,12 +86,12 @@ SRV=$!
 for i in $(seq 50); do grep -q listening "$W/srv.out" 2>/dev/null && break; sleep 0.1; done
 url=$(sed -n 's/listening on //p' "$W/srv.out")
 [ -n "$url" ] || { cat "$W/srv.err"; fail "server did not start"; }
-curl -s "$url/v1/models" > "$W/models.json"
+curl -s --max-time 60 "$url/v1/models" > "$W/models.json"
 python3 -c "
 import json; d=json.load(open('$W/models.json'))['data']
 assert len(d)==2 and d[1]['id']=='ad' and d[1]['meta']['lora_id']==0 and d[1]['parent']==d[0]['id'], d
 " || fail "/v1/models"
-req() { curl -s "$url/v1/completions" -H 'Content-Type: application/json' -d "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])"; }
+req() { curl -s --max-time 60 "$url/v1/completions" -H 'Content-Type: application/json' -d "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])"; }
 P='Once upon a time'
 t_on=$(req "{\"prompt\": \"$P\", \"max_tokens\": 24, \"temperature\": 0}")
 t_off=$(req "{\"prompt\": \"$P\", \"max_tokens\": 24, \"temperature\": 0, \"lora\": []}")
@@ -103,6 +103,6 @@ r_off=$("$LOWBIT" run "$W/g3" -p "$P" -n 24 --temp 0 -q --no-stream)
 [ "$t_name" = "$r_on" ] && [ "$t_id" = "$r_on" ] || fail "selection by name/id: '$t_name' / '$t_id'"
 [ "$t_off" = "$r_off" ] || fail "lora [] '$t_off' != run '$r_off'"
 [ "$t_on" != "$t_off" ] || fail "the adapter changed nothing"
-code=$(curl -s -o "$W/e.json" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "lora": [{"name": "nope"}]}')
+code=$(curl -s --max-time 60 -o "$W/e.json" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "lora": [{"name": "nope"}]}')
 [ "$code" = 400 ] && grep -q nope "$W/e.json" || fail "unknown adapter: $code"
 echo "ok"

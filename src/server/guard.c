@@ -335,6 +335,12 @@ bool srv_guard_take_error(srv_guard *g, const char *fmt, va_list ap,
     if (status < 400 || status > 599) return false;
     char *body = json_error(status);
     if (!body) return false;
+    /* counted before the client can read the answer (a client that asks
+     * /health on receiving it sees it counted) */
+    pthread_mutex_lock(&g->mu);
+    c->answered = true;
+    g->st.http_errors++;
+    pthread_mutex_unlock(&g->mu);
     const char *reason = MHD_get_reason_phrase_for(status);
     char head[256];
     int hn = snprintf(head, sizeof head,
@@ -364,10 +370,6 @@ bool srv_guard_take_error(srv_guard *g, const char *fmt, va_list ap,
         }
         drained += (size_t)k;
     }
-    pthread_mutex_lock(&g->mu);
-    c->answered = true;
-    g->st.http_errors++;
-    pthread_mutex_unlock(&g->mu);
     return true; /* MHD's page cannot leave any more: nothing to log */
 }
 

@@ -267,8 +267,7 @@ static void slot_assign(srv_sched *s, srv_task *t) {
     best->task = t;
     best->n_done = best_keep;
     best->order = s->order++;
-    best->state = SLOT_PREFILL;
-    atomic_fetch_add(&s->active, 1);
+    best->state = SLOT_PREFILL; /* (active was counted when dequeued) */
     t->n_reused = best_keep;
     lb_generate_params gp = lb_generate_default_params();
     gp.n_predict = t->max_tokens;
@@ -410,6 +409,10 @@ static void *sched_main(void *arg) {
                 srv_task_release(t);
                 continue;
             }
+            /* counted busy before the lock is dropped: a submit in between
+             * must not see the slot free (with --queue 0 it accepted a
+             * second request into the queue) */
+            atomic_fetch_add(&s->active, 1);
             pthread_mutex_unlock(&s->mu);
             slot_assign(s, t);
             pthread_mutex_lock(&s->mu);

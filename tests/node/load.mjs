@@ -62,6 +62,7 @@ const getJSON = (port, path) => new Promise((resolve, reject) => {
     let d = '';
     res.on('data', (x) => { d += x; });
     res.on('end', () => { try { resolve(JSON.parse(d)); } catch (e) { reject(e); } });
+    res.on('close', () => { if (!res.complete) reject(new Error(`${path}: response cut short`)); });
   });
   req.on('timeout', () => req.destroy(new Error('timeout')));
   req.on('error', reject);
@@ -144,7 +145,10 @@ function attack(port) {
   let probing = true, last = null;
   const probe = (st, localAddress) => new Promise((resolve) => {
     const t0 = performance.now();
+    let settled = false; // an error and a cut-short close count once
     const fail = (k) => {
+      if (settled) return;
+      settled = true;
       st.failed++;
       st.errors[k] = (st.errors[k] || 0) + 1;
       st.lat.push(performance.now() - t0);
@@ -158,10 +162,13 @@ function attack(port) {
         let j = null;
         try { j = JSON.parse(d); } catch { /* not JSON */ }
         if (res.statusCode !== 200 || !j) return fail(`status ${res.statusCode}`);
+        if (settled) return;
+        settled = true;
         last = j;
         st.lat.push(performance.now() - t0);
         resolve();
       });
+      res.on('close', () => { if (!res.complete) fail('cut short'); });
     });
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', (e) => fail(String(e.code || e.message).slice(0, 60)));

@@ -14,7 +14,10 @@ export function startServer(model, args = [], { quiet = true, wrap = [] } = {}) 
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '', err = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${err}`)), 30000);
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL'); // not left running behind a failed test
+      reject(new Error(`server did not start: ${err}`));
+    }, 30000);
     proc.stdout.on('data', (d) => {
       out += d;
       const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
@@ -31,17 +34,23 @@ export function startServer(model, args = [], { quiet = true, wrap = [] } = {}) 
   });
 }
 
+// SIGTERM, then SIGKILL after 15 s; resolves the exit status, or the signal's
+// name when a signal ended the server (e.g. SIGABRT from a sanitizer: its
+// report is in s.stderr()).
 export function stopServer(s) {
   return new Promise((resolve) => {
-    if (s.proc.exitCode !== null) return resolve(s.proc.exitCode);
+    const done = () => s.proc.exitCode ?? s.proc.signalCode;
+    if (done() !== null) return resolve(done());
     s.proc.removeAllListeners('exit');
-    s.proc.on('exit', (code) => resolve(code));
+    const kill = setTimeout(() => s.proc.kill('SIGKILL'), 15000);
+    s.proc.on('exit', (code, signal) => { clearTimeout(kill); resolve(code ?? signal); });
     s.proc.kill('SIGTERM');
   });
 }
 
-// Raw HTTP request; resolves {status, headers, body, json}.
-export function raw(port, method, path, body, headers = {}) {
+// Raw HTTP request; resolves {status, headers, body, json}; rejects when the
+// response is cut short or nothing moves for timeoutMs.
+export function raw(port, method, path, body, headers = {}, timeoutMs = 60000) {
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
       let data = '';
@@ -52,7 +61,9 @@ export function raw(port, method, path, body, headers = {}) {
         try { json = JSON.parse(data); } catch { /* not JSON */ }
         resolve({ status: res.statusCode, headers: res.headers, body: data, json });
       });
+      res.on('close', () => { if (!res.complete) reject(new Error(`${method} ${path}: response cut short`)); });
     });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`${method} ${path}: no answer in ${timeoutMs} ms`)));
     req.on('error', reject);
     if (body !== undefined) req.write(body);
     req.end();

@@ -1,7 +1,7 @@
 // Tests of `lowbit serve` with the official OpenAI client (openai npm
 // package, package-lock.json) and raw HTTP for the error cases.
 // Run by tests/cli_serve.sh:  LOWBIT=build/lowbit node --test tests/node/
-import { test, before, after } from 'node:test';
+import { test as nodeTest, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,6 +11,13 @@ import http from 'node:http';
 import net from 'node:net';
 import OpenAI from 'openai';
 import { startServer, stopServer, raw } from './serve.lib.mjs';
+
+// Every test has its own time limit (2 min), so a hung one fails by name
+// (node 20's --test-timeout bounds the whole file and names only the file).
+function test(name, opts, fn) {
+  if (typeof opts === 'function') { fn = opts; opts = {}; }
+  return nodeTest(name, { timeout: 120000, ...opts }, fn);
+}
 
 const LOWBIT = process.env.LOWBIT;
 const SHARED = process.env.LB_SHARED || '../shared';
@@ -67,8 +74,10 @@ before(async () => {
     '--api-key', 'sekret', '--max-body', '4096', '-t', '1']);
 });
 after(async () => {
-  assert.equal(await stopServer(A), 0, 'server A exit status');
-  assert.equal(await stopServer(B), 0, 'server B exit status');
+  // both stopped before either is judged (a failing A must not leave B running)
+  const [a, b] = await Promise.all([A ? stopServer(A) : 0, B ? stopServer(B) : 0]);
+  assert.equal(a, 0, `server A exit status: ${A && A.stderr()}`);
+  assert.equal(b, 0, `server B exit status: ${B && B.stderr()}`);
 });
 
 // ---- OpenAI client: completions --------------------------------------------------
@@ -560,6 +569,7 @@ test('non-streaming request cancelled by disconnect', async () => {
     sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
   });
+  sock.on('error', () => {});
   assert.ok(await waitFor(async () => (await raw(B.port, 'GET', '/health')).json.slots_processing === 1));
   sock.destroy();
   assert.ok(await waitFor(async () => {
@@ -661,7 +671,7 @@ test('connection guard: caps evict the oldest idle, deadlines close idle and slo
   try {
     // 10 idle connections from one address, cap 6: the 4 oldest are closed
     const idle = await openIdle(C.port, 10);
-    await new Promise((r) => setTimeout(r, 1000));
+    await waitFor(async () => idle.slice(0, 4).every((s) => s.closedAt !== null), 3000);
     assert.deepEqual(idle.map((s) => s.closedAt !== null),
       [true, true, true, true, false, false, false, false, false, false]);
     // /health is served at once (it closes the oldest idle one again)
@@ -679,9 +689,10 @@ test('connection guard: caps evict the oldest idle, deadlines close idle and slo
     let n = 0;
     for await (const ch of stream) if (ch.choices.length && ch.choices[0].delta.content) n++;
     assert.ok(n > 0);
-    // idle deadline: everything idle is closed within ~4 s (+ the 200 ms tick)
-    await new Promise((r) => setTimeout(r, 4800));
-    assert.ok([...idle, ...more].every((s) => s.closedAt !== null), 'idle connections closed');
+    // idle deadline: everything idle is closed within ~4 s (+ the 200 ms
+    // tick; waited for up to 10 s so that a loaded machine does not fail it)
+    assert.ok(await waitFor(async () => [...idle, ...more].every((s) => s.closedAt !== null), 10000),
+      'idle connections closed');
     // slowloris: bytes every 300 ms. A request line sent slowly meets the
     // idle deadline (4 s); header lines or a body sent slowly after a whole
     // request line meet the read deadline (5 s from the request line)
