@@ -20,7 +20,10 @@
  * RoPE from lb_model_rope_inv_freq, SwiGLU; lb_matmul computes every output row
  * with the same arithmetic whatever the number of rows, so a token's logits
  * do not depend on what else is in the batch (tests/test_batch.c checks
- * batched against one-sequence-at-a-time results).
+ * batched against one-sequence-at-a-time results). Attention is the same
+ * unit lb_model_forward runs (src/model/attention.c: the query heads of one
+ * KV head together, online softmax over 64-key blocks), so with an f32 KV
+ * cache one token per call gives lb_model_forward's bits at any depth.
  *
  * Thread safety: one lb_multi_ctx must be used by one thread at a time (a
  * server's scheduler thread). Several contexts may share a model.

@@ -35,7 +35,7 @@ struct lb_multi_ctx {
     float *sel;     /* [cap, dim] hidden rows of the selected tokens     */
     int32_t *p0;    /* [n_seq] first position of each sequence, or -1    */
     int32_t *nxt;   /* [n_seq] next expected position (validation)       */
-    float *scores;  /* [n_threads, n_ctx] */
+    float *scores;  /* [n_threads, lb_attn_scratch_floats] */
     /* Attention and elementwise helpers: the start-up kernel table's
      * (forward.c's too; LB_FORCE_REF=1 gives the scalar reference) */
     const lb_vec_kernels *vec;
@@ -194,7 +194,9 @@ lb_status lb_multi_create(const lb_model *m, const lb_multi_params *params,
     mc->toks = lb_alloc((size_t)p.n_seq * (size_t)n_ctx * sizeof(int32_t));
     mc->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     mc->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
-    mc->scores = lb_alloc((size_t)mc->n_threads * (size_t)n_ctx *
+    mc->scores = lb_alloc((size_t)mc->n_threads *
+                          lb_attn_scratch_floats(c->n_heads / c->n_kv_heads,
+                                                 c->head_dim) *
                           sizeof(float));
     float *inv = malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
     if (!mc->n_past || !mc->p0 || !mc->nxt || !mc->toks || !mc->rope_cos ||
@@ -284,43 +286,38 @@ typedef struct mattn_job {
     const int32_t *seq, *pos;
 } mattn_job;
 
-/* One (token, head) pair per unit of work: softmax(q K^T / sqrt(hd)) V over
- * positions [j0, p] of the token's own sequence (causal, sliding window). */
+/* One (token, KV head) unit per step: the token's query heads that share
+ * the KV head, against positions [j0, p] of its own sequence (causal,
+ * sliding window), as the single-sequence forward computes them
+ * (attention.c). */
 static void mattn_worker(void *arg, int ith, int nth) {
     mattn_job *j = arg;
     lb_multi_ctx *mc = j->mc;
     const lb_model_config *c = &mc->m->config;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const int group = nh / nkv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const int G = nh / nkv;
     const bool sliding = c->sliding_window > 0 &&
                          j->layer >= c->sliding_window_first_layer;
-    float *sc = mc->scores + (size_t)ith * (size_t)mc->n_ctx;
+    float *scr = mc->scores + (size_t)ith * lb_attn_scratch_floats(G, hd);
     size_t b, e;
-    lb_split_range((size_t)j->n * (size_t)nh, ith, nth, &b, &e);
+    lb_split_range((size_t)j->n * (size_t)nkv, ith, nth, &b, &e);
     for (size_t u = b; u < e; u++) {
-        int32_t t = (int32_t)(u / (size_t)nh);
-        int h = (int)(u % (size_t)nh), kvh = h / group;
-        int32_t p = j->pos[t];
+        const int32_t t = (int32_t)(u / (size_t)nkv);
+        const int kvh = (int)(u % (size_t)nkv);
+        const int32_t p = j->pos[t];
         int32_t j0 = 0;
         if (sliding && p - c->sliding_window + 1 > 0)
             j0 = p - c->sliding_window + 1;
-        const float *qv = mc->q + ((size_t)t * nh + h) * hd;
-        size_t base = (size_t)j->seq[t] * mc->seq_stride +
-                      (((size_t)j->layer * nkv + kvh) * (size_t)mc->n_ctx) *
-                          (size_t)hd;
-        const float *K = mc->k_cache + base + (size_t)j0 * hd;
-        const float *V = mc->v_cache + base + (size_t)j0 * hd;
-        const int64_t nk = (int64_t)p - j0 + 1; /* keys j0..p */
-        mc->vec->qk(1, hd, qv, K, nk, scale, sc, nk);
-        float mx = -INFINITY;
-        for (int64_t k = 0; k < nk; k++)
-            if (sc[k] > mx) mx = sc[k];
-        const float inv = 1.0f / mc->vec->exp_sum(sc, nk, mx);
-        for (int64_t k = 0; k < nk; k++) sc[k] *= inv;
-        float *o = mc->att + ((size_t)t * nh + h) * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        mc->vec->pv(1, hd, sc, nk, V, nk, o);
+        const size_t base = (size_t)j->seq[t] * mc->seq_stride +
+                            (((size_t)j->layer * nkv + kvh) * (size_t)mc->n_ctx) *
+                                (size_t)hd;
+        const lb_attn_unit au = {
+            .q = mc->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
+            .out = mc->att + ((size_t)t * nh + (size_t)kvh * G) * hd,
+            .k = mc->k_cache + base, .v = mc->v_cache + base, .f16 = false,
+            .j0 = j0, .p = p, .G = G, .hd = hd,
+            .scale = 1.0f / sqrtf((float)hd), .softcap = 0.0f};
+        lb_attn_unit_run(mc->vec, &au, scr);
     }
 }
 

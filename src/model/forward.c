@@ -12,8 +12,8 @@
  *              3. bias, q/k norm, RoPE, K/V written to the cache (by token)
  *              4. attention, (token, KV head) units taken dynamically; the
  *                 nh/nkv query heads sharing a KV head are done together
- *                 (GQA), keys in blocks of ATT_BLOCK with an online
- *                 (running max) softmax, so no buffer grows with n_ctx
+ *                 (GQA), keys in blocks with an online (running max)
+ *                 softmax, so no buffer grows with n_ctx (attention.c)
  *              5. o product; 6. residual + RMSNorm + quantization
  *              7. gate and up products with SwiGLU fused per chunk
  *              8. down product; its residual add opens the next layer.
@@ -32,8 +32,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-/* keys per attention block (scores, converted K/V rows in L1) */
-#define ATT_BLOCK 64
 /* dynamic-work counters per layer and outside layers */
 #define PHASES_PER_LAYER 8
 #define PHASES_EXTRA 4
@@ -88,8 +86,7 @@ struct lb_context {
      * first of their group; act[3] for down */
     uint8_t *act[4];
     size_t act_stride[4];
-    /* Per-thread attention scratch: scores [G, ATT_BLOCK], K and V blocks
-     * [ATT_BLOCK, hd] f32, running max and sum [G] each. */
+    /* Per-thread attention scratch (lb_attn_scratch_floats floats) */
     float *att_scratch;
     size_t att_scratch_per_thread;
 
@@ -408,9 +405,7 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     ctx->rope_cos = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->rope_sin = lb_alloc((size_t)n_ctx * (size_t)half * sizeof(float));
     ctx->inv_freq = lb_alloc((size_t)half * sizeof(float));
-    ctx->att_scratch_per_thread =
-        ((size_t)G * ATT_BLOCK + 2 * (size_t)ATT_BLOCK * c->head_dim +
-         2 * (size_t)G + 15) / 16 * 16;
+    ctx->att_scratch_per_thread = lb_attn_scratch_floats(G, c->head_dim);
     ctx->att_scratch = lb_alloc((size_t)ctx->n_threads *
                                 ctx->att_scratch_per_thread * sizeof(float));
     ctx->plans = calloc((size_t)c->n_layers * LB_LINEAR_COUNT,
@@ -654,75 +649,30 @@ static void quant_rows(lb_context *ctx, const lb_mm_plan *const *p, int np,
 /* One attention unit: token t, KV head kvh, its G query heads.
  *   att[t, (kvh*G+g)*hd ..] = softmax(q K^T / sqrt(hd)) V over keys
  *   [j0, pos+t] (causal; sliding window), with online softmax per block. */
+/* Attention of token t's query heads that share KV head kvh, against the
+ * cached positions up to pos + t (attention.c). */
 static void attn_unit(lb_context *ctx, const lb_kernel_table *kt, int l,
                       int32_t t, int kvh, int32_t pos, float *scr) {
     const lb_model_config *c = &ctx->m->config;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int G = nh / nkv;
-    const float scale = 1.0f / sqrtf((float)hd);
     const int32_t p = pos + t;
     int32_t j0 = 0;
     if (c->sliding_window > 0 && l >= c->sliding_window_first_layer &&
         p - c->sliding_window + 1 > 0)
         j0 = p - c->sliding_window + 1;
-    const float *qv = ctx->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
-    float *acc = ctx->xn + ((size_t)t * nh + (size_t)kvh * G) * hd; /* att */
-    float *s = scr, *kf = s + (size_t)G * ATT_BLOCK,
-          *vf = kf + (size_t)ATT_BLOCK * hd, *mx = vf + (size_t)ATT_BLOCK * hd,
-          *sum = mx + G;
-    const size_t base = ((size_t)l * nkv + kvh) * (size_t)ctx->n_ctx;
     const bool f16 = ctx->kv_type == LB_TYPE_F16;
-    memset(acc, 0, (size_t)G * hd * sizeof(float));
-    for (int g = 0; g < G; g++) {
-        mx[g] = -INFINITY;
-        sum[g] = 0.0f;
-    }
-    for (int32_t j = j0; j <= p; j += ATT_BLOCK) {
-        const int64_t nb = LB_MIN(ATT_BLOCK, (int64_t)p + 1 - j);
-        const float *K, *V;
-        if (f16) {
-            const uint16_t *k16 = (const uint16_t *)ctx->k_cache + (base + j) * hd;
-            const uint16_t *v16 = (const uint16_t *)ctx->v_cache + (base + j) * hd;
-            kt->vec.f16_to_f32(k16, kf, nb * hd);
-            kt->vec.f16_to_f32(v16, vf, nb * hd);
-            K = kf;
-            V = vf;
-            /* the next block's cache lines, fetched while this one is
-             * scored (decode at depth 4096 otherwise waited on them in
-             * the conversion: 36% of the step, ~7 GB/s; two or four
-             * blocks ahead, or into L2, measured no better) */
-            const int64_t nn = LB_MIN(ATT_BLOCK, (int64_t)p + 1 - (j + ATT_BLOCK));
-            for (int64_t off = 0; off < nn * hd * 2; off += 64) {
-                __builtin_prefetch((const char *)(k16 + (size_t)ATT_BLOCK * hd) + off);
-                __builtin_prefetch((const char *)(v16 + (size_t)ATT_BLOCK * hd) + off);
-            }
-        } else {
-            K = (const float *)ctx->k_cache + (base + j) * hd;
-            V = (const float *)ctx->v_cache + (base + j) * hd;
-        }
-        kt->vec.qk(G, hd, qv, K, nb, scale, s, ATT_BLOCK);
-        for (int g = 0; g < G; g++) {
-            float *sg = s + (size_t)g * ATT_BLOCK;
-            float bm = sg[0];
-            for (int64_t i = 1; i < nb; i++) bm = sg[i] > bm ? sg[i] : bm;
-            if (bm > mx[g]) {
-                const float r = expf(mx[g] - bm); /* 0 on the first block */
-                if (sum[g] != 0.0f) {
-                    float *ag = acc + (size_t)g * hd;
-                    for (int i = 0; i < hd; i++) ag[i] *= r;
-                }
-                sum[g] *= r;
-                mx[g] = bm;
-            }
-            sum[g] += kt->vec.exp_sum(sg, nb, mx[g]);
-        }
-        kt->vec.pv(G, hd, s, ATT_BLOCK, V, nb, acc);
-    }
-    for (int g = 0; g < G; g++) {
-        const float inv = 1.0f / sum[g];
-        float *ag = acc + (size_t)g * hd;
-        for (int i = 0; i < hd; i++) ag[i] *= inv;
-    }
+    const size_t row0 = ((size_t)l * nkv + kvh) * (size_t)ctx->n_ctx * hd;
+    const lb_attn_unit u = {
+        .q = ctx->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
+        .out = ctx->xn + ((size_t)t * nh + (size_t)kvh * G) * hd, /* att */
+        .k = f16 ? (const void *)((const uint16_t *)ctx->k_cache + row0)
+                 : (const void *)((const float *)ctx->k_cache + row0),
+        .v = f16 ? (const void *)((const uint16_t *)ctx->v_cache + row0)
+                 : (const void *)((const float *)ctx->v_cache + row0),
+        .f16 = f16, .j0 = j0, .p = p, .G = G, .hd = hd,
+        .scale = 1.0f / sqrtf((float)hd), .softcap = 0.0f};
+    lb_attn_unit_run(&kt->vec, &u, scr);
 }
 
 static void fwd_worker(void *arg, int ith, int nth) {

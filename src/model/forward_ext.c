@@ -92,34 +92,22 @@ typedef struct att_job {
     float *scores;  /* [nth, att_scratch] */
 } att_job;
 
-/* Keys per attention block (online softmax across blocks, as forward.c). */
-#define EXT_ATT_BLOCK 64
-/* Per-thread attention scratch in floats: scores [G][BLOCK], f32 copies of
- * a block of K and V rows (F16 cache), running max and sum [G]. */
 static size_t att_scratch(const lb_model_config *c) {
-    const size_t G = (size_t)(c->n_heads / LB_MAX(c->n_kv_heads, 1));
-    return G * EXT_ATT_BLOCK + 2 * (size_t)EXT_ATT_BLOCK * (size_t)c->head_dim +
-           2 * G;
+    const int G = c->n_heads / LB_MAX(c->n_kv_heads, 1);
+    return lb_attn_scratch_floats(G, c->head_dim);
 }
 
-/* One unit per (token, KV head) with its G query heads: the kernel table's
- * qk / exp_sum / pv over blocks of keys, soft-capping between the scores
- * and the softmax. */
+/* One unit per (token, KV head) with its G query heads (attention.c, with
+ * soft-capping between the scores and the softmax). */
 static void att_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     const lb_model_config *c = &j->x->m->config;
     const lb_vec_kernels *vec = &lb_kernels_current()->vec;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int G = nh / nkv;
-    const float scale = c->attn_scale > 0 ? c->attn_scale
-                                          : 1.0f / sqrtf((float)hd);
-    const float cap = c->attn_softcap;
     const bool swa = lb_model_config_layer_swa(c, j->l);
     const bool f16 = j->x->kv_type == LB_TYPE_F16;
-    float *sc = j->scores + (size_t)ith * att_scratch(c);
-    float *kf = sc + (size_t)G * EXT_ATT_BLOCK,
-          *vf = kf + (size_t)EXT_ATT_BLOCK * hd,
-          *mx = vf + (size_t)EXT_ATT_BLOCK * hd, *sum = mx + G;
+    float *scr = j->scores + (size_t)ith * att_scratch(c);
     size_t u0, u1;
     lb_split_range((size_t)j->n * (size_t)nkv, ith, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
@@ -128,56 +116,21 @@ static void att_worker(void *arg, int ith, int nth) {
         const int32_t p = j->pos[t];
         int32_t j0 = 0;
         if (swa && p - c->sliding_window + 1 > 0) j0 = p - c->sliding_window + 1;
-        const float *qv = j->q + ((size_t)t * nh + (size_t)kvh * G) * hd;
-        float *acc = j->att + ((size_t)t * nh + (size_t)kvh * G) * hd;
-        const size_t base =
-            ((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx +
-            (j->seq ? (size_t)j->seq[t] * (j->x->seq_stride / (size_t)hd) : 0);
-        memset(acc, 0, (size_t)G * hd * sizeof(float));
-        for (int g = 0; g < G; g++) {
-            mx[g] = -INFINITY;
-            sum[g] = 0.0f;
-        }
-        for (int32_t k = j0; k <= p; k += EXT_ATT_BLOCK) {
-            const int64_t nb = LB_MIN(EXT_ATT_BLOCK, (int64_t)p + 1 - k);
-            const float *K, *V;
-            if (f16) {
-                vec->f16_to_f32((const uint16_t *)j->x->k_cache + (base + k) * hd,
-                                kf, nb * hd);
-                vec->f16_to_f32((const uint16_t *)j->x->v_cache + (base + k) * hd,
-                                vf, nb * hd);
-                K = kf;
-                V = vf;
-            } else {
-                K = (const float *)j->x->k_cache + (base + k) * hd;
-                V = (const float *)j->x->v_cache + (base + k) * hd;
-            }
-            vec->qk(G, hd, qv, K, nb, scale, sc, EXT_ATT_BLOCK);
-            for (int g = 0; g < G; g++) {
-                float *sg = sc + (size_t)g * EXT_ATT_BLOCK;
-                if (cap > 0)
-                    for (int64_t i = 0; i < nb; i++)
-                        sg[i] = tanhf(sg[i] / cap) * cap;
-                float bm = sg[0];
-                for (int64_t i = 1; i < nb; i++) bm = sg[i] > bm ? sg[i] : bm;
-                if (bm > mx[g]) {
-                    const float r = expf(mx[g] - bm); /* 0 on the first block */
-                    if (sum[g] != 0.0f) {
-                        float *ag = acc + (size_t)g * hd;
-                        for (int i = 0; i < hd; i++) ag[i] *= r;
-                    }
-                    sum[g] *= r;
-                    mx[g] = bm;
-                }
-                sum[g] += vec->exp_sum(sg, nb, mx[g]);
-            }
-            vec->pv(G, hd, sc, EXT_ATT_BLOCK, V, nb, acc);
-        }
-        for (int g = 0; g < G; g++) {
-            const float inv = 1.0f / sum[g];
-            float *ag = acc + (size_t)g * hd;
-            for (int i = 0; i < hd; i++) ag[i] *= inv;
-        }
+        const size_t row0 =
+            (((size_t)j->l * nkv + kvh) * (size_t)j->x->n_ctx +
+             (j->seq ? (size_t)j->seq[t] * (j->x->seq_stride / (size_t)hd) : 0)) *
+            (size_t)hd;
+        const lb_attn_unit au = {
+            .q = j->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
+            .out = j->att + ((size_t)t * nh + (size_t)kvh * G) * hd,
+            .k = f16 ? (const void *)((const uint16_t *)j->x->k_cache + row0)
+                     : (const void *)((const float *)j->x->k_cache + row0),
+            .v = f16 ? (const void *)((const uint16_t *)j->x->v_cache + row0)
+                     : (const void *)((const float *)j->x->v_cache + row0),
+            .f16 = f16, .j0 = j0, .p = p, .G = G, .hd = hd,
+            .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)hd),
+            .softcap = c->attn_softcap};
+        lb_attn_unit_run(vec, &au, scr);
     }
 }
 

@@ -164,6 +164,31 @@ void lb_rope_apply(float *x, const float *c, const float *s, int hd,
 void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
                      float *q, float *k, const float *cs, const float *sn);
 
+/* One attention unit (attention.c): the G query heads q [G, hd] sharing
+ * one KV head, against its cached rows j0..p (k, v: row 0 of this
+ * sequence's (layer, KV head) cache, rows of hd f16 or f32 values):
+ *   out [G, hd] = softmax(softcap(scale * q K^T)) V
+ * (softcap <= 0: none). Shared by forward.c, batch.c and forward_ext.c. */
+typedef struct lb_attn_unit {
+    const float *q;
+    float *out;
+    const void *k, *v;
+    bool f16;
+    int32_t j0, p;
+    int G, hd;
+    float scale, softcap;
+} lb_attn_unit;
+
+/* Floats of scratch one lb_attn_unit_run call needs (a multiple of 16). */
+size_t lb_attn_scratch_floats(int G, int hd);
+
+struct lb_vec_kernels;
+/* Run u with the kernel table's vector helpers; scratch:
+ * lb_attn_scratch_floats(u->G, u->hd) floats, not shared with another
+ * thread. */
+void lb_attn_unit_run(const struct lb_vec_kernels *vec, const lb_attn_unit *u,
+                      float *scratch);
+
 /* The issue-13 architectures' decoder layers from a safetensors set
  * (load_hf_ext.c): norms, biases, routers from st; every linear weight
  * [out, in] from linear(user, prefix, out, in, &t) with its module name
