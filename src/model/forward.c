@@ -648,9 +648,8 @@ static void quant_rows(lb_context *ctx, const lb_mm_plan *const *p, int np,
 
 /* One attention unit: token t, KV head kvh, its G query heads.
  *   att[t, (kvh*G+g)*hd ..] = softmax(q K^T / sqrt(hd)) V over keys
- *   [j0, pos+t] (causal; sliding window), with online softmax per block. */
-/* Attention of token t's query heads that share KV head kvh, against the
- * cached positions up to pos + t (attention.c). */
+ *   [j0, pos+t] (causal; sliding window), with online softmax per block
+ *   (attention.c). */
 static void attn_unit(lb_context *ctx, const lb_kernel_table *kt, int l,
                       int32_t t, int kvh, int32_t pos, float *scr) {
     const lb_model_config *c = &ctx->m->config;
