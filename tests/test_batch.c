@@ -160,11 +160,11 @@ static void test_batched_equals_alone(void) {
 }
 
 /* Attention over several key blocks: one token per call through the
- * multi-sequence forward (two sequences taking turns; one token per call,
- * so the products run the same kernels at any CPU's batch thresholds) and
- * through
- * lb_model_forward (f32 KV cache, as the multi forward keeps) run the same
- * attention unit (attention.c) on the same products, so the logits are the
+ * multi-sequence forward (two sequences taking turns, so their caches
+ * interleave; one token per call, so the products run the same kernels at
+ * any CPU's batch thresholds) and through lb_model_forward (f32 KV cache, as
+ * the multi forward keeps) on sequence 0's tokens run the same attention
+ * unit (attention.c) on the same products, so the logits are the
  * same bits at every position; the multi forward once had its own
  * attention (one head at a time, whole-row softmax) and drifted from it
  * (0.076 on a random Qwen2.5-0.5B-shaped model at depth 1024). */

@@ -54,11 +54,12 @@ void lb_attn_unit_run(const lb_vec_kernels *vec, const lb_attn_unit *u,
     }
     for (int32_t j = u->j0; j <= u->p; j += ATT_BLOCK) {
         const int64_t nb = LB_MIN(ATT_BLOCK, (int64_t)u->p + 1 - j);
-        const size_t r0 = (size_t)j * (size_t)hd;
-        const float *K = (const float *)u->k + r0, *V = (const float *)u->v + r0;
+        const size_t r0 = u->row0 + (size_t)j * (size_t)hd;
+        const float *K = (const float *)u->k_cache + r0,
+                    *V = (const float *)u->v_cache + r0;
         if (u->f16) {
-            const uint16_t *k16 = (const uint16_t *)u->k + r0,
-                           *v16 = (const uint16_t *)u->v + r0;
+            const uint16_t *k16 = (const uint16_t *)u->k_cache + r0,
+                           *v16 = (const uint16_t *)u->v_cache + r0;
             vec->f16_to_f32(k16, kf, nb * hd);
             vec->f16_to_f32(v16, vf, nb * hd);
             K = kf;

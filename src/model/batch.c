@@ -314,7 +314,8 @@ static void mattn_worker(void *arg, int ith, int nth) {
         const lb_attn_unit au = {
             .q = mc->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
             .out = mc->att + ((size_t)t * nh + (size_t)kvh * G) * hd,
-            .k = mc->k_cache + base, .v = mc->v_cache + base, .f16 = false,
+            .k_cache = mc->k_cache, .v_cache = mc->v_cache, .row0 = base,
+            .f16 = false,
             .j0 = j0, .p = p, .G = G, .hd = hd,
             .scale = 1.0f / sqrtf((float)hd), .softcap = 0.0f};
         lb_attn_unit_run(mc->vec, &au, scr);

@@ -660,16 +660,12 @@ static void attn_unit(lb_context *ctx, const lb_kernel_table *kt, int l,
     if (c->sliding_window > 0 && l >= c->sliding_window_first_layer &&
         p - c->sliding_window + 1 > 0)
         j0 = p - c->sliding_window + 1;
-    const bool f16 = ctx->kv_type == LB_TYPE_F16;
     const size_t row0 = ((size_t)l * nkv + kvh) * (size_t)ctx->n_ctx * hd;
     const lb_attn_unit u = {
         .q = ctx->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
         .out = ctx->xn + ((size_t)t * nh + (size_t)kvh * G) * hd, /* att */
-        .k = f16 ? (const void *)((const uint16_t *)ctx->k_cache + row0)
-                 : (const void *)((const float *)ctx->k_cache + row0),
-        .v = f16 ? (const void *)((const uint16_t *)ctx->v_cache + row0)
-                 : (const void *)((const float *)ctx->v_cache + row0),
-        .f16 = f16, .j0 = j0, .p = p, .G = G, .hd = hd,
+        .k_cache = ctx->k_cache, .v_cache = ctx->v_cache, .row0 = row0,
+        .f16 = ctx->kv_type == LB_TYPE_F16, .j0 = j0, .p = p, .G = G, .hd = hd,
         .scale = 1.0f / sqrtf((float)hd), .softcap = 0.0f};
     lb_attn_unit_run(&kt->vec, &u, scr);
 }

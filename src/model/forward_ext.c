@@ -123,10 +123,7 @@ static void att_worker(void *arg, int ith, int nth) {
         const lb_attn_unit au = {
             .q = j->q + ((size_t)t * nh + (size_t)kvh * G) * hd,
             .out = j->att + ((size_t)t * nh + (size_t)kvh * G) * hd,
-            .k = f16 ? (const void *)((const uint16_t *)j->x->k_cache + row0)
-                     : (const void *)((const float *)j->x->k_cache + row0),
-            .v = f16 ? (const void *)((const uint16_t *)j->x->v_cache + row0)
-                     : (const void *)((const float *)j->x->v_cache + row0),
+            .k_cache = j->x->k_cache, .v_cache = j->x->v_cache, .row0 = row0,
             .f16 = f16, .j0 = j0, .p = p, .G = G, .hd = hd,
             .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)hd),
             .softcap = c->attn_softcap};

@@ -165,14 +165,17 @@ void lb_qk_norm_rope(const lb_model_config *c, const lb_layer_weights *L,
                      float *q, float *k, const float *cs, const float *sn);
 
 /* One attention unit (attention.c): the G query heads q [G, hd] sharing
- * one KV head, against its cached rows j0..p (k, v: row 0 of this
- * sequence's (layer, KV head) cache, rows of hd f16 or f32 values):
+ * one KV head, against its cached rows j0..p:
  *   out [G, hd] = softmax(softcap(scale * q K^T)) V
- * (softcap <= 0: none). Shared by forward.c, batch.c and forward_ext.c. */
+ * (softcap <= 0: none). k_cache, v_cache: the whole caches (f16 or f32
+ * elements); row0: the element index of row 0 of this (layer, KV head)
+ * (and sequence), rows of hd elements. Shared by forward.c, batch.c and
+ * forward_ext.c. */
 typedef struct lb_attn_unit {
     const float *q;
     float *out;
-    const void *k, *v;
+    const void *k_cache, *v_cache;
+    size_t row0;
     bool f16;
     int32_t j0, p;
     int G, hd;
