@@ -31,8 +31,11 @@
  * the outputs are the reference's bits, as every X16 K-quant kernel's are
  * (test_kernels test_kx16_ref_bits). No FMA contraction (ISO C mode).
  *
- * Tiles: U tokens (1..4) share each super-block's decoded codes; decode is
- * one token, prefill runs 4-token tiles over the same stream. Rows after
+ * Tiles: below KX_TILE_MIN tokens (decode, small server batches) U tokens
+ * (1..4) share each super-block's codes, unpacked as the stream is read;
+ * from KX_TILE_MIN tokens on (prefill) each group's super-blocks are
+ * unpacked once into an L1 tile that every token then reads ("K-quant
+ * prefill" below). Rows after
  * the last whole group are in row form: the reference's X16 kernels
  * (kernels_ref.c), which dot such rows as they are.
  */
@@ -312,18 +315,6 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
             n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
 
-void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_kx16(0, n, w, ws, nr, a, as, nt, y, ldy);
-}
-void lb_mm_q6_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_kx16(1, n, w, ws, nr, a, as, nt, y, ldy);
-}
-void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_kx16(2, n, w, ws, nr, a, as, nt, y, ldy);
-}
 
 /* ---- Q5_0 --------------------------------------------------------------
  * Block of 16 rows (22 bytes each): d (16 halves) at 0, the bit-transposed
@@ -617,6 +608,238 @@ LB_AI void q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
     store_tiles(U, acc, y, ldy);
 }
 
+/* ---- K-quant prefill: decode once per group, then every token ------------
+ * The passes above unpack each super-block's codes and scales once per 4
+ * tokens. For Q6_K, Q5_K and Q3_K, whose unpacking costs as much as the
+ * products it feeds (Q6_K: 2 x 4 ops per 2 x 32 codes; Q5_K / Q3_K: the
+ * extra bit planes), from KX_TILE_MIN tokens on each group's stream is
+ * decoded KX_KC super-blocks at a time into a tile of ready operands
+ * (11.25 KiB, L1-resident): the unsigned codes (lane n = 4 codes of row n,
+ * dword kd = elements 4kd..4kd+3), each sub-block's scale as int16 pairs
+ * (kx_w16), the mins (Q5_K) or the scale pairs of the -32 offset (Q6_K), d
+ * and dmin as floats. Every token of the call then runs only vpmaddubsw /
+ * vpmaddwd / adds over the tile, both 8-row halves per activation
+ * broadcast. The integers are the passes' (the same exact sums, int16
+ * groups within the same bounds) and the float operations the same, in the
+ * same order, with y holding the running sums between K-chunks (loaded as
+ * they were stored): the same bits (test_kernels test_kx16_ref_bits, 8 to
+ * 70 tokens). Measured in docs/model.md ("K-quant prefill tiles"). */
+#define KX_KC 2
+#define KX_TILE_MIN 16
+
+typedef struct {
+    __m256i c[2][64];  /* [half][dword kd]: codes, 8 rows */
+    __m256i sc[2][16]; /* [half][sub-block]: scale in both int16 halves of each lane (Q5_K: 0..7) */
+    __m256i mn[2][8];  /* Q5_K: mins m02, m13, m46, m57; Q6_K: se, so of scale vector v (2v, 2v+1) */
+    __m256 d[2], dmin[2];
+} kx_tile;
+
+/* Q5_K super-block p -> o (fields as q4_K_x16_pass with q5 = 1: codes
+ * vector 8g + m holds dword m of sub-blocks 2g (low nibbles) and 2g + 1
+ * (high nibbles), their fifth bits in qh vector m) */
+LB_AI void kx_decode_q5(const uint8_t *p, kx_tile *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F),
+                  m30 = _mm256_set1_epi8(0x30), mw = _mm256_set1_epi32(0x00FF00FF);
+    for (int l = 0; l < 12; l++) kpf(p + 64 * l); /* d, dmin, scales, qh */
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ph = p + 32 * h;
+        o->d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+        o->dmin[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+        const __m256i S0 = _mm256_loadu_si256((const __m256i *)(ph + 64)),
+                      S1 = _mm256_loadu_si256((const __m256i *)(ph + 128)),
+                      S2 = _mm256_loadu_si256((const __m256i *)(ph + 192));
+        const __m256i sc03 = _mm256_and_si256(S0, m6), mn03 = _mm256_and_si256(S1, m6);
+        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(S2, m4),
+                                             _mm256_and_si256(_mm256_srli_epi32(S0, 2), m30));
+        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi32(S1, 2), m30));
+        for (int sb = 0; sb < 8; sb++) o->sc[h][sb] = kx_w16(sb < 4 ? sc03 : sc47, sb % 4);
+        o->mn[h][0] = _mm256_and_si256(mn03, mw);
+        o->mn[h][1] = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
+        o->mn[h][2] = _mm256_and_si256(mn47, mw);
+        o->mn[h][3] = _mm256_and_si256(_mm256_srli_epi32(mn47, 8), mw);
+        for (int g = 0; g < 4; g++)
+            for (int m = 0; m < 8; m++) {
+                const uint8_t *q = ph + 768 + (size_t)g * 512 + 64 * m;
+                if (h == 0) kpf(q);
+                const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+                const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 256 + 64 * m));
+                o->c[h][16 * g + m] = _mm256_or_si256(_mm256_and_si256(v, m4), k5_hbit(H, 2 * g));
+                o->c[h][16 * g + 8 + m] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4), m4), k5_hbit(H, 2 * g + 1));
+            }
+    }
+}
+
+/* Q6_K super-block p -> o (fields as q6_K_x16_pass; step 8h + m, quarter
+ * qd holds dword 32h + 8qd + m, of sub-block 8h + 2qd + m / 4) */
+LB_AI void kx_decode_q6(const uint8_t *p, kx_tile *o) {
+    for (int l = 0; l < 5; l++) kpf(p + 64 * l);
+    for (int hf = 0; hf < 2; hf++) {
+        const uint8_t *ph = p + 32 * hf;
+        o->d[hf] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf)));
+        for (int v = 0; v < 4; v++) {
+            const __m256i S = _mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * v));
+            o->mn[hf][2 * v] = sext16_lo(S);
+            o->mn[hf][2 * v + 1] = _mm256_srai_epi16(S, 8);
+            for (int b = 0; b < 4; b++) o->sc[hf][4 * v + b] = sext16_lo(kx_w16(S, b));
+        }
+        for (int s = 0; s < 16; s++) {
+            const uint8_t *q = ph + 288 + 192 * s;
+            if (hf == 0)
+                for (int l = 0; l < 3; l++) kpf(q + 64 * l);
+            const __m256i A = _mm256_loadu_si256((const __m256i *)q),
+                          B = _mm256_loadu_si256((const __m256i *)(q + 64)),
+                          H = _mm256_loadu_si256((const __m256i *)(q + 128));
+            for (int qd = 0; qd < 4; qd++) o->c[hf][32 * (s / 8) + 8 * qd + s % 8] = q6_u(A, B, H, qd);
+        }
+    }
+}
+
+/* Q3_K super-block p -> o (fields as q3_K_x16_pass; dword 32k + 8j + m of
+ * sub-block 8k + 2j + m / 4; scales sc - 32; the -4 offset is added per
+ * token from bsums) */
+LB_AI void kx_decode_q3(const uint8_t *p, kx_tile *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03),
+                  c32 = _mm256_set1_epi16(32);
+    for (int l = 0; l < 4; l++) kpf(p + 64 * l);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ph = p + 32 * h;
+        o->d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+        const __m256i D0 = _mm256_loadu_si256((const __m256i *)(ph + 32)),
+                      D1 = _mm256_loadu_si256((const __m256i *)(ph + 96)),
+                      D2 = _mm256_loadu_si256((const __m256i *)(ph + 160));
+        __m256i SC[4];
+        SC[0] = _mm256_or_si256(_mm256_and_si256(D0, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 4), m30));
+        SC[1] = _mm256_or_si256(_mm256_and_si256(D1, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 2), m30));
+        SC[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D0, 4), m4), _mm256_and_si256(D2, m30));
+        SC[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
+        for (int is = 0; is < 16; is++) o->sc[h][is] = _mm256_sub_epi16(kx_w16(SC[is / 4], is % 4), c32);
+        for (int k = 0; k < 2; k++)
+            for (int m = 0; m < 8; m++) {
+                if (h == 0) {
+                    kpf(p + 736 + 64 * (8 * k + m));
+                    if (k == 0) kpf(p + 224 + 64 * m);
+                }
+                const __m256i Q = _mm256_loadu_si256((const __m256i *)(ph + 736 + 64 * (8 * k + m)));
+                const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 224 + 64 * m));
+                for (int j = 0; j < 4; j++)
+                    o->c[h][32 * k + 8 * j + m] = _mm256_or_si256(
+                        _mm256_and_si256(j ? _mm256_srli_epi32(Q, 2 * j) : Q, m3), k3_hbit(H, 4 * k + j));
+            }
+    }
+}
+
+/* U tokens over nsb decoded super-blocks (super-block index i0 onwards of
+ * activation rows at + u * as); y continues from its stored sums if i0 > 0.
+ * kind: 1 Q6_K, 2 Q5_K, 3 Q3_K (a constant where inlined) */
+LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int nsb, int64_t i0,
+                        const uint8_t *at, size_t as, float *y, size_t ldy) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+        for (int h = 0; h < 2; h++)
+            acc[u][h] = i0 ? _mm256_loadu_ps(y + (size_t)u * ldy + 8 * h) : _mm256_setzero_ps();
+    for (int i = 0; i < nsb; i++) {
+        const kx_tile *o = tile + i;
+        const uint8_t *ab = at + (size_t)(i0 + i) * Q8K_BYTES;
+        __m256i isum[4][2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                isum[u][h] = _mm256_setzero_si256();
+                if (kind == 1) { /* Q6_K: -32 * sum_j scale_j * bsums[j] */
+                    const uint8_t *bs = ab + (size_t)u * as + 260;
+                    __m256i off = _mm256_setzero_si256();
+                    for (int v = 0; v < 4; v++)
+                        off = _mm256_add_epi32(
+                            off, _mm256_add_epi32(
+                                     _mm256_madd_epi16(o->mn[h][2 * v], _mm256_set1_epi32(kx_pair2(bs, 4 * v, 4 * v + 2))),
+                                     _mm256_madd_epi16(o->mn[h][2 * v + 1],
+                                                       _mm256_set1_epi32(kx_pair2(bs, 4 * v + 1, 4 * v + 3)))));
+                    isum[u][h] = _mm256_sub_epi32(isum[u][h], _mm256_slli_epi32(off, 5));
+                }
+            }
+        /* sub-blocks of SB elements (Q5_K 32, Q6_K / Q3_K 16), G vpmaddubsw
+         * added in int16 before one vpmaddwd by the scale (Q6_K 2, Q5_K /
+         * Q3_K 4); both 8-row halves share each activation broadcast */
+        const int SB = kind == 2 ? 32 : 16, G = kind == 1 ? 2 : 4;
+        for (int j = 0; j < 256 / SB; j++)
+#pragma GCC unroll 4
+            for (int m0 = 0; m0 < SB / 4; m0 += G) {
+                __m256i s[4][2];
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) { /* Q3_K: the chain starts at -4 * bsums[j] (low int16) */
+                    const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+                    s[u][0] = s[u][1] = kind == 3 ? _mm256_set1_epi32((int)(uint16_t)(-4 * bs[j]))
+                                                  : _mm256_setzero_si256();
+                }
+#pragma GCC unroll 8
+                for (int m = m0; m < m0 + G; m++) {
+                    const int kd = SB / 4 * j + m;
+                    const __m256i c0 = o->c[0][kd], c1 = o->c[1][kd];
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) {
+                        const __m256i A = kbc(ab + (size_t)u * as + 4 + 4 * kd);
+                        s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(c0, A));
+                        s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(c1, A));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++)
+                        isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], o->sc[h][j]));
+            }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *au = ab + (size_t)u * as, *bs = au + 260;
+                float da;
+                memcpy(&da, au, 4);
+                const __m256 t = _mm256_mul_ps(_mm256_mul_ps(o->d[h], _mm256_set1_ps(da)), _mm256_cvtepi32_ps(isum[u][h]));
+                if (kind == 1 || kind == 3) {
+                    acc[u][h] = _mm256_add_ps(acc[u][h], t);
+                } else { /* Q5_K: acc + d * da * isum, then + dmin * -da * imin */
+                    const __m256i imin = _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(o->mn[h][0], _mm256_set1_epi32(kx_pair(bs, 0, 2))),
+                                         _mm256_madd_epi16(o->mn[h][1], _mm256_set1_epi32(kx_pair(bs, 1, 3)))),
+                        _mm256_add_epi32(_mm256_madd_epi16(o->mn[h][2], _mm256_set1_epi32(kx_pair(bs, 4, 6))),
+                                         _mm256_madd_epi16(o->mn[h][3], _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
+                    acc[u][h] = _mm256_add_ps(acc[u][h], t);
+                    acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(o->dmin[h], _mm256_set1_ps(-da)),
+                                                                       _mm256_cvtepi32_ps(imin)));
+                }
+            }
+    }
+    store_tiles(U, acc, y, ldy);
+}
+
+/* one group, nt >= KX_TILE_MIN tokens: KX_KC super-blocks decoded, then
+ * the tokens two at a time (two tokens x two halves of int16 sums and
+ * int32 totals stay in registers) */
+LB_AI void kx_group_tiles(const int kind, const uint8_t *gp, int64_t nb, const uint8_t *a, size_t as,
+                          int64_t nt, float *y, size_t ldy) {
+    const size_t BB = kind == 1 ? 16 * 210 : kind == 2 ? 16 * 176 : 16 * 110;
+    kx_tile tile[KX_KC];
+    for (int64_t i0 = 0; i0 < nb; i0 += KX_KC) {
+        const int nsb = (int)LB_MIN(KX_KC, nb - i0);
+        for (int i = 0; i < nsb; i++) {
+            const uint8_t *p = gp + (size_t)(i0 + i) * BB;
+            if (kind == 1) kx_decode_q6(p, tile + i);
+            else if (kind == 2) kx_decode_q5(p, tile + i);
+            else kx_decode_q3(p, tile + i);
+        }
+        int64_t t = 0;
+        for (; t + 2 <= nt; t += 2)
+            kx_tile_pass(2, kind, tile, nsb, i0, a + (size_t)t * as, as, y + (size_t)t * ldy, ldy);
+        if (t < nt) kx_tile_pass(1, kind, tile, nsb, i0, a + (size_t)t * as, as, y + (size_t)t * ldy, ldy);
+    }
+}
+
 static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                        size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -642,13 +865,49 @@ static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr,
                                                        as, nt, y + 16 * ng, ldy);
 }
 
+/* Q2_K..Q6_K: 4-token passes that unpack as they read, or (Q6_K, Q5_K,
+ * Q3_K from KX_TILE_MIN tokens on) decoded tiles. Q4_K and Q2_K keep their
+ * passes: their unpacking is a mask and a shift, and tiles measured no
+ * faster (docs/model.md) */
+static void kx16_mm(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
+                    int64_t nt, float *y, size_t ldy) {
+    if (nt < KX_TILE_MIN || kind == 0 || kind == 4) {
+        if (kind == 3 || kind == 4) mm_k23_x16(kind == 3, n, vw, ws, nr, va, as, nt, y, ldy);
+        else mm_kx16(kind, n, vw, ws, nr, va, as, nt, y, ldy);
+        return;
+    }
+    const uint8_t *w = vw, *a = va;
+    const int64_t ng = nr / 16;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *gp = w + (size_t)g * 16 * ws;
+        if (kind == 1) kx_group_tiles(1, gp, n / 256, a, as, nt, y + 16 * g, ldy);
+        else if (kind == 2) kx_group_tiles(2, gp, n / 256, a, as, nt, y + 16 * g, ldy);
+        else kx_group_tiles(3, gp, n / 256, a, as, nt, y + 16 * g, ldy);
+    }
+    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
+        (kind == 1 ? lb_mm_q6_K_x16_ref : kind == 2 ? lb_mm_q5_K_x16_ref : lb_mm_q3_K_x16_ref)(
+            n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
+}
+
+void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    kx16_mm(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q6_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    kx16_mm(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    kx16_mm(2, n, w, ws, nr, a, as, nt, y, ldy);
+}
 void lb_mm_q3_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
                          int64_t nt, float *y, size_t ldy) {
-    mm_k23_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
+    kx16_mm(3, n, w, ws, nr, a, as, nt, y, ldy);
 }
 void lb_mm_q2_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
                          int64_t nt, float *y, size_t ldy) {
-    mm_k23_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
+    kx16_mm(4, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 /* ---- Q4_1 / Q5_1 against Q8_1 activations -------------------------------
