@@ -79,6 +79,37 @@ LB_AI __m256i k5_hbit(__m256i H, int bit) {
     return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
 }
 
+/* Q4_K / Q5_K: the 12 scale bytes of 8 rows (3 vectors at ph + 64) ->
+ * scales and mins of sub-blocks 0-3 and 4-7, one byte each
+ * (lb_get_scale_min_k4 for 8 rows at once) */
+LB_AI void k4_scale_min(const uint8_t *ph, __m256i *sc03, __m256i *mn03, __m256i *sc47, __m256i *mn47) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i S0 = _mm256_loadu_si256((const __m256i *)(ph + 64)),
+                  S1 = _mm256_loadu_si256((const __m256i *)(ph + 128)),
+                  S2 = _mm256_loadu_si256((const __m256i *)(ph + 192));
+    *sc03 = _mm256_and_si256(S0, m6);
+    *mn03 = _mm256_and_si256(S1, m6);
+    *sc47 = _mm256_or_si256(_mm256_and_si256(S2, m4), _mm256_and_si256(_mm256_srli_epi32(S0, 2), m30));
+    *mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi32(S1, 2), m30));
+}
+/* Q4_K / Q5_K: the mins as int16 pairs, m[0..3] = sub-blocks 0/2, 1/3, 4/6, 5/7 */
+LB_AI void k4_min_pairs(__m256i mn03, __m256i mn47, __m256i m[4]) {
+    const __m256i mw = _mm256_set1_epi32(0x00FF00FF);
+    m[0] = _mm256_and_si256(mn03, mw);
+    m[1] = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
+    m[2] = _mm256_and_si256(mn47, mw);
+    m[3] = _mm256_and_si256(_mm256_srli_epi32(mn47, 8), mw);
+}
+/* Q4_K / Q5_K: imin = sum_j bsums[j] * min[j / 2] (exact int32), bs = the
+ * activation block's bsums */
+LB_AI __m256i k4_imin(const __m256i m[4], const uint8_t *bs) {
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(m[0], _mm256_set1_epi32(kx_pair(bs, 0, 2))),
+                                             _mm256_madd_epi16(m[1], _mm256_set1_epi32(kx_pair(bs, 1, 3)))),
+                            _mm256_add_epi32(_mm256_madd_epi16(m[2], _mm256_set1_epi32(kx_pair(bs, 4, 6))),
+                                             _mm256_madd_epi16(m[3], _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
+}
+
 /* y[u * ldy + 0..15] = the two 8-row halves of token u's accumulators */
 LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
 #pragma GCC unroll 4
@@ -96,8 +127,7 @@ LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
 LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
                          size_t as, float *y, size_t ldy) {
     const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F),
-                  m30 = _mm256_set1_epi8(0x30), mw = _mm256_set1_epi32(0x00FF00FF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -110,16 +140,8 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             const uint8_t *ph = p + 32 * h; /* this half's bytes of each vector */
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
             const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
-            const __m256i S0 = _mm256_loadu_si256((const __m256i *)(ph + 64)),
-                          S1 = _mm256_loadu_si256((const __m256i *)(ph + 128)),
-                          S2 = _mm256_loadu_si256((const __m256i *)(ph + 192));
-            /* lb_get_scale_min_k4 for 8 rows: scales / mins of sub-blocks 0-3
-             * and 4-7, one byte each */
-            const __m256i sc03 = _mm256_and_si256(S0, m6), mn03 = _mm256_and_si256(S1, m6);
-            const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(S2, m4),
-                                                 _mm256_and_si256(_mm256_srli_epi32(S0, 2), m30));
-            const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4),
-                                                 _mm256_and_si256(_mm256_srli_epi32(S1, 2), m30));
+            __m256i sc03, mn03, sc47, mn47;
+            k4_scale_min(ph, &sc03, &mn03, &sc47, &mn47);
             __m256i isum[4];
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) isum[u] = _mm256_setzero_si256();
@@ -159,19 +181,12 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
                         }
                 }
             }
-            const __m256i m02 = _mm256_and_si256(mn03, mw),
-                          m13 = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
-            const __m256i m46 = _mm256_and_si256(mn47, mw),
-                          m57 = _mm256_and_si256(_mm256_srli_epi32(mn47, 8), mw);
+            __m256i mp[4];
+            k4_min_pairs(mn03, mn47, mp);
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
                 const uint8_t *au = ab + (size_t)u * as;
-                const uint8_t *bs = au + 260;
-                const __m256i imin = _mm256_add_epi32(
-                    _mm256_add_epi32(_mm256_madd_epi16(m02, _mm256_set1_epi32(kx_pair(bs, 0, 2))),
-                                     _mm256_madd_epi16(m13, _mm256_set1_epi32(kx_pair(bs, 1, 3)))),
-                    _mm256_add_epi32(_mm256_madd_epi16(m46, _mm256_set1_epi32(kx_pair(bs, 4, 6))),
-                                     _mm256_madd_epi16(m57, _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
+                const __m256i imin = k4_imin(mp, au + 260);
                 float da;
                 memcpy(&da, au, 4);
                 acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
@@ -195,6 +210,13 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
  * pairs with bsums pairs). isum is the reference's integer
  * sum_j scale_j * (sum u * a - 32 * bsums[j]) (exact, |isum| < 2^29). */
 LB_AI __m256i sext16_lo(__m256i v) { return _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8); }
+
+/* Q6_K: the scale * bsums terms of scale vector v (scales 4v..4v+3: pairs
+ * (4v, 4v+2) in se, (4v+1, 4v+3) in so, sign-extended int16) */
+LB_AI __m256i q6_off(__m256i se, __m256i so, const uint8_t *bs, int v) {
+    return _mm256_add_epi32(_mm256_madd_epi16(se, _mm256_set1_epi32(kx_pair2(bs, 4 * v, 4 * v + 2))),
+                            _mm256_madd_epi16(so, _mm256_set1_epi32(kx_pair2(bs, 4 * v + 1, 4 * v + 3))));
+}
 
 LB_AI __m256i q6_u(__m256i A, __m256i B, __m256i H, int qd) { /* codes of sub-block quarter qd */
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
@@ -230,13 +252,8 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
                 const __m256i S = _mm256_loadu_si256((const __m256i *)(ph + 32 + 64 * v));
                 const __m256i se = sext16_lo(S), so = _mm256_srai_epi16(S, 8);
 #pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const uint8_t *bs = ab + (size_t)u * as + 260;
-                    off[u] = _mm256_add_epi32(
-                        off[u], _mm256_add_epi32(
-                                    _mm256_madd_epi16(se, _mm256_set1_epi32(kx_pair2(bs, 4 * v, 4 * v + 2))),
-                                    _mm256_madd_epi16(so, _mm256_set1_epi32(kx_pair2(bs, 4 * v + 1, 4 * v + 3)))));
-                }
+                for (int u = 0; u < U; u++)
+                    off[u] = _mm256_add_epi32(off[u], q6_off(se, so, ab + (size_t)u * as + 260, v));
             }
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++)
@@ -314,7 +331,6 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
         (kind == 1 ? lb_mm_q6_K_x16_ref : kind == 2 ? lb_mm_q5_K_x16_ref : lb_mm_q4_K_x16_ref)(
             n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
-
 
 /* ---- Q5_0 --------------------------------------------------------------
  * Block of 16 rows (22 bytes each): d (16 halves) at 0, the bit-transposed
@@ -430,6 +446,20 @@ LB_AI __m256i k3_hbit(__m256i H, int bit) {
     const __m256i h = bit < 2 ? _mm256_slli_epi32(H, 2 - bit) : bit > 2 ? _mm256_srli_epi32(H, bit - 2) : H;
     return _mm256_and_si256(h, _mm256_set1_epi8(0x04));
 }
+/* Q3_K: the scale dwords D0 / D1 / D2 of 8 rows (at ph + 32 / 96 / 160) ->
+ * the 6-bit scales (0..63, before the -32) of sub-blocks 4q + b in byte b
+ * of SC[q] (lb_q3_K_scales for 8 rows at once) */
+LB_AI void k3_scales(const uint8_t *ph, __m256i SC[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i D0 = _mm256_loadu_si256((const __m256i *)(ph + 32)),
+                  D1 = _mm256_loadu_si256((const __m256i *)(ph + 96)),
+                  D2 = _mm256_loadu_si256((const __m256i *)(ph + 160));
+    SC[0] = _mm256_or_si256(_mm256_and_si256(D0, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 4), m30));
+    SC[1] = _mm256_or_si256(_mm256_and_si256(D1, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 2), m30));
+    SC[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D0, 4), m4), _mm256_and_si256(D2, m30));
+    SC[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
+}
 /* Q3_K: d at 0, scale dwords D0 / D1 / D2 at 32 / 96 / 160, hmask at 224
  * (8 vectors), qs at 736 (16 vectors); codes u = 2 low bits | hmask bit
  * 4k + j << 2 (0..7, value u - 4); scale (sc - 32) of sub-block 4q + b in
@@ -437,8 +467,7 @@ LB_AI __m256i k3_hbit(__m256i H, int bit) {
 LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
                          float *y, size_t ldy) {
     const size_t BB = 16 * 110;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03),
-                  c32 = _mm256_set1_epi16(32);
+    const __m256i m3 = _mm256_set1_epi8(0x03), c32 = _mm256_set1_epi16(32);
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -448,17 +477,7 @@ LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
         for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, scales */
         __m256i SC[2][4];
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ph = p + 32 * h;
-            const __m256i D0 = _mm256_loadu_si256((const __m256i *)(ph + 32)),
-                          D1 = _mm256_loadu_si256((const __m256i *)(ph + 96)),
-                          D2 = _mm256_loadu_si256((const __m256i *)(ph + 160));
-            SC[h][0] = _mm256_or_si256(_mm256_and_si256(D0, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 4), m30));
-            SC[h][1] = _mm256_or_si256(_mm256_and_si256(D1, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 2), m30));
-            SC[h][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D0, 4), m4), _mm256_and_si256(D2, m30));
-            SC[h][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
-        }
+        for (int h = 0; h < 2; h++) k3_scales(p + 32 * h, SC[h]);
         __m256i isum[4][2];
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) isum[u][0] = isum[u][1] = _mm256_setzero_si256();
@@ -638,26 +657,16 @@ typedef struct {
  * vector 8g + m holds dword m of sub-blocks 2g (low nibbles) and 2g + 1
  * (high nibbles), their fifth bits in qh vector m) */
 LB_AI void kx_decode_q5(const uint8_t *p, kx_tile *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F),
-                  m30 = _mm256_set1_epi8(0x30), mw = _mm256_set1_epi32(0x00FF00FF);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int l = 0; l < 12; l++) kpf(p + 64 * l); /* d, dmin, scales, qh */
     for (int h = 0; h < 2; h++) {
         const uint8_t *ph = p + 32 * h;
         o->d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
         o->dmin[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
-        const __m256i S0 = _mm256_loadu_si256((const __m256i *)(ph + 64)),
-                      S1 = _mm256_loadu_si256((const __m256i *)(ph + 128)),
-                      S2 = _mm256_loadu_si256((const __m256i *)(ph + 192));
-        const __m256i sc03 = _mm256_and_si256(S0, m6), mn03 = _mm256_and_si256(S1, m6);
-        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(S2, m4),
-                                             _mm256_and_si256(_mm256_srli_epi32(S0, 2), m30));
-        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4),
-                                             _mm256_and_si256(_mm256_srli_epi32(S1, 2), m30));
+        __m256i sc03, mn03, sc47, mn47;
+        k4_scale_min(ph, &sc03, &mn03, &sc47, &mn47);
         for (int sb = 0; sb < 8; sb++) o->sc[h][sb] = kx_w16(sb < 4 ? sc03 : sc47, sb % 4);
-        o->mn[h][0] = _mm256_and_si256(mn03, mw);
-        o->mn[h][1] = _mm256_and_si256(_mm256_srli_epi32(mn03, 8), mw);
-        o->mn[h][2] = _mm256_and_si256(mn47, mw);
-        o->mn[h][3] = _mm256_and_si256(_mm256_srli_epi32(mn47, 8), mw);
+        k4_min_pairs(mn03, mn47, o->mn[h]);
         for (int g = 0; g < 4; g++)
             for (int m = 0; m < 8; m++) {
                 const uint8_t *q = ph + 768 + (size_t)g * 512 + 64 * m;
@@ -700,21 +709,13 @@ LB_AI void kx_decode_q6(const uint8_t *p, kx_tile *o) {
  * sub-block 8k + 2j + m / 4; scales sc - 32; the -4 offset is added per
  * token from bsums) */
 LB_AI void kx_decode_q3(const uint8_t *p, kx_tile *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m3 = _mm256_set1_epi8(0x03),
-                  c32 = _mm256_set1_epi16(32);
+    const __m256i m3 = _mm256_set1_epi8(0x03), c32 = _mm256_set1_epi16(32);
     for (int l = 0; l < 4; l++) kpf(p + 64 * l);
     for (int h = 0; h < 2; h++) {
         const uint8_t *ph = p + 32 * h;
         o->d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
-        const __m256i D0 = _mm256_loadu_si256((const __m256i *)(ph + 32)),
-                      D1 = _mm256_loadu_si256((const __m256i *)(ph + 96)),
-                      D2 = _mm256_loadu_si256((const __m256i *)(ph + 160));
         __m256i SC[4];
-        SC[0] = _mm256_or_si256(_mm256_and_si256(D0, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 4), m30));
-        SC[1] = _mm256_or_si256(_mm256_and_si256(D1, m4), _mm256_and_si256(_mm256_slli_epi32(D2, 2), m30));
-        SC[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D0, 4), m4), _mm256_and_si256(D2, m30));
-        SC[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
+        k3_scales(ph, SC);
         for (int is = 0; is < 16; is++) o->sc[h][is] = _mm256_sub_epi16(kx_w16(SC[is / 4], is % 4), c32);
         for (int k = 0; k < 2; k++)
             for (int m = 0; m < 8; m++) {
@@ -754,11 +755,7 @@ LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int ns
                     const uint8_t *bs = ab + (size_t)u * as + 260;
                     __m256i off = _mm256_setzero_si256();
                     for (int v = 0; v < 4; v++)
-                        off = _mm256_add_epi32(
-                            off, _mm256_add_epi32(
-                                     _mm256_madd_epi16(o->mn[h][2 * v], _mm256_set1_epi32(kx_pair2(bs, 4 * v, 4 * v + 2))),
-                                     _mm256_madd_epi16(o->mn[h][2 * v + 1],
-                                                       _mm256_set1_epi32(kx_pair2(bs, 4 * v + 1, 4 * v + 3)))));
+                        off = _mm256_add_epi32(off, q6_off(o->mn[h][2 * v], o->mn[h][2 * v + 1], bs, v));
                     isum[u][h] = _mm256_sub_epi32(isum[u][h], _mm256_slli_epi32(off, 5));
                 }
             }
@@ -804,11 +801,7 @@ LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int ns
                 if (kind == 1 || kind == 3) {
                     acc[u][h] = _mm256_add_ps(acc[u][h], t);
                 } else { /* Q5_K: acc + d * da * isum, then + dmin * -da * imin */
-                    const __m256i imin = _mm256_add_epi32(
-                        _mm256_add_epi32(_mm256_madd_epi16(o->mn[h][0], _mm256_set1_epi32(kx_pair(bs, 0, 2))),
-                                         _mm256_madd_epi16(o->mn[h][1], _mm256_set1_epi32(kx_pair(bs, 1, 3)))),
-                        _mm256_add_epi32(_mm256_madd_epi16(o->mn[h][2], _mm256_set1_epi32(kx_pair(bs, 4, 6))),
-                                         _mm256_madd_epi16(o->mn[h][3], _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
+                    const __m256i imin = k4_imin(o->mn[h], bs);
                     acc[u][h] = _mm256_add_ps(acc[u][h], t);
                     acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(o->dmin[h], _mm256_set1_ps(-da)),
                                                                        _mm256_cvtepi32_ps(imin)));
