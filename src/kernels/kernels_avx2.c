@@ -962,7 +962,10 @@ void lb_quantize_q8_K_avx2(const float *x, void *vy, int64_t n) {
  * 127: pairs <= 2 * 128 * 127 < 2^15) then vpmaddwd per dword. Exact
  * integer sums, scaled as the row-form kernel does (part = fma(dw * da,
  * isum, part) per 256-block K-chunk, y = part or y + part): the same bits.
- * U tokens (1..4) share each block's loads. */
+ * U tokens (1..4) share each block's loads, and both halves share each
+ * activation broadcast (dword j of the block, outer; tokens inner: the
+ * int sums of U tokens x 2 halves and the codes of one dword live in
+ * registers, nothing else is held over the block). */
 LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn,
                          const uint8_t *at, size_t as, int32_t (*corr)[Q4_KB],
                          float (*da)[Q4_KB], float *y, size_t ldy) {
@@ -976,52 +979,55 @@ LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t k
     for (int i = 0; i < kbn; i++, p += bb) {
         for (int l = 0; l < (q4 ? 5 : 9); l++)
             _mm_prefetch((const char *)(p + 8 * bb + 64 * l), _MM_HINT_T0);
+        const uint8_t *ab = at + (size_t)(kb0 + i) * 34 + 2; /* token 0's codes of block i */
+        __m256i s[4][2]; /* Q4_0: int16 pair sums, Q8_0: int32 lane sums */
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
+        if (q4) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) { /* vector j: elements 4j..4j+3 low, 4j+16.. high */
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j)),
+                              v1 = _mm256_loadu_si256((const __m256i *)(p + 64 + 64 * j));
+                const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4),
+                              h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
+                              h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const uint8_t *ap = ab + (size_t)u * as;
+                    const __m256i al = _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)),
+                                  ah = _mm256_set1_epi32((int)lb_rd_u32(ap + 16 + 4 * j));
+                    s[u][0] = _mm256_add_epi16(s[u][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
+                                                                         _mm256_maddubs_epi16(h0, ah)));
+                    s[u][1] = _mm256_add_epi16(s[u][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
+                                                                         _mm256_maddubs_epi16(h1, ah)));
+                }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j)), x80),
+                              w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 64 + 64 * j)), x80);
+                const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
+                for (int u = 0; u < U; u++) {
+                    const __m256i av = _mm256_set1_epi32((int)lb_rd_u32(ab + (size_t)u * as + 4 * j));
+                    s[u][0] = _mm256_add_epi32(
+                        s[u][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(av, w0)), ones));
+                    s[u][1] = _mm256_add_epi32(
+                        s[u][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(av, w1)), ones));
+                }
+            }
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
-            if (q4) {
-                __m256i k[8];
 #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j + 32 * h));
-                    k[j] = _mm256_and_si256(v, m4);
-                    k[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                }
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
-                    __m256i s = _mm256_maddubs_epi16(k[0], _mm256_set1_epi32((int)lb_rd_u32(ap)));
-#pragma GCC unroll 7
-                    for (int j = 1; j < 8; j++)
-                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
-                                                    k[j], _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j))));
-                    const __m256i is = _mm256_sub_epi32(_mm256_madd_epi16(s, ones),
-                                                        _mm256_set1_epi32(corr[u][i]));
-                    acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
-                                                _mm256_cvtepi32_ps(is), acc[u][h]);
-                }
-            } else {
-                __m256i wa[8], ws[8];
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    ws[j] = _mm256_xor_si256(
-                        _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j + 32 * h)), x80);
-                    wa[j] = _mm256_abs_epi8(ws[j]);
-                }
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
-                    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j += 2) {
-                        const __m256i a0 = _mm256_sign_epi8(_mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)), ws[j]);
-                        const __m256i a1 = _mm256_sign_epi8(_mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j + 4)), ws[j + 1]);
-                        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[j], a0), ones));
-                        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(wa[j + 1], a1), ones));
-                    }
-                    acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
-                                                _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc[u][h]);
-                }
+            for (int u = 0; u < U; u++) {
+                const __m256i is = q4 ? _mm256_sub_epi32(_mm256_madd_epi16(s[u][h], ones),
+                                                         _mm256_set1_epi32(corr[u][i]))
+                                      : s[u][h];
+                acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
+                                            _mm256_cvtepi32_ps(is), acc[u][h]);
             }
         }
     }

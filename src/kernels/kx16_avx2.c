@@ -148,7 +148,6 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             for (int g = 0; g < 4; g++) {
                 const uint8_t *q = ph + QS + (size_t)g * 512;
                 const __m256i scv = g < 2 ? sc03 : sc47;
-                const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
                 __m256i s[4], t[4]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
@@ -172,13 +171,16 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
                         s[u] = _mm256_add_epi16(s[u], _mm256_maddubs_epi16(lo, kbc(a8)));
                         t[u] = _mm256_add_epi16(t[u], _mm256_maddubs_epi16(hi, kbc(a8 + 32)));
                     }
-                    if (m == 7 || (q5 && m == 3)) /* scale * sum by vpmaddwd, exact */
+                    if (m == 7 || (q5 && m == 3)) { /* scale * sum by vpmaddwd, exact */
+                        /* the scale pairs made here, not held over the loop: 2 registers */
+                        const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
 #pragma GCC unroll 4
                         for (int u = 0; u < U; u++) {
                             isum[u] = _mm256_add_epi32(isum[u], _mm256_add_epi32(_mm256_madd_epi16(s[u], sl),
                                                                                  _mm256_madd_epi16(t[u], sh)));
                             s[u] = t[u] = _mm256_setzero_si256();
                         }
+                    }
                 }
             }
             __m256i mp[4];
