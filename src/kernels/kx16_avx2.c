@@ -340,9 +340,14 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
  * in its low nibbles, 4j+16..4j+19 in its high ones, lane n = row n).
  * k5_hbit(H, k) puts the fifth bits of elements 4k..4k+3 at bit 4 of
  * bytes 0..3 (kernels_internal.h): u = q + 16 in 0..31, isum = sum u * a -
- * 16 * sum a (|4 int16 pair sums| <= 4 * 2 * 31 * 128 < 2^15, so four
- * vpmaddubsw add up in int16 before one vpmaddwd). A K-chunk of KB blocks
- * continues from the stored y (the reference's block-after-block order). */
+ * 16 * sum a. Per block, dword j of the activations is the outer loop and
+ * the U tokens the inner one (as x16_pass_avx2 in kernels_avx2.c): each
+ * broadcast serves both 8-row halves and only the int sums of U tokens x 2
+ * halves live across j. Per dword, the low- and high-nibble vpmaddubsw add
+ * up in int16 (|2 pair sums| <= 2 * 2 * 31 * 128 < 2^15), one vpmaddwd
+ * widens them into the int32 sum (8 in int16 could overflow). A K-chunk of
+ * KB blocks continues from the stored y (the reference's block-after-block
+ * order). */
 #define KB 256
 
 LB_AI void q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
@@ -357,30 +362,38 @@ LB_AI void q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, c
     const uint8_t *p = gp + (size_t)kb0 * BB;
     for (int i = 0; i < kbn; i++, p += BB) {
         for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
+        const uint8_t *ab = at + (size_t)(kb0 + i) * 34 + 2; /* token 0's codes of block i */
+        __m256i s[4][2]; /* int32 lane sums */
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) { /* vector j: elements 4j..4j+3 low, 4j+16.. high */
+            const __m256i H0 = _mm256_loadu_si256((const __m256i *)(p + 32)),
+                          H1 = _mm256_loadu_si256((const __m256i *)(p + 64));
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + 96 + 64 * j)),
+                          v1 = _mm256_loadu_si256((const __m256i *)(p + 128 + 64 * j));
+            const __m256i l0 = _mm256_or_si256(_mm256_and_si256(v0, m4), k5_hbit(H0, j)),
+                          l1 = _mm256_or_si256(_mm256_and_si256(v1, m4), k5_hbit(H1, j)),
+                          h0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v0, 4), m4), k5_hbit(H0, j + 4)),
+                          h1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v1, 4), m4), k5_hbit(H1, j + 4));
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *ap = ab + (size_t)u * as;
+                const __m256i al = kbc(ap + 4 * j), ah = kbc(ap + 16 + 4 * j);
+                s[u][0] = _mm256_add_epi32(s[u][0], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
+                                                                                       _mm256_maddubs_epi16(h0, ah)),
+                                                                      ones));
+                s[u][1] = _mm256_add_epi32(s[u][1], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
+                                                                                       _mm256_maddubs_epi16(h1, ah)),
+                                                                      ones));
+            }
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
-            const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 32 + 32 * h));
-            __m256i k[8];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 96 + 64 * j + 32 * h));
-                k[j] = _mm256_or_si256(_mm256_and_si256(v, m4), k5_hbit(H, j));
-                k[j + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4), m4), k5_hbit(H, j + 4));
-            }
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
-                const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34 + 2;
-                __m256i s16[2];
-                for (int e = 0; e < 2; e++)
-                    s16[e] = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e], kbc(ap + 16 * e)),
-                                         _mm256_maddubs_epi16(k[4 * e + 1], kbc(ap + 16 * e + 4))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e + 2], kbc(ap + 16 * e + 8)),
-                                         _mm256_maddubs_epi16(k[4 * e + 3], kbc(ap + 16 * e + 12))));
-                const __m256i is = _mm256_add_epi32(
-                    _mm256_set1_epi32(-corr[u][i]),
-                    _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_madd_epi16(s16[1], ones)));
+                const __m256i is = _mm256_sub_epi32(s[u][h], _mm256_set1_epi32(corr[u][i]));
                 acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
                                                                    _mm256_cvtepi32_ps(is)));
             }
@@ -909,9 +922,11 @@ void lb_mm_q2_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
  * Block of 16 rows (Q4_1: 20 bytes each, Q5_1: 24): d, m (16 halves each)
  * at 0 / 32, Q5_1's bit-transposed qh vector at 64, the nibble vectors at
  * QS (64 / 128), read as Q5_0's (Q4_1 without the fifth bit). The codes
- * are unsigned (0..15 / 0..31): isum = sum u * a with no correction; Q4_1's
- * 8 vpmaddubsw add up in int16 (8 * 2 * 15 * 128 < 2^15), Q5_1's in two
- * groups of 4 (as Q5_0's). A Q8_1 block is d, s (= d * sum a, f16),
+ * are unsigned (0..15 / 0..31): isum = sum u * a with no correction. The
+ * loop is Q5_0's (dword outer, tokens inner, both halves per broadcast);
+ * Q4_1's 8 vpmaddubsw add up in int16 (8 * 2 * 15 * 128 < 2^15), one
+ * vpmaddwd per block; Q5_1's one vpmaddwd per dword (as Q5_0's). A Q8_1
+ * block is d, s (= d * sum a, f16),
  * qs[32]. The reference's order (lb_vec_dot_q{4,5}_1_q8_1_ref), block
  * after block (a K-chunk continues from the stored y):
  *   acc = acc + ((dw * da) * isum + mw * sa) */
@@ -928,36 +943,47 @@ LB_AI void q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0
     const uint8_t *p = gp + (size_t)kb0 * BB;
     for (int i = 0; i < kbn; i++, p += BB) {
         for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + 6 * BB + l), _MM_HINT_T0);
+        const uint8_t *ab = at + (size_t)(kb0 + i) * 36 + 4; /* token 0's codes of block i */
+        __m256i s[4][2]; /* Q4_1: int16 pair sums, Q5_1: int32 lane sums */
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) { /* vector j: elements 4j..4j+3 low, 4j+16.. high */
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + QS + 64 * j)),
+                          v1 = _mm256_loadu_si256((const __m256i *)(p + QS + 32 + 64 * j));
+            __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4),
+                    h0 = _mm256_and_si256(_mm256_srli_epi32(v0, 4), m4),
+                    h1 = _mm256_and_si256(_mm256_srli_epi32(v1, 4), m4);
+            if (q5) {
+                const __m256i H0 = _mm256_loadu_si256((const __m256i *)(p + 64)),
+                              H1 = _mm256_loadu_si256((const __m256i *)(p + 96));
+                l0 = _mm256_or_si256(l0, k5_hbit(H0, j));
+                l1 = _mm256_or_si256(l1, k5_hbit(H1, j));
+                h0 = _mm256_or_si256(h0, k5_hbit(H0, j + 4));
+                h1 = _mm256_or_si256(h1, k5_hbit(H1, j + 4));
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const uint8_t *ap = ab + (size_t)u * as;
+                const __m256i al = kbc(ap + 4 * j), ah = kbc(ap + 16 + 4 * j);
+                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)),
+                              p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah));
+                if (q5) {
+                    s[u][0] = _mm256_add_epi32(s[u][0], _mm256_madd_epi16(p0, ones));
+                    s[u][1] = _mm256_add_epi32(s[u][1], _mm256_madd_epi16(p1, ones));
+                } else {
+                    s[u][0] = _mm256_add_epi16(s[u][0], p0);
+                    s[u][1] = _mm256_add_epi16(s[u][1], p1);
+                }
+            }
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
             const __m256 mwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
-            __m256i k[8];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(p + QS + 64 * j + 32 * h));
-                k[j] = _mm256_and_si256(v, m4);
-                k[j + 4] = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
-            }
-            if (q5) {
-                const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h));
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) k[j] = _mm256_or_si256(k[j], k5_hbit(H, j));
-            }
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
-                const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 36 + 4;
-                __m256i s16[2];
-#pragma GCC unroll 2
-                for (int e = 0; e < 2; e++)
-                    s16[e] = _mm256_add_epi16(
-                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e], kbc(ap + 16 * e)),
-                                         _mm256_maddubs_epi16(k[4 * e + 1], kbc(ap + 16 * e + 4))),
-                        _mm256_add_epi16(_mm256_maddubs_epi16(k[4 * e + 2], kbc(ap + 16 * e + 8)),
-                                         _mm256_maddubs_epi16(k[4 * e + 3], kbc(ap + 16 * e + 12))));
-                const __m256i is = q5 ? _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones),
-                                                         _mm256_madd_epi16(s16[1], ones))
-                                      : _mm256_madd_epi16(_mm256_add_epi16(s16[0], s16[1]), ones);
+                const __m256i is = q5 ? s[u][h] : _mm256_madd_epi16(s[u][h], ones);
                 const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
                                                _mm256_cvtepi32_ps(is));
                 acc[u][h] = _mm256_add_ps(acc[u][h],
