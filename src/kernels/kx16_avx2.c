@@ -201,6 +201,77 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
     store_tiles(U, acc, y, ldy);
 }
 
+/* Q4_K / Q5_K, one token (decode and the tiles' last 1-3 tokens): the
+ * sums of q4_K_x16_pass with both 8-row halves in the inner loop, so one
+ * broadcast of each activation dword serves both (with one token the int
+ * sums of both halves fit in registers; the scale pairs are made from the
+ * scale bytes where they are used, not held) */
+LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uint8_t *a, float *y) {
+    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = a + (size_t)i * Q8K_BYTES;
+        for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, dmin, scales */
+        __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int g = 0; g < 4; g++) {
+            const uint8_t *q = p + QS + (size_t)g * 512;
+            __m256i s[2], t[2]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
+            s[0] = s[1] = t[0] = t[1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++) {
+                kpf(q + 64 * m);
+                if (q5 && g == 0) kpf(p + 256 + 64 * m);
+                const uint8_t *a8 = ab + 4 + 64 * g + 4 * m;
+                const __m256i al = kbc(a8), ah = kbc(a8 + 32);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * m + 32 * h));
+                    __m256i lo = _mm256_and_si256(v, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
+                    if (q5) {
+                        const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 256 + 64 * m + 32 * h));
+                        lo = _mm256_or_si256(lo, k5_hbit(H, 2 * g));
+                        hi = _mm256_or_si256(hi, k5_hbit(H, 2 * g + 1));
+                    }
+                    s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(lo, al));
+                    t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(hi, ah));
+                }
+                if (m == 7 || (q5 && m == 3)) { /* scale * sum by vpmaddwd, exact */
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        __m256i sc03, mn03, sc47, mn47;
+                        k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
+                        const __m256i scv = g < 2 ? sc03 : sc47;
+                        const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
+                        isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(_mm256_madd_epi16(s[h], sl),
+                                                                             _mm256_madd_epi16(t[h], sh)));
+                        s[h] = t[h] = _mm256_setzero_si256();
+                    }
+                }
+            }
+        }
+        float da;
+        memcpy(&da, ab, 4);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
+            __m256i sc03, mn03, sc47, mn47, mp[4];
+            k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
+            k4_min_pairs(mn03, mn47, mp);
+            const __m256i imin = k4_imin(mp, ab + 260);
+            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
+                                                         _mm256_cvtepi32_ps(isum[h])));
+            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)),
+                                                         _mm256_cvtepi32_ps(imin)));
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
 /* Q6_K: one group, U tokens. Super-block fields: d at 0 (16 halves), the
  * 16 int8 scales as 4 vectors at 32 (scale j: vector j / 4, byte j % 4),
  * then 16 steps of (ql, ql, qh) vectors at 288: step 8h + m holds dword m
@@ -321,12 +392,12 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
             for (; t + 4 <= nt; t += 4)
                 q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
-                q4_K_x16_pass(1, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass1(1, gp, nb, a + (size_t)t * as, yg + (size_t)t * ldy);
         } else {
             for (; t + 4 <= nt; t += 4)
                 q4_K_x16_pass(4, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
-                q4_K_x16_pass(1, 0, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q4_K_x16_pass1(0, gp, nb, a + (size_t)t * as, yg + (size_t)t * ldy);
         }
     }
     if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
