@@ -374,6 +374,73 @@ LB_AI void q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
     store_tiles(U, acc, y, ldy);
 }
 
+/* Q6_K, one token: the sums of q6_K_x16_pass with both 8-row halves in the
+ * inner loop (one broadcast of each activation dword serves both) */
+LB_AI void q6_K_x16_pass1(const uint8_t *gp, int64_t nb, const uint8_t *a, float *y) {
+    const size_t BB = 16 * 210;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *p = gp + (size_t)i * BB;
+        const uint8_t *ab = a + (size_t)i * Q8K_BYTES;
+        for (int l = 0; l < 5; l++) kpf(p + 64 * l); /* d, scales */
+        __m256i isum[2];
+#pragma GCC unroll 2
+        for (int hf = 0; hf < 2; hf++) {
+            __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) { /* scales 4v..4v+3: pairs (4v, 4v+2), (4v+1, 4v+3) */
+                const __m256i S = _mm256_loadu_si256((const __m256i *)(p + 32 * hf + 32 + 64 * v));
+                off = _mm256_add_epi32(off, q6_off(sext16_lo(S), _mm256_srai_epi16(S, 8), ab + 260, v));
+            }
+            isum[hf] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        }
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 2; r++) {
+                __m256i scw[2][4];
+#pragma GCC unroll 2
+                for (int hf = 0; hf < 2; hf++)
+#pragma GCC unroll 4
+                    for (int qd = 0; qd < 4; qd++) {
+                        const int j = 8 * h + 2 * qd + r;
+                        scw[hf][qd] = sext16_lo(
+                            kx_w16(_mm256_loadu_si256((const __m256i *)(p + 32 * hf + 32 + 64 * (j / 4))), j % 4));
+                    }
+#pragma GCC unroll 2
+                for (int m = 4 * r; m < 4 * r + 4; m += 2) {
+                    const uint8_t *q0 = p + 288 + 192 * (8 * h + m), *q1 = q0 + 192; /* ql, ql, qh */
+                    for (int l = 0; l < 6; l++) kpf(q0 + 64 * l);
+#pragma GCC unroll 4
+                    for (int qd = 0; qd < 4; qd++) {
+                        const uint8_t *a8 = ab + 4 + 128 * h + 32 * qd + 4 * m;
+                        const __m256i b0 = kbc(a8), b1 = kbc(a8 + 4);
+#pragma GCC unroll 2
+                        for (int hf = 0; hf < 2; hf++) {
+                            const __m256i u0 = q6_u(_mm256_loadu_si256((const __m256i *)(q0 + 32 * hf)),
+                                                    _mm256_loadu_si256((const __m256i *)(q0 + 64 + 32 * hf)),
+                                                    _mm256_loadu_si256((const __m256i *)(q0 + 128 + 32 * hf)), qd);
+                            const __m256i u1 = q6_u(_mm256_loadu_si256((const __m256i *)(q1 + 32 * hf)),
+                                                    _mm256_loadu_si256((const __m256i *)(q1 + 64 + 32 * hf)),
+                                                    _mm256_loadu_si256((const __m256i *)(q1 + 128 + 32 * hf)), qd);
+                            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, b0),
+                                                                 _mm256_maddubs_epi16(u1, b1));
+                            isum[hf] = _mm256_add_epi32(isum[hf], _mm256_madd_epi16(s16, scw[hf][qd]));
+                        }
+                    }
+                }
+            }
+        float da;
+        memcpy(&da, ab, 4);
+#pragma GCC unroll 2
+        for (int hf = 0; hf < 2; hf++) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * hf)));
+            acc[hf] = _mm256_add_ps(acc[hf], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
+                                                           _mm256_cvtepi32_ps(isum[hf])));
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
 /* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
 static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
@@ -387,7 +454,7 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
             for (; t + 4 <= nt; t += 4)
                 q6_K_x16_pass(4, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
             for (; t < nt; t++)
-                q6_K_x16_pass(1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
+                q6_K_x16_pass1(gp, nb, a + (size_t)t * as, yg + (size_t)t * ldy);
         } else if (kind == 2) {
             for (; t + 4 <= nt; t += 4)
                 q4_K_x16_pass(4, 1, gp, nb, a + (size_t)t * as, as, yg + (size_t)t * ldy, ldy);
