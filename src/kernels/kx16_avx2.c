@@ -580,8 +580,7 @@ LB_AI void x5_pass(const int U, const int kind, const uint8_t *gp, int64_t kb0, 
     store_tiles(U, acc, y, ldy);
 }
 
-/* one group's K-chunk for tn tokens, 4 at a time (kind a constant where
- * inlined, so each pass is compiled for its type) */
+/* one group's K-chunk for tn tokens, 4 at a time */
 LB_AI void x5_tokens(const int kind, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
                      size_t as, int64_t tn, const x5_terms *tm, float *yg, size_t ldy) {
     int t = 0;
@@ -592,7 +591,8 @@ LB_AI void x5_tokens(const int kind, const uint8_t *gp, int64_t kb0, int kbn, co
 }
 
 /* K-chunks of KB blocks, tiles of 16 tokens (their activation terms made
- * once per chunk), then each group's chunk */
+ * once per chunk), then each group's chunk (inlined into each type's entry
+ * below with kind a constant, so every pass is compiled for its type) */
 LB_AI void mm_x5(const int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
                   int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -620,9 +620,7 @@ LB_AI void mm_x5(const int kind, int64_t n, const void *vw, size_t ws, int64_t n
             for (int64_t g = 0; g < ng; g++) {
                 const uint8_t *gp = w + (size_t)g * 16 * ws;
                 float *yg = y + (size_t)t0 * ldy + 16 * g;
-                if (kind == X5_Q5_0) x5_tokens(X5_Q5_0, gp, kb0, kbn, at, as, tn, &tm, yg, ldy);
-                else if (kind == X5_Q4_1) x5_tokens(X5_Q4_1, gp, kb0, kbn, at, as, tn, &tm, yg, ldy);
-                else x5_tokens(X5_Q5_1, gp, kb0, kbn, at, as, tn, &tm, yg, ldy);
+                x5_tokens(kind, gp, kb0, kbn, at, as, tn, &tm, yg, ldy);
             }
         }
     }
