@@ -110,6 +110,31 @@ LB_AI __m256i k4_imin(const __m256i m[4], const uint8_t *bs) {
                                              _mm256_madd_epi16(m[3], _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
 }
 
+/* Q4_K / Q5_K: the codes of sub-blocks 2g (lo) and 2g + 1 (hi) in the
+ * half-vector at q (one dword of 8 rows); Q5_K: their fifth bits from the
+ * qh half-vector at qh */
+LB_AI void k4_codes(const int q5, const uint8_t *q, const uint8_t *qh, int g, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
+    if (q5) {
+        const __m256i H = _mm256_loadu_si256((const __m256i *)qh);
+        *lo = _mm256_or_si256(*lo, k5_hbit(H, 2 * g));
+        *hi = _mm256_or_si256(*hi, k5_hbit(H, 2 * g + 1));
+    }
+}
+/* Q4_K / Q5_K: one token's super-block into an 8-row half's accumulator,
+ * acc + (dv * da) * isum, then + (mv * -da) * imin (the reference's order);
+ * au = the token's Q8_K block (d at 0, bsums at 260), mp = k4_min_pairs */
+LB_AI __m256 k4_acc(__m256 acc, __m256 dv, __m256 mv, const __m256i mp[4], const uint8_t *au, __m256i isum) {
+    const __m256i imin = k4_imin(mp, au + 260);
+    float da;
+    memcpy(&da, au, 4);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)), _mm256_cvtepi32_ps(isum)));
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)), _mm256_cvtepi32_ps(imin)));
+}
+
 /* y[u * ldy + 0..15] = the two 8-row halves of token u's accumulators */
 LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
 #pragma GCC unroll 4
@@ -127,7 +152,6 @@ LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
 LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
                          size_t as, float *y, size_t ldy) {
     const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -157,14 +181,8 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
                         kpf(q + 64 * m);
                         if (q5 && g == 0) kpf(ph + 256 + 64 * m);
                     }
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * m));
-                    __m256i lo = _mm256_and_si256(v, m4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
-                    if (q5) {
-                        const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 256 + 64 * m));
-                        lo = _mm256_or_si256(lo, k5_hbit(H, 2 * g));
-                        hi = _mm256_or_si256(hi, k5_hbit(H, 2 * g + 1));
-                    }
+                    __m256i lo, hi;
+                    k4_codes(q5, q + 64 * m, ph + 256 + 64 * m, g, &lo, &hi);
 #pragma GCC unroll 4
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g + 4 * m;
@@ -186,16 +204,7 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
             __m256i mp[4];
             k4_min_pairs(mn03, mn47, mp);
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const uint8_t *au = ab + (size_t)u * as;
-                const __m256i imin = k4_imin(mp, au + 260);
-                float da;
-                memcpy(&da, au, 4);
-                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
-                                                                   _mm256_cvtepi32_ps(isum[u])));
-                acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)),
-                                                                   _mm256_cvtepi32_ps(imin)));
-            }
+            for (int u = 0; u < U; u++) acc[u][h] = k4_acc(acc[u][h], dv, mv, mp, ab + (size_t)u * as, isum[u]);
         }
     }
     store_tiles(U, acc, y, ldy);
@@ -208,7 +217,6 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
  * scale bytes where they are used, not held) */
 LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uint8_t *a, float *y) {
     const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
@@ -227,14 +235,8 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
                 const __m256i al = kbc(a8), ah = kbc(a8 + 32);
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * m + 32 * h));
-                    __m256i lo = _mm256_and_si256(v, m4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
-                    if (q5) {
-                        const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 256 + 64 * m + 32 * h));
-                        lo = _mm256_or_si256(lo, k5_hbit(H, 2 * g));
-                        hi = _mm256_or_si256(hi, k5_hbit(H, 2 * g + 1));
-                    }
+                    __m256i lo, hi;
+                    k4_codes(q5, q + 64 * m + 32 * h, p + 256 + 64 * m + 32 * h, g, &lo, &hi);
                     s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(lo, al));
                     t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(hi, ah));
                 }
@@ -252,8 +254,6 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
                 }
             }
         }
-        float da;
-        memcpy(&da, ab, 4);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
@@ -261,11 +261,7 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
             __m256i sc03, mn03, sc47, mn47, mp[4];
             k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
             k4_min_pairs(mn03, mn47, mp);
-            const __m256i imin = k4_imin(mp, ab + 260);
-            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(da)),
-                                                         _mm256_cvtepi32_ps(isum[h])));
-            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_mul_ps(mv, _mm256_set1_ps(-da)),
-                                                         _mm256_cvtepi32_ps(imin)));
+            acc[h] = k4_acc(acc[h], dv, mv, mp, ab, isum[h]);
         }
     }
     _mm256_storeu_ps(y, acc[0]);
