@@ -16,6 +16,7 @@
 #include "lowbit/eval.h"
 #include "lowbit/file.h"
 #include "lowbit/gptq_ckpt.h"
+#include "lowbit/kernels.h"
 #include "lowbit/model.h"
 #include "lowbit/quants.h"
 #include "lowbit/safetensors.h"
@@ -107,10 +108,7 @@ static void test_autogptq_checkpoint(void) {
             size_t rb;
             lb_row_size(LB_TYPE_Q4_0, in, &rb);
             for (int64_t r = 0; r < out; r++) {
-                TH_CHECK_OK(lb_dequantize_row(LB_TYPE_Q4_0,
-                                              (const uint8_t *)wq->data +
-                                                  r * rb,
-                                              row, in));
+                TH_CHECK_OK(lb_tensor_dequant_row(wq, r, row)); /* loaded X16 */
                 for (int64_t c = 0; c < in; c++) {
                     int32_t code = ((const int32_t *)codes->data)[r * in + c];
                     float s = ((const float *)scale->data)[r * ng + c / 128];
@@ -330,9 +328,7 @@ static void check_loaded(lb_model *m, syn_linear *lin, const char *what,
             lb_row_size(t->type, s->in, &rb);
             float *row = malloc((size_t)s->in * 4);
             for (int64_t o = 0; o < s->out; o++) {
-                TH_CHECK_OK(lb_dequantize_row(t->type,
-                                              (const uint8_t *)t->data + o * rb,
-                                              row, s->in));
+                TH_CHECK_OK(lb_tensor_dequant_row(t, o, row)); /* loaded X16 */
                 for (int64_t c = 0; c < s->in; c++) {
                     double d = fabs((double)row[c] - (double)syn_w(s, o, c));
                     if (d > maxd) maxd = d;

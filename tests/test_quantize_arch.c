@@ -21,6 +21,7 @@
 #include "lowbit/eora.h"
 #include "lowbit/export.h"
 #include "lowbit/file.h"
+#include "lowbit/kernels.h"
 #include "lowbit/model.h"
 #include "lowbit/quants.h"
 #include "lowbit/quantize.h"
@@ -95,8 +96,8 @@ static double tensor_rel_diff(const lb_tensor *a, const lb_tensor *b) {
     if (ra && rb && lb_row_size(a->type, cols, &rba) &&
         lb_row_size(b->type, cols, &rbb))
         for (int64_t r = 0; r < rows; r++) {
-            lb_dequantize_row(a->type, (const uint8_t *)a->data + r * rba, ra, cols);
-            lb_dequantize_row(b->type, (const uint8_t *)b->data + r * rbb, rb, cols);
+            lb_tensor_dequant_row(a, r, ra); /* row form whatever the layout */
+            lb_tensor_dequant_row(b, r, rb);
             for (int64_t c = 0; c < cols; c++) {
                 d = fmax(d, fabs((double)ra[c] - rb[c]));
                 mag = fmax(mag, fabs((double)ra[c]));

@@ -55,19 +55,19 @@ lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X,
  * machine; falls back to the best usable family below it). */
 const char *lb_kernels_variant(void);
 
-/* Repack a Q4_0, Q8_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K or Q6_K weight in place into
- * LB_LAYOUT_X16 (lowbit/types.h) when the kernel family in use streams that
- * layout faster for that type (today: Q4_0/Q8_0 on avx2, avx512,
- * avx512_vnni and amx; Q5_0/Q5_1/Q4_K/Q5_K/Q6_K on avx512_vnni and amx; never ref)
- * and W has at least 16 rows. `data` is W's
+/* Repack a Q4_0, Q8_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K weight
+ * in place into LB_LAYOUT_X16 (lowbit/types.h) when the kernel family in use
+ * streams that layout faster for that type (today: all of them on avx2,
+ * avx512 (its avx2 kernels), avx512_vnni and amx; never ref) and W has at
+ * least 16 rows. `data` is W's
  * data, writable (W->data itself is const); W->layout is set on success.
  * Same products afterwards, bit for bit, for Q4_0/Q8_0 (the repacked
  * kernels give each family's row-form results); the other types repacked give the
  * scalar reference's bits, which the row-form AVX2 kernels match only to
  * f32 rounding (a different float summation order). Does nothing (LB_OK, layout
  * unchanged) for other types, fewer than 16 rows, an already repacked W, a
- * type the kernel family keeps in row form (Q4_1 on AVX-512 VNNI: see
- * docs/model.md) unless the environment variable LB_REPACK=1 is set, or
+ * type the kernel family keeps in row form (none today; LB_REPACK=1 repacks
+ * every type the family has an X16 kernel for), or
  * when LB_REPACK=0 is set. Uses a 16-row temporary
  * buffer. Errors: LB_ERR_INVALID_ARG (shape/size as lb_matmul), LB_ERR_NOMEM. */
 lb_status lb_tensor_repack(lb_tensor *W, void *data);
@@ -76,6 +76,13 @@ lb_status lb_tensor_repack(lb_tensor *W, void *data);
  * layout: for LB_LAYOUT_ROWS a pointer into W->data; for a repacked row it
  * is rebuilt into buf (row_bytes bytes) and buf is returned. */
 const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf);
+
+/* Row `row` of W dequantized into dst (lb_tensor_cols(W) floats), whatever
+ * W's layout (row form or repacked at load): lb_dequantize_row
+ * (lowbit/quants.h) of lb_tensor_row_canonical's bytes. Errors:
+ * LB_ERR_INVALID_ARG (row out of range, a type without rows),
+ * LB_ERR_NOMEM, and lb_dequantize_row's. */
+lb_status lb_tensor_dequant_row(const lb_tensor *W, int64_t row, float *dst);
 
 /* Name of the kernel lb_matmul runs for weights of `type` on n_tokens
  * tokens as a GGUF load leaves them (repacked where lb_tensor_repack

@@ -97,8 +97,8 @@ typedef struct lb_tensor {
  * load for the matmul kernels: each group of 16 whole rows keeps its bytes
  * (rows 16g..16g+15 at data + 16g * row_bytes) but interleaved block by
  * block (src/kernels/kernels_internal.h describes it); rows after the last
- * whole group stay in row form. Only lb_matmul and lb_tensor_row_canonical
- * (lowbit/kernels.h) read such a tensor. */
+ * whole group stay in row form. Only lb_matmul, lb_tensor_row_canonical and
+ * lb_tensor_dequant_row (lowbit/kernels.h) read such a tensor. */
 #define LB_LAYOUT_ROWS 0
 #define LB_LAYOUT_X16 1
 

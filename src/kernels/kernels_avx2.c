@@ -1146,9 +1146,5 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_1].x16_fast = true;
     kt->w[LB_TYPE_Q4_1].mm_x16 = lb_mm_q4_1_x16_avx2;
     kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_avx2";
-    /* not by default, as on avx512_vnni (kernels_avx512vnni.c): asymmetric
-     * GPTQ / AWQ checkpoints run as row-form Q4_1 (mm_q4_1_avx2, another
-     * float order), and their direct GGUF must give the same floats;
-     * LB_REPACK=1 turns it on */
-    kt->w[LB_TYPE_Q4_1].x16_fast = false;
+    kt->w[LB_TYPE_Q4_1].x16_fast = true;
 }

@@ -1251,12 +1251,7 @@ void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_0].x16_fast = true;
     kt->w[LB_TYPE_Q4_1].mm_x16 = mm_q4_1_x16_avx512_vnni;
     kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_avx512_vnni";
-    /* not by default: an asymmetric GPTQ / AWQ checkpoint runs as Q4_1 rows
-     * in memory (the loaders do not repack), and the row-form Q4_1 kernel
-     * sums in another float order than this one (= the reference), so a
-     * checkpoint and its direct GGUF would disagree (AWQ tinystories: 99.78%
-     * top-1 instead of 100%); LB_REPACK=1 turns it on */
-    kt->w[LB_TYPE_Q4_1].x16_fast = false;
+    kt->w[LB_TYPE_Q4_1].x16_fast = true;
     kt->w[LB_TYPE_Q5_1].mm_x16 = mm_q5_1_x16_avx512_vnni;
     kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_avx512_vnni";
     kt->w[LB_TYPE_Q5_1].x16_fast = true;

@@ -427,6 +427,25 @@ const void *lb_tensor_row_canonical(const lb_tensor *W, int64_t row, void *buf) 
     return buf;
 }
 
+lb_status lb_tensor_dequant_row(const lb_tensor *W, int64_t row, float *dst) {
+    const char *name = W->name ? W->name : "weight";
+    size_t ws;
+    if (W->n_dims < 1 || row < 0 || row >= lb_tensor_rows(W) ||
+        !lb_row_size(W->type, lb_tensor_cols(W), &ws))
+        return lb_set_error(LB_ERR_INVALID_ARG, "%s: no row %lld of a %s tensor", name,
+                            (long long)row, lb_type_name(W->type));
+    if (W->layout != LB_LAYOUT_X16)
+        return lb_dequantize_row(W->type, (const uint8_t *)W->data + (size_t)row * ws, dst,
+                                 lb_tensor_cols(W));
+    uint8_t stack[4096];
+    uint8_t *buf = ws <= sizeof stack ? stack : lb_alloc(ws);
+    if (!buf) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory for a row", name);
+    lb_status s = lb_dequantize_row(W->type, lb_tensor_row_canonical(W, row, buf), dst,
+                                    lb_tensor_cols(W));
+    if (buf != stack) lb_free(buf);
+    return s;
+}
+
 lb_status lb_matmul(lb_pool *pool, const lb_tensor *W, const float *X, float *Y,
                     int64_t n_tokens) {
     return lb_matmul_table(lb_kernels_current(), pool, W, X, Y, n_tokens);

@@ -9,6 +9,7 @@
 #include "model/model_internal.h"
 #include "lowbit/file.h"
 #include "lowbit/gptq_ckpt.h"
+#include "lowbit/kernels.h"
 #include "lowbit/safetensors.h"
 #include "core/internal.h"
 
@@ -313,6 +314,10 @@ static lb_status load_view(load_ctx *c, const char *prefix,
     LB_TRY(lb_model_builder_own(c->m, buf));
     lb_tensor t = {.name = tname(qw), .type = type, .n_dims = 2,
                    .shape = {out, in}, .data = buf, .nbytes = nbytes};
+    /* the loader's own copy: into the layout the kernels stream fastest,
+     * as the GGUF loader does (the same kernels, so a checkpoint and its
+     * direct GGUF export give the same bits) */
+    LB_TRY(lb_tensor_repack(&t, buf));
     if (res) {
         *res = t;
         c->n_by_type[type]++;

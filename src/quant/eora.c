@@ -10,6 +10,7 @@
  */
 #include "lowbit/eora.h"
 #include "lowbit/gptq.h"
+#include "lowbit/kernels.h"
 #include "lowbit/quants.h"
 #include "core/internal.h"
 
@@ -166,8 +167,7 @@ static lb_status weight_f64(const lb_tensor *t, int64_t out, int64_t in,
     if (!lb_row_size(t->type, in, &rb))
         return lb_set_error(LB_ERR_INVALID_ARG, "eora: %s: row size", t->name ? t->name : "?");
     for (int64_t o = 0; o < out; o++) {
-        LB_TRY(lb_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)o * rb,
-                                 row, in));
+        LB_TRY(lb_tensor_dequant_row(t, o, row));
         for (int64_t i = 0; i < in; i++) W[o * in + i] = row[i];
     }
     return LB_OK;

@@ -667,9 +667,7 @@ static lb_status weight_f32(const lb_tensor *t, const char *name, float **out) {
     if (!W) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory for f32 "
                                 "weights (%zu bytes)", name, n);
     for (int64_t r = 0; r < rows; r++) {
-        lb_status s = lb_dequantize_row(t->type,
-                                        (const uint8_t *)t->data + r * rb,
-                                        W + r * cols, cols);
+        lb_status s = lb_tensor_dequant_row(t, r, W + r * cols);
         if (s != LB_OK) {
             lb_free(W);
             return lb_error_context(s, "%s", name);

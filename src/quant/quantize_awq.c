@@ -277,9 +277,7 @@ static lb_status router_f32(const lb_tensor *t, float **out) {
     float *W = lb_alloc((size_t)(rows * cols) * sizeof(float));
     if (!W) return lb_set_error(LB_ERR_NOMEM, "awq: out of memory (router)");
     for (int64_t r = 0; r < rows; r++) {
-        lb_status s = lb_dequantize_row(t->type,
-                                        (const uint8_t *)t->data + r * rb,
-                                        W + r * cols, cols);
+        lb_status s = lb_tensor_dequant_row(t, r, W + r * cols);
         if (s != LB_OK) {
             lb_free(W);
             return lb_error_context(s, "router");

@@ -41,6 +41,7 @@
  */
 #include "lowbit/quantize.h"
 #include "lowbit/hadamard.h"
+#include "lowbit/kernels.h"
 #include "lowbit/quants.h"
 #include "core/internal.h"
 #include "model/model_internal.h"
@@ -96,9 +97,7 @@ static lb_status to_f32(const lb_tensor *t, const char *what, float **out) {
     if (!W) return lb_set_error(LB_ERR_NOMEM, "rotate: out of memory (%s)",
                                 what);
     for (int64_t r = 0; r < rows; r++) {
-        lb_status s = lb_dequantize_row(t->type,
-                                        (const uint8_t *)t->data + r * rb,
-                                        W + r * cols, cols);
+        lb_status s = lb_tensor_dequant_row(t, r, W + r * cols);
         if (s != LB_OK) {
             lb_free(W);
             return lb_error_context(s, "rotate: %s", what);
