@@ -249,6 +249,15 @@ static void test_tensor_repack(void) {
         for (int64_t r = 0; r < out; r++)
             TH_CHECK(memcmp(lb_tensor_row_canonical(&W, r, buf), orig + (size_t)r * rb, rb) == 0);
         free(buf);
+        /* lb_tensor_dequant_row: the original row's values, whatever the layout */
+        float d0[512], d1[512];
+        for (int64_t r = 0; r < out; r++) {
+            TH_CHECK_OK(lb_dequantize_row(wt, orig + (size_t)r * rb, d0, kin));
+            TH_CHECK_OK(lb_tensor_dequant_row(&W, r, d1));
+            TH_CHECK(memcmp(d0, d1, sizeof d0) == 0);
+        }
+        TH_CHECK_FAILS(lb_tensor_dequant_row(&W, out, d1), LB_ERR_INVALID_ARG);
+        TH_CHECK_FAILS(lb_tensor_dequant_row(&W, -1, d1), LB_ERR_INVALID_ARG);
         if (fast) {
             TH_CHECK_OK(lb_matmul(NULL, &W, x, y1, 2));
             TH_CHECK(memcmp(y0, y1, sizeof y0) == 0);
