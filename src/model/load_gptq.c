@@ -314,10 +314,6 @@ static lb_status load_view(load_ctx *c, const char *prefix,
     LB_TRY(lb_model_builder_own(c->m, buf));
     lb_tensor t = {.name = tname(qw), .type = type, .n_dims = 2,
                    .shape = {out, in}, .data = buf, .nbytes = nbytes};
-    /* the loader's own copy: into the layout the kernels stream fastest,
-     * as the GGUF loader does (the same kernels, so a checkpoint and its
-     * direct GGUF export give the same bits) */
-    LB_TRY(lb_tensor_repack(&t, buf));
     if (res) {
         *res = t;
         c->n_by_type[type]++;
@@ -384,6 +380,24 @@ static lb_status ext_linear(void *user, const char *prefix, int64_t out,
     c->n_dense++;
     *t = *d;
     return LB_OK;
+}
+
+/* The built model's Q4_0 / Q8_0 / Q4_1 linears into the layout the kernels
+ * stream fastest (lb_tensor_repack), the tensors the GGUF loader repacks
+ * (load_gguf.c repack_weights: every layer linear and the output; not the
+ * MoE experts), so a checkpoint and its direct GGUF run the same kernels and
+ * give the same bits. Each tensor on its own, after the build: a row view
+ * of a fused qkv_proj / gate_up_proj (Phi-3) is repacked as the tensor
+ * lb_matmul receives. Every tensor of those types here is this loader's
+ * private copy (lb_gptq_linear_repack); dense ones are never repacked. */
+static lb_status repack_linears(lb_model *m) {
+    for (int l = 0; l < m->config.n_layers; l++)
+        for (int i = 0; i < LB_LINEAR_COUNT; i++) {
+            lb_tensor *w = &m->layers[l].w[i];
+            if (w->data) LB_TRY(lb_tensor_repack(w, (void *)(uintptr_t)w->data));
+        }
+    if (!m->output.data || m->output.data == m->tok_embd.data) return LB_OK;
+    return lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data);
 }
 
 lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
@@ -474,6 +488,7 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
         s = lb_model_load_layers_ext(m, st, dir, opts, ext_linear, &c);
         if (s == LB_OK) s = lb_model_builder_finish(m);
         if (s == LB_OK && mc->post_norms) s = lb_model_gemma_norms_plus_one(m);
+        if (s == LB_OK) s = repack_linears(m);
         if (s != LB_OK) goto fail;
         goto loaded;
     }
@@ -529,6 +544,7 @@ lb_status lb_gptq_build_model(const lb_model_config *cfg,
             s = lb_set_error(LB_ERR_CANCELLED, "load cancelled");
     }
     if (s == LB_OK) s = lb_model_builder_finish(m);
+    if (s == LB_OK) s = repack_linears(m);
     if (s != LB_OK) goto fail;
 loaded:
     lb_log(LB_LOG_INFO,
