@@ -733,6 +733,105 @@ static void test_bad_checkpoints(void) {
     for (int i = 0; i < 14; i++) syn_free(&lin[i]);
 }
 
+/* Phi-3 fused qkv_proj / gate_up_proj, split where no 16-row group ends
+ * (q 64 rows, k and v 8 each; gate and up 40 each): every view is
+ * repacked on its own after the split, so the repacked load (X16, whose
+ * Q4_0 products are the row form's bits) gives the logits of LB_REPACK=0,
+ * bit for bit. Repacking the fused tensor before the split put the views'
+ * row-form tails inside interleaved groups (wrong weights). */
+static void test_phi3_fused_views(void) {
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s/phi3views", th_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    TH_CHECK(write_text(p, "{\"architectures\": [\"Phi3ForCausalLM\"], \"model_type\": \"phi3\", "
+                           "\"hidden_size\": 64, \"intermediate_size\": 40, \"num_attention_heads\": 8, "
+                           "\"num_key_value_heads\": 1, \"num_hidden_layers\": 1, \"vocab_size\": 64, "
+                           "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"max_position_embeddings\": 64, "
+                           "\"tie_word_embeddings\": false, \"quantization_config\": {\"quant_method\": "
+                           "\"gptq\", \"bits\": 4, \"group_size\": 32, \"sym\": true, \"desc_act\": false}}"));
+    static float dense[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) dense[i] = (float)((int)(urand() % 2001) - 1000) / 4000.0f;
+    static float ones[64];
+    for (int i = 0; i < 64; i++) ones[i] = 1.0f;
+    lb_st_writer *w = NULL;
+    TH_CHECK_OK(lb_st_writer_create(&w));
+    const int64_t emb[2] = {64, 64}, vec[1] = {64}, down[2] = {64, 40};
+    TH_CHECK_OK(lb_st_writer_add(w, "model.embed_tokens.weight", LB_TYPE_F32, 2, emb, dense));
+    TH_CHECK_OK(lb_st_writer_add(w, "lm_head.weight", LB_TYPE_F32, 2, emb, dense));
+    TH_CHECK_OK(lb_st_writer_add(w, "model.norm.weight", LB_TYPE_F32, 1, vec, ones));
+    TH_CHECK_OK(lb_st_writer_add(w, "model.layers.0.input_layernorm.weight", LB_TYPE_F32, 1, vec, ones));
+    TH_CHECK_OK(lb_st_writer_add(w, "model.layers.0.post_attention_layernorm.weight", LB_TYPE_F32, 1, vec,
+                                 ones));
+    TH_CHECK_OK(lb_st_writer_add(w, "model.layers.0.mlp.down_proj.weight", LB_TYPE_F32, 2, down, dense));
+    /* 4-bit sym g32, v1: codes random, zeros 8 (stored 7: qzeros words
+     * 0x77777777, [2, out / 8] as the loader reads them), f16 scales */
+    static const char *names[3] = {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj"};
+    const int64_t outs[3] = {80, 64, 80};
+    static int32_t codes[80 * 64], qweight[8 * 80], qzeros[2 * 10];
+    static uint16_t scales[3][2 * 80];
+    for (int i = 0; i < 2 * 10; i++) qzeros[i] = 0x77777777;
+    for (int k = 0; k < 3; k++) {
+        const int64_t out = outs[k];
+        for (int64_t i = 0; i < out * 64; i++) codes[i] = (int32_t)(urand() % 16);
+        TH_CHECK_OK(lb_gptq_pack_qweight(codes, out, 64, 4, qweight));
+        for (int64_t i = 0; i < 2 * out; i++)
+            scales[k][i] = lb_f32_to_f16((float)(1 + urand() % 1000) / 7919.0f);
+        char nm[160];
+        int64_t sh[2] = {8, out};
+        snprintf(nm, sizeof nm, "model.layers.0.%s.qweight", names[k]);
+        TH_CHECK_OK(lb_st_writer_add(w, nm, LB_TYPE_I32, 2, sh, qweight));
+        sh[0] = 2, sh[1] = out / 8;
+        snprintf(nm, sizeof nm, "model.layers.0.%s.qzeros", names[k]);
+        TH_CHECK_OK(lb_st_writer_add(w, nm, LB_TYPE_I32, 2, sh, qzeros));
+        sh[0] = 2, sh[1] = out;
+        snprintf(nm, sizeof nm, "model.layers.0.%s.scales", names[k]);
+        TH_CHECK_OK(lb_st_writer_add(w, nm, LB_TYPE_F16, 2, sh, scales[k]));
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    TH_CHECK_OK(lb_st_writer_write_file(w, p));
+    lb_st_writer_free(w);
+    const int32_t toks[6] = {1, 7, 33, 2, 63, 12};
+    float logits[2][6 * 64];
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) setenv("LB_REPACK", "0", 1);
+        else unsetenv("LB_REPACK");
+        lb_model *m = NULL;
+        TH_CHECK_OK(lb_model_load(dir, NULL, &m));
+        if (!m) return;
+        const lb_tensor *L = m->layers[0].w;
+        TH_CHECK_INT(L[LB_LINEAR_Q].type, LB_TYPE_Q4_0);
+        TH_CHECK_INT(L[LB_LINEAR_K].shape[0], 8);
+        TH_CHECK_INT(L[LB_LINEAR_UP].shape[0], 40);
+        if (k == 1 && strstr(lb_kernel_name(LB_TYPE_Q4_0, 1), "x16")) { /* repacking family */
+            TH_CHECK(L[LB_LINEAR_Q].layout == LB_LAYOUT_X16);
+            TH_CHECK(L[LB_LINEAR_GATE].layout == LB_LAYOUT_X16 && L[LB_LINEAR_UP].layout == LB_LAYOUT_X16);
+        }
+        /* each linear alone: the same bits as in row form */
+        static float X[6 * 64], Y[2][LB_LINEAR_COUNT][6 * 80];
+        for (int i = 0; i < 6 * 64; i++) X[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+        for (int i = 0; i < LB_LINEAR_COUNT; i++)
+            if (L[i].data && L[i].shape[1] == 64) {
+                TH_CHECK_OK(lb_matmul(NULL, &L[i], X, Y[k][i], 6));
+                if (k == 1)
+                    TH_CHECK_MSG(memcmp(Y[0][i], Y[1][i], sizeof(float) * 6 * (size_t)L[i].shape[0]) == 0,
+                                 "linear %d (%lld rows, layout %d): not the row form's products", i,
+                                 (long long)L[i].shape[0], L[i].layout);
+            }
+        lb_context_params cp = lb_context_default_params();
+        cp.n_ctx = 16;
+        cp.n_threads = 1;
+        lb_context *ctx = NULL;
+        TH_CHECK_OK(lb_context_create(m, &cp, &ctx));
+        if (ctx) TH_CHECK_OK(lb_model_forward(ctx, toks, 6, 0, logits[k], LB_LOGITS_ALL));
+        lb_context_free(ctx);
+        lb_model_free(m);
+    }
+    /* the whole forward too (SwiGLU's tails go through the same 8-lane
+     * code whatever the chunking, vec_avx2.c silu_mul) */
+    TH_CHECK(memcmp(logits[0], logits[1], sizeof logits[0]) == 0);
+}
+
 int main(void) {
     TH_RUN(test_qconfig);
     TH_RUN(test_repack_rules);
@@ -740,6 +839,7 @@ int main(void) {
     TH_RUN(test_synthetic_bits_formats);
     TH_RUN(test_q4_1_fast);
     TH_RUN(test_mixed_dynamic);
+    TH_RUN(test_phi3_fused_views);
     TH_RUN(test_bad_checkpoints);
     nftw(th_tmpdir(), rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return th_report();

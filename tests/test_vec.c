@@ -130,6 +130,21 @@ static void test_variants(void) {
                 TH_CHECK_MSG(fabsf(g1[i] - g0[i]) <= 5e-7f * fabsf(g0[i]) + 1e-30f,
                              "silu n=%lld i=%lld %.9g vs %.9g", (long long)n, (long long)i, g1[i], g0[i]);
         }
+        /* silu_mul: an element's bits do not depend on where the call's
+         * range starts (the forward calls it per output chunk) */
+        {
+            enum { NS = 1000 };
+            float *g = malloc(NS * 4), *u = malloc(NS * 4), *whole = malloc(NS * 4), *parts = malloc(NS * 4);
+            for (int i = 0; i < NS; i++) g[i] = rnd(-20, 20), u[i] = rnd(-3, 3);
+            memcpy(whole, g, NS * 4);
+            memcpy(parts, g, NS * 4);
+            kt->vec.silu_mul(whole, u, NS);
+            for (int i0 = 0, len = 1; i0 < NS; i0 += len, len = len % 13 + 1) /* chunks of 1..13 */
+                kt->vec.silu_mul(parts + i0, u + i0, len < NS - i0 ? len : NS - i0);
+            TH_CHECK_MSG(memcmp(whole, parts, NS * 4) == 0, "%s silu_mul: bits depend on the chunking",
+                         kt->name);
+            free(g), free(u), free(whole), free(parts);
+        }
         /* f16 rows: bit-exact both ways, incl. subnormals, Inf, NaN, ties */
         enum { NH = 4099 };
         uint16_t *h = malloc(NH * 2), *h0 = malloc(NH * 2), *h1 = malloc(NH * 2);

@@ -21,6 +21,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define LB_AI static inline __attribute__((always_inline))
 
@@ -177,16 +178,27 @@ static float exp_sum_avx2(float *x, int64_t n, float m) {
     return lb_hsum8_ps(s);
 }
 
+/* 8 lanes of silu(g) * u */
+LB_AI __m256 silu_mul8(__m256 x, __m256 u) {
+    const __m256 e = exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+/* The tail (n % 8) goes through the same 8-lane code as the rest, so an
+ * element's value does not depend on where a caller's chunk starts (the
+ * forward applies this per output chunk, and chunks move with the thread
+ * count and the weights' layout). */
 static void silu_mul_avx2(float *g, const float *u, int64_t n) {
-    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x = _mm256_loadu_ps(g + i);
-        const __m256 e = exp8(_mm256_xor_ps(x, neg));
-        const __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(g + i, _mm256_mul_ps(y, _mm256_loadu_ps(u + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float tg[8] = {0}, tu[8] = {0};
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(tg, silu_mul8(_mm256_loadu_ps(tg), _mm256_loadu_ps(tu)));
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
     }
-    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static void add_avx2(float *y, const float *x, int64_t n) {
