@@ -426,12 +426,19 @@ static lb_status repack_weights(lb_model *m, lb_gguf *g) {
     }
     lb_status s = LB_OK;
     const lb_model_config *c = &m->config;
-    for (int l = 0; l < c->n_layers && s == LB_OK; l++)
-        for (int i = 0; i < LB_LINEAR_COUNT && s == LB_OK; i++) {
-            lb_tensor *w = &m->layers[l].w[i];
-            if (lb_gguf_contains(g, w->data, w->nbytes))
+    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
+        lb_layer_weights *L = &m->layers[l];
+        const int ne = L->exp ? 3 * c->n_experts : 0;
+        for (int i = 0; i < LB_LINEAR_COUNT + 3 + ne && s == LB_OK; i++) {
+            /* layer linears, shared experts, experts (each expert a row
+             * view of its [E, out, in] tensor, repacked on its own) */
+            lb_tensor *w = i < LB_LINEAR_COUNT       ? &L->w[i]
+                           : i < LB_LINEAR_COUNT + 3 ? &L->shexp[i - LB_LINEAR_COUNT]
+                                                     : &L->exp[i - LB_LINEAR_COUNT - 3];
+            if (w->data && lb_gguf_contains(g, w->data, w->nbytes))
                 s = lb_tensor_repack(w, (void *)(uintptr_t)w->data);
         }
+    }
     if (s == LB_OK && m->output.data && lb_gguf_contains(g, m->output.data, m->output.nbytes)) {
         const bool tied = m->output.data == m->tok_embd.data;
         s = lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data);
