@@ -170,6 +170,23 @@ static void test_rtn_ckpt_equals_inplace(void) {
                     "%d/64\n", name, rep.n_modules, agree);
             TH_CHECK_MSG(agree >= 40, "%s: %d/64", name, agree);
         }
+        if (b && lb && b->layers[0].exp && strstr(lb_kernel_name(LB_TYPE_Q4_0, 1), "x16")) {
+            /* the checkpoint's Q4_0 experts are repacked (each expert view on
+             * its own) and give the row form's logits bit for bit */
+            TH_CHECK_MSG(b->layers[0].exp[0].type != LB_TYPE_Q4_0 ||
+                             b->layers[0].exp[0].layout == LB_LAYOUT_X16,
+                         "%s: expert 0 not repacked", name);
+            setenv("LB_REPACK", "0", 1);
+            lb_model *rows = NULL;
+            TH_CHECK_OK(lb_model_load(out, NULL, &rows));
+            unsetenv("LB_REPACK");
+            float *lr = rows ? logits64(rows, name) : NULL;
+            if (lr)
+                TH_CHECK_MSG(memcmp(lr, lb, sizeof(float) * 64 * (size_t)b->config.vocab_size) == 0,
+                             "%s: repacked checkpoint's logits differ from LB_REPACK=0's", name);
+            free(lr);
+            lb_model_free(rows);
+        }
         TH_CHECK_INT(rep.n_modules, r2.n_modules);
         /* names per architecture; routers never among the modules */
         const char *want = NULL, *dense = NULL;
