@@ -437,7 +437,7 @@ lb_status lb_tensor_dequant_row(const lb_tensor *W, int64_t row, float *dst) {
     if (W->layout != LB_LAYOUT_X16)
         return lb_dequantize_row(W->type, (const uint8_t *)W->data + (size_t)row * ws, dst,
                                  lb_tensor_cols(W));
-    uint8_t stack[4096];
+    uint8_t stack[8192]; /* an embedding row per token: no allocation for most rows */
     uint8_t *buf = ws <= sizeof stack ? stack : lb_alloc(ws);
     if (!buf) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory for a row", name);
     lb_status s = lb_dequantize_row(W->type, lb_tensor_row_canonical(W, row, buf), dst,

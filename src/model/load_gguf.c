@@ -414,36 +414,20 @@ static lb_status load_rope_freqs(lb_model *m, const lb_gguf *g) {
     return LB_OK;
 }
 
-/* Repack the Q4_0/Q8_0 linear weights (and lm_head, tied or not) in place
- * into the layout the kernels stream fastest (lb_tensor_repack), when the
- * weights are this loader's private copy of the file: the copy's pages are
- * rewritten, so no second copy of the weights exists. The file itself is
- * never written. */
+/* Repack the quantized weights (lb_model_repack_weights) in place into the
+ * layout the kernels stream fastest, when the weights are this loader's
+ * private copy of the file: the copy's pages are rewritten, so no second
+ * copy of the weights exists. The file itself is never written. */
+static bool in_gguf(const void *g, const lb_tensor *t) {
+    return lb_gguf_contains((const lb_gguf *)g, t->data, t->nbytes);
+}
+
 static lb_status repack_weights(lb_model *m, lb_gguf *g) {
     if (lb_gguf_set_writable(g, true) != LB_OK) {
         lb_clear_error();
         return LB_OK; /* a file mapping: row form */
     }
-    lb_status s = LB_OK;
-    const lb_model_config *c = &m->config;
-    for (int l = 0; l < c->n_layers && s == LB_OK; l++) {
-        lb_layer_weights *L = &m->layers[l];
-        const int ne = L->exp ? 3 * c->n_experts : 0;
-        for (int i = 0; i < LB_LINEAR_COUNT + 3 + ne && s == LB_OK; i++) {
-            /* layer linears, shared experts, experts (each expert a row
-             * view of its [E, out, in] tensor, repacked on its own) */
-            lb_tensor *w = i < LB_LINEAR_COUNT       ? &L->w[i]
-                           : i < LB_LINEAR_COUNT + 3 ? &L->shexp[i - LB_LINEAR_COUNT]
-                                                     : &L->exp[i - LB_LINEAR_COUNT - 3];
-            if (w->data && lb_gguf_contains(g, w->data, w->nbytes))
-                s = lb_tensor_repack(w, (void *)(uintptr_t)w->data);
-        }
-    }
-    if (s == LB_OK && m->output.data && lb_gguf_contains(g, m->output.data, m->output.nbytes)) {
-        const bool tied = m->output.data == m->tok_embd.data;
-        s = lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data);
-        if (tied) m->tok_embd.layout = m->output.layout;
-    }
+    lb_status s = lb_model_repack_weights(m, in_gguf, g);
     lb_status s2 = lb_gguf_set_writable(g, false);
     return s != LB_OK ? s : s2;
 }

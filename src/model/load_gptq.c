@@ -9,7 +9,6 @@
 #include "model/model_internal.h"
 #include "lowbit/file.h"
 #include "lowbit/gptq_ckpt.h"
-#include "lowbit/kernels.h"
 #include "lowbit/safetensors.h"
 #include "core/internal.h"
 
@@ -383,27 +382,13 @@ static lb_status ext_linear(void *user, const char *prefix, int64_t out,
 }
 
 /* The built model's Q4_0 / Q8_0 / Q4_1 linears into the layout the kernels
- * stream fastest (lb_tensor_repack), the tensors the GGUF loader repacks
- * (load_gguf.c repack_weights: layer linears, shared experts, MoE experts,
- * the output), so a checkpoint and its direct GGUF run the same kernels and
- * give the same bits. Each tensor on its own, after the build: a row view
- * of a fused qkv_proj / gate_up_proj (Phi-3) is repacked as the tensor
+ * stream fastest: the tensors the GGUF loader repacks
+ * (lb_model_repack_weights), so a checkpoint and its direct GGUF run the
+ * same kernels and give the same bits. After the build: a row view of a
+ * fused qkv_proj / gate_up_proj (Phi-3) is repacked as the tensor
  * lb_matmul receives. Every tensor of those types here is this loader's
  * private copy (lb_gptq_linear_repack); dense ones are never repacked. */
-static lb_status repack_linears(lb_model *m) {
-    for (int l = 0; l < m->config.n_layers; l++) {
-        lb_layer_weights *L = &m->layers[l];
-        const int ne = L->exp ? 3 * m->config.n_experts : 0;
-        for (int i = 0; i < LB_LINEAR_COUNT + 3 + ne; i++) {
-            lb_tensor *w = i < LB_LINEAR_COUNT       ? &L->w[i]
-                           : i < LB_LINEAR_COUNT + 3 ? &L->shexp[i - LB_LINEAR_COUNT]
-                                                     : &L->exp[i - LB_LINEAR_COUNT - 3];
-            if (w->data) LB_TRY(lb_tensor_repack(w, (void *)(uintptr_t)w->data));
-        }
-    }
-    if (!m->output.data || m->output.data == m->tok_embd.data) return LB_OK;
-    return lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data);
-}
+static lb_status repack_linears(lb_model *m) { return lb_model_repack_weights(m, NULL, NULL); }
 
 lb_status lb_model_load_gptq(const char *dir, const lb_model_load_opts *opts,
                              lb_model **out) {

@@ -455,6 +455,27 @@ void lb_model_release_layer(const lb_model *m, int layer) {
             lb_model_release_tensor(m, &L->exp[i]);
 }
 
+lb_status lb_model_repack_weights(lb_model *m, bool (*owned)(const void *u, const lb_tensor *t),
+                                  const void *u) {
+    const lb_model_config *c = &m->config;
+    for (int l = 0; l < c->n_layers; l++) {
+        lb_layer_weights *L = &m->layers[l];
+        const int ne = L->exp ? 3 * c->n_experts : 0;
+        for (int i = 0; i < LB_LINEAR_COUNT + 3 + ne; i++) {
+            lb_tensor *w = i < LB_LINEAR_COUNT       ? &L->w[i]
+                           : i < LB_LINEAR_COUNT + 3 ? &L->shexp[i - LB_LINEAR_COUNT]
+                                                     : &L->exp[i - LB_LINEAR_COUNT - 3];
+            if (w->data && (!owned || owned(u, w)))
+                LB_TRY(lb_tensor_repack(w, (void *)(uintptr_t)w->data));
+        }
+    }
+    if (!m->output.data || (owned && !owned(u, &m->output))) return LB_OK;
+    const bool tied = m->output.data == m->tok_embd.data;
+    LB_TRY(lb_tensor_repack(&m->output, (void *)(uintptr_t)m->output.data));
+    if (tied) m->tok_embd.layout = m->output.layout;
+    return LB_OK;
+}
+
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
                                int64_t row, float *dst) {
     int64_t n = lb_tensor_cols(t);
@@ -463,19 +484,8 @@ lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
         return lb_set_error(LB_ERR_UNSUPPORTED, "tensor '%s': bad row",
                             t->name ? t->name : "?");
     const uint8_t *src = (const uint8_t *)t->data + (size_t)row * rb;
-    if (t->layout == LB_LAYOUT_X16) { /* repacked at load: row form again */
-        uint8_t stack[8192];
-        uint8_t *buf = rb <= sizeof stack ? stack : lb_alloc(rb);
-        if (!buf) return lb_set_error(LB_ERR_NOMEM, "tensor '%s': out of memory",
-                                      t->name ? t->name : "?");
-        lb_status s = m->priv->dequant_row
-                          ? m->priv->dequant_row(t->type, lb_tensor_row_canonical(t, row, buf),
-                                                 dst, n)
-                          : lb_set_error(LB_ERR_UNSUPPORTED, "tensor '%s': no row conversion",
-                                         t->name ? t->name : "?");
-        if (buf != stack) lb_free(buf);
-        return s;
-    }
+    if (t->layout == LB_LAYOUT_X16) /* repacked at load: row form again */
+        return lb_tensor_dequant_row(t, row, dst);
     switch (t->type) {
     case LB_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return LB_OK;
     case LB_TYPE_F16:

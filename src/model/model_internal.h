@@ -138,6 +138,14 @@ void lb_model_release_layer(const lb_model *m, int layer);
  * (LB_ERR_NOT_FOUND naming the layer and role). */
 lb_status lb_model_builder_finish(lb_model *m);
 
+/* Repack (lb_tensor_repack, in place) the weights lb_matmul streams: every
+ * layer linear, shared expert and MoE expert (each expert view on its
+ * own), and the output, those for which owned(u, t) is true (NULL: all;
+ * the caller's private, writable copy). A tied tok_embd follows the
+ * output's layout. Tensors of non-X16 types are left as they are. */
+lb_status lb_model_repack_weights(lb_model *m, bool (*owned)(const void *u, const lb_tensor *t),
+                                  const void *u);
+
 /* Convert one embedding row to f32 (builtin F32/F16/BF16, else the hook). */
 lb_status lb_model_dequant_row(const lb_model *m, const lb_tensor *t,
                                int64_t row, float *dst);
