@@ -5,7 +5,7 @@
  * LB_VNNI_MIN_TOKENS tokens (prefill) use the repacked layout below; Q4_0
  * decode (1-3 tokens) has its own kernel (gemv_q4_0); the rest (Q8_0
  * decode, 4-15 tokens) runs the AVX2 kernels. X16 weights (the loader's
- * default) have their own kernels further down (mm_x16), for every tile.
+ * default) have their own kernels further down (mm_xq, mm_kx16), for every tile.
  *
  * Every output is bit-identical to the AVX2 kernel's (kernels_avx2.c), so a
  * model gives the same logits on AVX2, AVX-512 and AMX machines: per output,
@@ -344,214 +344,293 @@ static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
     else mm_vnni(0, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
-/* ---- X16 layout (kernels_internal.h) -----------------------------------
- * One group of 16 rows is one sequential stream: per block, the 16 scales
- * (one 256-bit load, vcvtph2ps) and 4 (Q4_0) or 8 (Q8_0) 512-bit code
- * loads, lane n = 4 code bytes of row n, read in place (no copy). Each is
- * multiplied by the token's matching activation dword broadcast
- * (vpdpbusd), in chains that start from -c * sum a (the correction); their
- * sum is the 16 exact block sums, scaled as in every variant:
- *   acc = fma(dw * da, (float)isum, acc)
- * Decode and small tiles (x16_pass): one group, 1-4 tokens per pass share
- * each block's loads. Prefill (>= LB_VNNI_MIN_TOKENS tokens, x16_pass2):
- * two groups (32 rows) x 4 tokens per pass, so that each activation
- * broadcast feeds two vpdpbusd and the decoded codes serve 4 tokens; a
- * pair of groups is walked over its K-chunk once per 4 tokens, groups
- * outer within each 16-token tile (from L1/L2: lb_mm_plan gives X16
- * Q4_0/Q8_0 prefill chunks of >= 64 rows). c * sum a and da are computed
- * once per call for each (token, block) (q8_sums, 8 blocks per step) and
- * shared by all the call's groups. No gathers, no
- * horizontal sums in the loops. */
-#define XB(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 2 + 4 * (j)))
+#define XT 16 /* X16: tokens per per-block table (xq_tab: 48 KiB of stack) */
 
-LB_KINLINE void
-x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
-         size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
-    const size_t bb = q4 ? 16 * 18 : 16 * 34;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[4];
-LB_UNROLL(4)
-    for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
-    const uint8_t *p = gp + (size_t)kb0 * bb;
-    for (int i = 0; i < kbn; i++, p += bb) {
-        /* software prefetch ~3.3 KiB ahead: 12 Q4_0 / 6 Q8_0 blocks (8
-         * of either before: bench_kernels --dram, medians of 5-6 alternated
-         * runs on the Zen 5 VM, Q4_0 GEMV +6..14% at 1 thread, +3..6% at 2,
-         * Q8_0 +4..15% / -1..+5%) */
-        const uint8_t *pf = p + (q4 ? 12 : 6) * bb;
-LB_UNROLL(9)
-        for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(pf + l), _MM_HINT_T0);
-        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        __m512i k[8];
-        if (q4) {
-LB_UNROLL(4)
-            for (int j = 0; j < 4; j++) {
-                const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
-                k[j] = _mm512_and_si512(v, m4);
-                k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
-            }
-        } else {
+/* ---- X16, 32-element blocks: Q4_0, Q8_0, Q5_0, Q4_1, Q5_1 -----------------
+ * One group of 16 rows is one sequential stream (kernels_internal.h). Per
+ * block of the 16 rows: the 16 scales d (one 256-bit load, vcvtph2ps),
+ * Q4_1 / Q5_1's 16 mins m, Q5_0 / Q5_1's bit-transposed qh vector, then the
+ * code vectors, read in place (no copy): lane n of code vector j = the 4
+ * bytes of row n that meet activation dword j, as unsigned bytes,
+ *   Q4_0: q (0..15), Q8_0: w + 128, Q5_0: q + 16 (0..31), Q4_1 / Q5_1: q,
+ * the nibble types' vector j < 4 the low nibbles of qs dword j and j >= 4
+ * the high nibbles of dword j - 4, the fifth bit from qh shifted by 4 - j
+ * and masked with 0x10 (q5_hbits). Each is multiplied by the token's
+ * activation dword j broadcast (vpdpbusd), in two chains that start from
+ * -c * sum a (Q4_0 c = 8, Q8_0 128, Q5_0 16; Q4_1 / Q5_1 against Q8_1 start
+ * from 0: their codes are unsigned already); their sum is the 16 exact
+ * block sums isum, scaled in each type's reference order (xq_acc):
+ *   Q4_0 / Q8_0: acc = fma(dw * da, (float)isum, acc), per K-chunk of KB
+ *                blocks from 0, y = first chunk ? acc : y + acc (the AVX2
+ *                row-form kernels' bits)
+ *   Q5_0:        acc = acc + (dw * da) * isum
+ *   Q4_1 / Q5_1: acc = acc + ((dw * da) * isum + mw * sa)
+ *                (both continuing from the stored y after a K-chunk:
+ *                lb_vec_dot_q5_0_q8_0_ref's / lb_vec_dot_q{4,5}_1_q8_1_ref's
+ *                bits; Q8_1 block = d, s = d * sum a (f16 each), qs[32])
+ * Decode and small tiles (xq_pass): one group, 1-4 tokens per pass share
+ * each block's loads. Prefill (>= LB_VNNI_MIN_TOKENS tokens, xq_pass2;
+ * Q4_0, Q8_0, Q5_0, see xq_pair): two
+ * groups (32 rows) x 4 tokens per pass, so that each activation broadcast
+ * feeds two vpdpbusd and the decoded codes serve 4 tokens; a pair of groups
+ * is walked over its K-chunk once per 4 tokens, groups outer within each
+ * 16-token tile (from L1/L2: lb_mm_plan gives these types' X16 prefill
+ * chunks of >= 64 rows). c * sum a, da (and sa) are computed once per call
+ * for each (token, block) (xq_sums) and shared by all the call's groups.
+ * No gathers, no horizontal sums in the loops. */
+typedef enum { XQ4_0, XQ8_0, XQ5_0, XQ4_1, XQ5_1 } xq;
+
+/* v is held in a register from here on: GCC otherwise folds the load of
+ * Q5_0's qh vector into each of its 8 shifts (8 loads per block instead of
+ * one: Q5_0 GEMV 155 against 183 GFLOP/s on Zen 5) */
+#ifdef LB_EMULATE_SIMD
+#define XQ_IN_REG(v) ((void)0)
+#else
+#define XQ_IN_REG(v) __asm__("" : "+v"(v))
+#endif
+
+LB_KINLINE size_t xq_bb(const xq k) { /* bytes of one block of the 16 rows */
+    return 16 * (size_t)(k == XQ4_0 ? 18 : k == XQ8_0 ? 34 : k == XQ5_0 ? 22 : k == XQ4_1 ? 20 : 24);
+}
+LB_KINLINE bool xq_q81(const xq k) { return k >= XQ4_1; } /* Q8_1 activations */
+/* prefill pairs groups: not Q4_1 / Q5_1, whose two min vectors per group
+ * leave too few registers (Zen 5, bench_kernels --prefill 64, 4864x896:
+ * Q5_1 paired 316-409 against 394-427 GFLOP/s one group at a time, Q4_1
+ * the same either way; Q5_0 paired 407-470 against 369-387) */
+LB_KINLINE bool xq_pair(const xq k) { return k != XQ5_1 && k != XQ4_1; }
+LB_KINLINE size_t xq_ab(const xq k) { return xq_q81(k) ? 36 : 34; } /* activation block bytes */
+
+/* activation dword j of the block at ap, in every lane */
+LB_KINLINE __m512i xq_act(const xq k, const uint8_t *ap, int j) {
+    return _mm512_set1_epi32((int)lb_rd_u32(ap + (xq_q81(k) ? 4 : 2) + 4 * j));
+}
+
+/* Q5_0 / Q5_1: the fifth bits of code vector j from the qh vector H, at bit 4 */
+LB_KINLINE __m512i q5_hbits(__m512i H, int j) {
+    const __m512i h = j < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - j))
+                    : j > 4 ? _mm512_srli_epi32(H, (unsigned)(j - 4)) : H;
+    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+}
+
+/* the 8 code vectors of the block at p (layout above) */
+LB_KINLINE void xq_codes(const xq k, const uint8_t *p, __m512i kv[8]) {
+    if (k == XQ8_0) {
 LB_UNROLL(8)
-            for (int j = 0; j < 8; j++) k[j] = _mm512_loadu_si512(p + 32 + 64 * j);
-        }
-    LB_UNROLL(4)
-    for (int u = 0; u < U; u++) {
-            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
-            /* Q4_0: k[j] = elements 4j.. (j < 4) and 16 + 4(j-4).., i.e.
-             * activation dword j in both cases; Q8_0: dword j */
-            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, k[0], XB(ap, 0));
-            s1 = _mm512_dpbusd_epi32(s1, k[1], XB(ap, 1));
-            s0 = _mm512_dpbusd_epi32(s0, k[2], XB(ap, 2));
-            s1 = _mm512_dpbusd_epi32(s1, k[3], XB(ap, 3));
-            s0 = _mm512_dpbusd_epi32(s0, k[4], XB(ap, 4));
-            s1 = _mm512_dpbusd_epi32(s1, k[5], XB(ap, 5));
-            s0 = _mm512_dpbusd_epi32(s0, k[6], XB(ap, 6));
-            s1 = _mm512_dpbusd_epi32(s1, k[7], XB(ap, 7));
-            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
-                                     _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[u]);
-        }
+        for (int j = 0; j < 8; j++) kv[j] = _mm512_loadu_si512(p + 32 + 64 * j);
+        return;
     }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const size_t qs = k == XQ4_0 ? 32 : k == XQ5_0 ? 96 : k == XQ4_1 ? 64 : 128;
+    const bool q5 = k == XQ5_0 || k == XQ5_1;
+    __m512i H = q5 ? _mm512_loadu_si512(p + (k == XQ5_0 ? 32 : 64)) : _mm512_setzero_si512();
+    XQ_IN_REG(H); /* one load, not one per shift */
 LB_UNROLL(4)
-    for (int u = 0; u < U; u++) {
-        float *yu = y + (size_t)u * ldy;
-        const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u]) : acc[u];
-        _mm512_storeu_ps(yu, v);
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512(p + qs + 64 * j);
+        kv[j] = _mm512_and_si512(v, m4);
+        kv[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+        if (q5) {
+            kv[j] = _mm512_or_si512(kv[j], q5_hbits(H, j));
+            kv[j + 4] = _mm512_or_si512(kv[j + 4], q5_hbits(H, j + 4));
+        }
     }
 }
 
-/* Two X16 groups (32 rows, the second gs bytes after the first) x U
- * tokens: each activation dword broadcast feeds two vpdpbusd. One chain per
- * (token, group) from -c * sum a: the same exact integers as x16_pass's two
- * chains (integer addition is exact in any order), scaled the same way, so
- * the same bits. 16 code vectors + 8 accumulators + 2 scale vectors stay in
- * registers (U = 4). */
+/* acc plus one block's term, in the type's reference order (above) */
+LB_KINLINE __m512 xq_acc(const xq k, __m512 acc, __m512 dw, __m512 mw, float da, float sa,
+                         __m512i isum) {
+    const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(da)), fs = _mm512_cvtepi32_ps(isum);
+    if (k == XQ4_0 || k == XQ8_0) return _mm512_fmadd_ps(dd, fs, acc);
+    const __m512 t = _mm512_mul_ps(dd, fs);
+    if (k == XQ5_0) return _mm512_add_ps(acc, t);
+    return _mm512_add_ps(acc, _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(sa))));
+}
+/* a K-chunk's accumulator at its start, and its store (above) */
+LB_KINLINE __m512 xq_start(const xq k, int64_t kb0, const float *y) {
+    return k != XQ4_0 && k != XQ8_0 && kb0 ? _mm512_loadu_ps(y) : _mm512_setzero_ps();
+}
+LB_KINLINE void xq_store(const xq k, int64_t kb0, float *y, __m512 acc) {
+    _mm512_storeu_ps(y, (k == XQ4_0 || k == XQ8_0) && kb0 ? _mm512_add_ps(_mm512_loadu_ps(y), acc) : acc);
+}
+/* the chains' start for token u's block i: -c * sum a, or 0 against Q8_1 */
+LB_KINLINE __m512i xq_init(const xq k, int32_t corr) {
+    return xq_q81(k) ? _mm512_setzero_si512() : _mm512_set1_epi32(-corr);
+}
+
+/* per (token, block) terms of one K-chunk: corr = c * sum a and da for the
+ * Q8_0 types, da and sa for the Q8_1 ones */
+typedef struct {
+    int32_t corr[XT][KB];
+    float da[XT][KB], sa[XT][KB];
+} xq_tab;
+
+LB_KINLINE void xq_sums(const xq k, const uint8_t *ap, int kbn, xq_tab *tb, int t) {
+    if (xq_q81(k)) {
+        for (int i = 0; i < kbn; i++) {
+            tb->da[t][i] = h2f(ap + (size_t)i * 36);
+            tb->sa[t][i] = h2f(ap + (size_t)i * 36 + 2);
+        }
+    } else {
+        q8_sums(ap, kbn, k == XQ4_0 ? 8 : k == XQ8_0 ? 128 : 16, tb->corr[t], tb->da[t]);
+    }
+}
+
+/* One group, U (1..4) tokens (tb's rows t0.. t0 + U - 1): each block's
+ * codes decoded once for the U tokens */
 LB_KINLINE void
-x16_pass2(const int U, const int q4, const uint8_t *gp, size_t gs, int64_t kb0, int kbn,
-          const uint8_t *at, size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y,
-          size_t ldy) {
-    const size_t bb = q4 ? 16 * 18 : 16 * 34;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[4][2];
+xq_pass(const int U, const xq k, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
+        size_t as, const xq_tab *tb, int64_t t0, float *y, size_t ldy) {
+    const size_t bb = xq_bb(k), ab = xq_ab(k);
+    __m512 acc[4];
 LB_UNROLL(4)
-    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+    for (int u = 0; u < U; u++) acc[u] = xq_start(k, kb0, y + (size_t)u * ldy);
     const uint8_t *p = gp + (size_t)kb0 * bb;
     for (int i = 0; i < kbn; i++, p += bb) {
-        __m512 dwv[2];
-        __m512i k[2][8];
+        /* software prefetch ~3.3 KiB ahead: 12 Q4_0 / 6 blocks of the
+         * others (Q4_0 / Q8_0: 8 of either before: bench_kernels --dram,
+         * medians of 5-6 alternated runs on the Zen 5 VM, Q4_0 GEMV +6..14%
+         * at 1 thread, +3..6% at 2, Q8_0 +4..15% / -1..+5%) */
+        const uint8_t *pf = p + (k == XQ4_0 ? 12 : 6) * bb;
+LB_UNROLL(9)
+        for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(pf + l), _MM_HINT_T0);
+        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 mwv = xq_q81(k) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))
+                                     : _mm512_setzero_ps();
+        __m512i kv[8];
+        xq_codes(k, p, kv);
+LB_UNROLL(4)
+        for (int u = 0; u < U; u++) {
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * ab;
+            __m512i s0 = xq_init(k, tb->corr[t0 + u][i]), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, kv[0], xq_act(k, ap, 0));
+            s1 = _mm512_dpbusd_epi32(s1, kv[1], xq_act(k, ap, 1));
+            s0 = _mm512_dpbusd_epi32(s0, kv[2], xq_act(k, ap, 2));
+            s1 = _mm512_dpbusd_epi32(s1, kv[3], xq_act(k, ap, 3));
+            s0 = _mm512_dpbusd_epi32(s0, kv[4], xq_act(k, ap, 4));
+            s1 = _mm512_dpbusd_epi32(s1, kv[5], xq_act(k, ap, 5));
+            s0 = _mm512_dpbusd_epi32(s0, kv[6], xq_act(k, ap, 6));
+            s1 = _mm512_dpbusd_epi32(s1, kv[7], xq_act(k, ap, 7));
+            acc[u] = xq_acc(k, acc[u], dwv, mwv, tb->da[t0 + u][i],
+                            xq_q81(k) ? tb->sa[t0 + u][i] : 0.0f, _mm512_add_epi32(s0, s1));
+        }
+    }
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++) xq_store(k, kb0, y + (size_t)u * ldy, acc[u]);
+}
+
+/* Two groups (32 rows, the second gs bytes after the first) x U tokens:
+ * each activation dword broadcast feeds two vpdpbusd. One chain per
+ * (token, group): the same exact integers as xq_pass's two chains, scaled
+ * the same way, so the same bits. 16 code vectors + 8 accumulators + the
+ * scale vectors stay in registers (U = 4). */
+LB_KINLINE void
+xq_pass2(const int U, const xq k, const uint8_t *gp, size_t gs, int64_t kb0, int kbn,
+         const uint8_t *at, size_t as, const xq_tab *tb, int64_t t0, float *y, size_t ldy) {
+    const size_t bb = xq_bb(k), ab = xq_ab(k);
+    __m512 acc[4][2];
+LB_UNROLL(4)
+    for (int u = 0; u < U; u++)
+LB_UNROLL(2)
+        for (int h = 0; h < 2; h++) acc[u][h] = xq_start(k, kb0, y + (size_t)u * ldy + 16 * h);
+    const uint8_t *p = gp + (size_t)kb0 * bb;
+    for (int i = 0; i < kbn; i++, p += bb) {
+        __m512 dwv[2], mwv[2];
+        __m512i kv[2][8];
 LB_UNROLL(2)
         for (int h = 0; h < 2; h++) {
             const uint8_t *ph = p + h * gs;
 LB_UNROLL(9)
             for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(ph + 8 * bb + l), _MM_HINT_T0);
             dwv[h] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)ph));
-            if (q4) {
-LB_UNROLL(4)
-                for (int j = 0; j < 4; j++) {
-                    const __m512i v = _mm512_loadu_si512(ph + 32 + 64 * j);
-                    k[h][j] = _mm512_and_si512(v, m4);
-                    k[h][j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
-                }
-            } else {
-LB_UNROLL(8)
-                for (int j = 0; j < 8; j++) k[h][j] = _mm512_loadu_si512(ph + 32 + 64 * j);
-            }
+            mwv[h] = xq_q81(k) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ph + 32)))
+                               : _mm512_setzero_ps();
+            xq_codes(k, ph, kv[h]);
         }
 LB_UNROLL(4)
         for (int u = 0; u < U; u++) {
-            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
-            const __m512 dau = _mm512_set1_ps(da[u][i]);
-            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = s0;
+            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * ab;
+            __m512i s0 = xq_init(k, tb->corr[t0 + u][i]), s1 = s0;
 LB_UNROLL(8)
             for (int j = 0; j < 8; j++) {
-                const __m512i b = XB(ap, j);
-                s0 = _mm512_dpbusd_epi32(s0, k[0][j], b);
-                s1 = _mm512_dpbusd_epi32(s1, k[1][j], b);
+                const __m512i b = xq_act(k, ap, j);
+                s0 = _mm512_dpbusd_epi32(s0, kv[0][j], b);
+                s1 = _mm512_dpbusd_epi32(s1, kv[1][j], b);
             }
-            acc[u][0] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[0], dau), _mm512_cvtepi32_ps(s0), acc[u][0]);
-            acc[u][1] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[1], dau), _mm512_cvtepi32_ps(s1), acc[u][1]);
+            const float da = tb->da[t0 + u][i], sa = xq_q81(k) ? tb->sa[t0 + u][i] : 0.0f;
+            acc[u][0] = xq_acc(k, acc[u][0], dwv[0], mwv[0], da, sa, s0);
+            acc[u][1] = xq_acc(k, acc[u][1], dwv[1], mwv[1], da, sa, s1);
         }
     }
 LB_UNROLL(4)
     for (int u = 0; u < U; u++)
 LB_UNROLL(2)
-        for (int h = 0; h < 2; h++) {
-            float *yu = y + (size_t)u * ldy + 16 * h;
-            const __m512 v = kb0 ? _mm512_add_ps(_mm512_loadu_ps(yu), acc[u][h]) : acc[u][h];
-            _mm512_storeu_ps(yu, v);
-        }
+        for (int h = 0; h < 2; h++) xq_store(k, kb0, y + (size_t)u * ldy + 16 * h, acc[u][h]);
 }
 
-/* One pass of U tokens over group(s) gp: x16_pass2 on two groups when
- * pair, x16_pass on one */
+/* The tn tokens at `at` (tb's rows 0..tn-1; 4 at a time, then one by one) x
+ * group g of the X16 weights w (and group g + 1 when pair): outputs
+ * y[t][16 g ..] */
 LB_KINLINE void
-x16_step(const int U, const int q4, const bool pair, const uint8_t *gp, size_t gs, int64_t kb0,
-         int kbn, const uint8_t *at, size_t as, int32_t (*corr)[KB], float (*da)[KB], float *y,
-         size_t ldy) {
-    if (pair) x16_pass2(U, q4, gp, gs, kb0, kbn, at, as, corr, da, y, ldy);
-    else x16_pass(U, q4, gp, kb0, kbn, at, as, corr, da, y, ldy);
-}
-
-/* The tn tokens at `at` (4 at a time, then one by one) x group g of the
- * X16 weights w (and group g + 1 when pair): outputs y[t][16 g ..] */
-LB_KINLINE void
-x16_tokens(const int q4, const bool pair, const uint8_t *w, size_t ws, int64_t g, int64_t kb0,
-           int kbn, const uint8_t *at, size_t as, int64_t tn, int32_t (*corr)[KB],
-           float (*da)[KB], float *y, size_t ldy) {
+xq_tokens(const xq k, const bool pair, const uint8_t *w, size_t ws, int64_t g, int64_t kb0,
+          int kbn, const uint8_t *at, size_t as, int64_t tn, const xq_tab *tb, float *y,
+          size_t ldy) {
     const uint8_t *gp = w + (size_t)g * 16 * ws;
     float *yg = y + 16 * g;
     int64_t t = 0;
-    for (; t + 4 <= tn; t += 4)
-        x16_step(4, q4, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                 yg + (size_t)t * ldy, ldy);
-    for (; t < tn; t++)
-        x16_step(1, q4, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                 yg + (size_t)t * ldy, ldy);
+    for (; t + 4 <= tn; t += 4) {
+        if (pair) xq_pass2(4, k, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
+        else xq_pass(4, k, gp, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
+    }
+    for (; t < tn; t++) {
+        if (pair) xq_pass2(1, k, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
+        else xq_pass(1, k, gp, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
+    }
 }
 
-#define XT 16 /* X16: tokens per corr / da table (32 KiB of stack, as before) */
-
-static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                   size_t as, int64_t nt, float *y, size_t ldy) {
+LB_KINLINE void mm_xq(const xq k, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
+                      size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32, ng = nr / 16;
-    const int32_t c = q4 ? 8 : 128;
-    const bool g2 = nt >= LB_VNNI_MIN_TOKENS; /* prefill: two groups per pass */
-    int32_t corr[XT][KB];
-    float da[XT][KB];
+    const bool g2 = nt >= LB_VNNI_MIN_TOKENS && xq_pair(k); /* prefill: two groups per pass */
+    xq_tab tb;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
         const int kbn = (int)LB_MIN(KB, nb - kb0);
         for (int64_t t0 = 0; t0 < nt; t0 += XT) {
             const int64_t tn = LB_MIN(XT, nt - t0);
             const uint8_t *at = a + (size_t)t0 * as;
             for (int64_t t = 0; t < tn; t++)
-                q8_sums(at + (size_t)t * as + (size_t)kb0 * 34, kbn, c, corr[t], da[t]);
+                xq_sums(k, at + (size_t)t * as + (size_t)kb0 * xq_ab(k), kbn, &tb, (int)t);
             float *yt = y + (size_t)t0 * ldy;
             int64_t g = 0;
             if (g2)
-                for (; g + 2 <= ng; g += 2) {
-                    if (q4) x16_tokens(1, true, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
-                    else x16_tokens(0, true, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
-                }
-            for (; g < ng; g++) {
-                if (q4) x16_tokens(1, false, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
-                else x16_tokens(0, false, w, ws, g, kb0, kbn, at, as, tn, corr, da, yt, ldy);
-            }
+                for (; g + 2 <= ng; g += 2) xq_tokens(k, true, w, ws, g, kb0, kbn, at, as, tn, &tb, yt, ldy);
+            for (; g < ng; g++) xq_tokens(k, false, w, ws, g, kb0, kbn, at, as, tn, &tb, yt, ldy);
         }
     }
-    if (nr > ng * 16) /* rows after the last whole group: row form */
-        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, w + (size_t)ng * 16 * ws, ws, nr - ng * 16,
-                                                  a, as, nt, y + ng * 16, ldy);
+    if (nr > ng * 16) { /* rows after the last whole group: row form */
+        const uint8_t *wr = w + (size_t)ng * 16 * ws;
+        const int64_t rr = nr - ng * 16;
+        float *yr = y + ng * 16;
+        switch (k) { /* Q4_0 / Q8_0: the AVX2 row-form kernels' bits; the others: the reference's */
+        case XQ4_0: lb_mm_q4_0_avx2(n, wr, ws, rr, a, as, nt, yr, ldy); break;
+        case XQ8_0: lb_mm_q8_0_avx2(n, wr, ws, rr, a, as, nt, yr, ldy); break;
+        case XQ5_0: lb_mm_q5_0_x16_ref(n, wr, ws, rr, a, as, nt, yr, ldy); break;
+        case XQ4_1: lb_mm_q4_1_x16_ref(n, wr, ws, rr, a, as, nt, yr, ldy); break;
+        case XQ5_1: lb_mm_q5_1_x16_ref(n, wr, ws, rr, a, as, nt, yr, ldy); break;
+        }
+    }
 }
 
-static void mm_q4_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
-                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
-}
-static void mm_q8_0_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
-                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
-}
+#define XQ_MM(name, kind)                                                                          \
+    static void name(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,   \
+                     int64_t nt, float *y, size_t ldy) {                                          \
+        mm_xq(kind, n, w, ws, nr, a, as, nt, y, ldy);                                             \
+    }
+XQ_MM(mm_q4_0_x16_avx512_vnni, XQ4_0)
+XQ_MM(mm_q8_0_x16_avx512_vnni, XQ8_0)
+XQ_MM(mm_q5_0_x16_avx512_vnni, XQ5_0)
+XQ_MM(mm_q4_1_x16_avx512_vnni, XQ4_1)
+XQ_MM(mm_q5_1_x16_avx512_vnni, XQ5_1)
 
 
 /* ---- X16 K-quants (Q2_K..Q6_K) against Q8_K activations ------------------
@@ -1025,216 +1104,6 @@ static void mm_q3_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t
 static void mm_q2_K_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
                                     const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
     mm_kx16(4, n, w, ws, nr, a, as, nt, y, ldy);
-}
-
-/* ---- X16 Q5_0 against Q8_0 activations ----------------------------------
- * Per block of 16 rows (kernels_internal.h): the nibble vectors give
- * elements 4k..4k+3 of every row in lane n (k < 4: low nibbles of qs dword
- * k, k >= 4: high nibbles of dword k - 4), and the bit-transposed qh
- * vector shifted by 4 - k and masked with 0x10 adds their fifth bits:
- * u = q + 16 in 0..31, isum = sum u * a - 16 * sum a (the chain starts at
- * -16 * sum a). Scaled in the reference's order, acc = acc + (dw * da) *
- * isum block after block (a K-chunk continues from the stored y), so the
- * result is lb_vec_dot_q5_0_q8_0_ref's bits. */
-LB_KINLINE __m512i q5_hbits(__m512i H, int k) {
-    const __m512i h = k < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - k))
-                    : k > 4 ? _mm512_srli_epi32(H, (unsigned)(k - 4)) : H;
-    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
-}
-
-LB_KINLINE void
-q5_0_x16_pass(const int U, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at, size_t as,
-              int32_t (*corr)[KB], float (*da)[KB], float *y, size_t ldy) {
-    const size_t BB = 16 * 22;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[4];
-LB_UNROLL(4)
-    for (int u = 0; u < U; u++)
-        acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
-    const uint8_t *p = gp + (size_t)kb0 * BB;
-    for (int i = 0; i < kbn; i++, p += BB) {
-LB_UNROLL(6)
-        for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
-        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        const __m512i H = _mm512_loadu_si512(p + 32);
-        __m512i k[8];
-LB_UNROLL(4)
-        for (int j = 0; j < 4; j++) {
-            const __m512i v = _mm512_loadu_si512(p + 96 + 64 * j);
-            k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
-            k[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
-                                       q5_hbits(H, j + 4));
-        }
-LB_UNROLL(4)
-        for (int u = 0; u < U; u++) {
-            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 34;
-            __m512i s0 = _mm512_set1_epi32(-corr[u][i]), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, k[0], XB(ap, 0));
-            s1 = _mm512_dpbusd_epi32(s1, k[1], XB(ap, 1));
-            s0 = _mm512_dpbusd_epi32(s0, k[2], XB(ap, 2));
-            s1 = _mm512_dpbusd_epi32(s1, k[3], XB(ap, 3));
-            s0 = _mm512_dpbusd_epi32(s0, k[4], XB(ap, 4));
-            s1 = _mm512_dpbusd_epi32(s1, k[5], XB(ap, 5));
-            s0 = _mm512_dpbusd_epi32(s0, k[6], XB(ap, 6));
-            s1 = _mm512_dpbusd_epi32(s1, k[7], XB(ap, 7));
-            acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
-                                                         _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
-        }
-    }
-LB_UNROLL(4)
-    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
-}
-
-static void mm_q5_0_x16_avx512_vnni(int64_t n, const void *vw, size_t ws, int64_t nr,
-                                    const void *va, size_t as, int64_t nt, float *y, size_t ldy) {
-    const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / 32, ng = nr / 16;
-    int32_t corr[16][KB];
-    float da[16][KB];
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-        const int kbn = (int)LB_MIN(KB, nb - kb0);
-        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
-            const int64_t tn = LB_MIN(16, nt - t0);
-            const uint8_t *at = a + (size_t)t0 * as;
-            for (int64_t t = 0; t < tn; t++)
-                for (int i = 0; i < kbn; i++) {
-                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 34;
-                    corr[t][i] = 16 * q8_sum(ap);
-                    da[t][i] = h2f(ap);
-                }
-            for (int64_t g = 0; g < ng; g++) {
-                const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + (size_t)t0 * ldy + 16 * g;
-                int64_t t = 0;
-                for (; t + 4 <= tn; t += 4)
-                    q5_0_x16_pass(4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
-                for (; t < tn; t++)
-                    q5_0_x16_pass(1, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                                  yg + (size_t)t * ldy, ldy);
-            }
-        }
-    }
-    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
-        lb_mm_q5_0_x16_ref(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
-}
-
-/* ---- X16 Q4_1 / Q5_1 against Q8_1 activations ---------------------------
- * Per block of 16 rows (kernels_internal.h): d, m (16 halves each), Q5_1's
- * bit-transposed qh vector, then the nibble vectors, read as Q5_0's are
- * (elements 4k..4k+3 of every row in lane n; Q5_1's fifth bit merged by
- * q5_hbits). The codes u (0..15 / 0..31) are unsigned already: isum =
- * sum u * a with no correction. A Q8_1 block is d, s (= d * sum a, f16),
- * qs[32]. Scaled in the reference's order (lb_vec_dot_q{4,5}_1_q8_1_ref):
- *   acc = acc + ((dw * da) * isum + mw * sa)
- * block after block (a K-chunk continues from the stored y), so the
- * result is the reference's bits. */
-#define XB1(ap, j) _mm512_set1_epi32((int)lb_rd_u32((ap) + 4 + 4 * (j)))
-
-LB_KINLINE void
-q1_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
-            size_t as, float (*da)[KB], float (*sa)[KB], float *y, size_t ldy) {
-    const size_t BB = q5 ? 16 * 24 : 16 * 20, QS = q5 ? 128 : 64;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[4];
-LB_UNROLL(4)
-    for (int u = 0; u < U; u++)
-        acc[u] = kb0 ? _mm512_loadu_ps(y + (size_t)u * ldy) : _mm512_setzero_ps();
-    const uint8_t *p = gp + (size_t)kb0 * BB;
-    for (int i = 0; i < kbn; i++, p += BB) {
-LB_UNROLL(6)
-        for (int l = 0; l < 6; l++) _mm_prefetch((const char *)(p + 6 * BB + 64 * l), _MM_HINT_T0);
-        const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        const __m512 mwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
-        __m512i k[8];
-        if (q5) {
-            const __m512i H = _mm512_loadu_si512(p + 64);
-LB_UNROLL(4)
-            for (int j = 0; j < 4; j++) {
-                const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
-                k[j] = _mm512_or_si512(_mm512_and_si512(v, m4), q5_hbits(H, j));
-                k[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4),
-                                           q5_hbits(H, j + 4));
-            }
-        } else {
-LB_UNROLL(4)
-            for (int j = 0; j < 4; j++) {
-                const __m512i v = _mm512_loadu_si512(p + QS + 64 * j);
-                k[j] = _mm512_and_si512(v, m4);
-                k[j + 4] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
-            }
-        }
-LB_UNROLL(4)
-        for (int u = 0; u < U; u++) {
-            const uint8_t *ap = at + (size_t)u * as + (size_t)(kb0 + i) * 36;
-            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, k[0], XB1(ap, 0));
-            s1 = _mm512_dpbusd_epi32(s1, k[1], XB1(ap, 1));
-            s0 = _mm512_dpbusd_epi32(s0, k[2], XB1(ap, 2));
-            s1 = _mm512_dpbusd_epi32(s1, k[3], XB1(ap, 3));
-            s0 = _mm512_dpbusd_epi32(s0, k[4], XB1(ap, 4));
-            s1 = _mm512_dpbusd_epi32(s1, k[5], XB1(ap, 5));
-            s0 = _mm512_dpbusd_epi32(s0, k[6], XB1(ap, 6));
-            s1 = _mm512_dpbusd_epi32(s1, k[7], XB1(ap, 7));
-            const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dwv, _mm512_set1_ps(da[u][i])),
-                                           _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
-            acc[u] = _mm512_add_ps(acc[u], _mm512_add_ps(t, _mm512_mul_ps(mwv, _mm512_set1_ps(sa[u][i]))));
-        }
-    }
-LB_UNROLL(4)
-    for (int u = 0; u < U; u++) _mm512_storeu_ps(y + (size_t)u * ldy, acc[u]);
-}
-
-static void mm_q1_x16(int q5, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                      size_t as, int64_t nt, float *y, size_t ldy) {
-    const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / 32, ng = nr / 16;
-    float da[16][KB], sa[16][KB];
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-        const int kbn = (int)LB_MIN(KB, nb - kb0);
-        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
-            const int64_t tn = LB_MIN(16, nt - t0);
-            const uint8_t *at = a + (size_t)t0 * as;
-            for (int64_t t = 0; t < tn; t++)
-                for (int i = 0; i < kbn; i++) {
-                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 36;
-                    da[t][i] = h2f(ap);
-                    sa[t][i] = h2f(ap + 2);
-                }
-            for (int64_t g = 0; g < ng; g++) {
-                const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + (size_t)t0 * ldy + 16 * g;
-                int64_t t = 0;
-                if (q5) {
-                    for (; t + 4 <= tn; t += 4)
-                        q1_x16_pass(4, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
-                                    yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        q1_x16_pass(1, 1, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
-                                    yg + (size_t)t * ldy, ldy);
-                } else {
-                    for (; t + 4 <= tn; t += 4)
-                        q1_x16_pass(4, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
-                                    yg + (size_t)t * ldy, ldy);
-                    for (; t < tn; t++)
-                        q1_x16_pass(1, 0, gp, kb0, kbn, at + (size_t)t * as, as, da + t, sa + t,
-                                    yg + (size_t)t * ldy, ldy);
-                }
-            }
-        }
-    }
-    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
-        (q5 ? lb_mm_q5_1_x16_ref : lb_mm_q4_1_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng,
-                                                       a, as, nt, y + 16 * ng, ldy);
-}
-
-static void mm_q4_1_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
-                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_q1_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
-}
-static void mm_q5_1_x16_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
-                                    const void *a, size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_q1_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void LB_KSYM(lb_kernels_fill_avx512_vnni)(lb_kernel_table *kt) {
