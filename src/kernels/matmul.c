@@ -265,7 +265,9 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
     /* X16 32-element-block types' prefill: at least 64 rows (4 groups) per
      * chunk where that leaves 2 chunks per thread: the kernels sum each
      * activation block once per call and share it over the chunk's groups,
-     * and the AVX-512 VNNI ones pair the groups (ffn_down's 64 KiB chunk
+     * and the AVX-512 VNNI Q4_0 / Q8_0 / Q5_0 ones pair the groups
+     * (Q5_0 / Q4_1 / Q5_1 since 2026-12-05: measured on Zen 5 only, for
+     * the AVX2 family too; docs/model.md) (ffn_down's 64 KiB chunk
      * was a single group of 16 rows; 64 rows of 8192 Q4_0 columns are 288
      * KiB, still L2-resident) */
     if (x16 && n_tokens >= LB_VNNI_MIN_TOKENS && chunk < 64 &&
