@@ -567,6 +567,15 @@ LB_UNROLL(2)
         for (int h = 0; h < 2; h++) xq_store(k, kb0, y + (size_t)u * ldy + 16 * h, acc[u][h]);
 }
 
+/* One pass of U tokens over group(s) gp: xq_pass2 on two groups when
+ * pair, xq_pass on one */
+LB_KINLINE void
+xq_step(const int U, const xq k, const bool pair, const uint8_t *gp, size_t gs, int64_t kb0, int kbn,
+        const uint8_t *at, size_t as, const xq_tab *tb, int64_t t0, float *y, size_t ldy) {
+    if (pair) xq_pass2(U, k, gp, gs, kb0, kbn, at, as, tb, t0, y, ldy);
+    else xq_pass(U, k, gp, kb0, kbn, at, as, tb, t0, y, ldy);
+}
+
 /* The tn tokens at `at` (tb's rows 0..tn-1; 4 at a time, then one by one) x
  * group g of the X16 weights w (and group g + 1 when pair): outputs
  * y[t][16 g ..] */
@@ -577,14 +586,10 @@ xq_tokens(const xq k, const bool pair, const uint8_t *w, size_t ws, int64_t g, i
     const uint8_t *gp = w + (size_t)g * 16 * ws;
     float *yg = y + 16 * g;
     int64_t t = 0;
-    for (; t + 4 <= tn; t += 4) {
-        if (pair) xq_pass2(4, k, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
-        else xq_pass(4, k, gp, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
-    }
-    for (; t < tn; t++) {
-        if (pair) xq_pass2(1, k, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
-        else xq_pass(1, k, gp, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
-    }
+    for (; t + 4 <= tn; t += 4)
+        xq_step(4, k, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
+    for (; t < tn; t++)
+        xq_step(1, k, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
 }
 
 LB_KINLINE void mm_xq(const xq k, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,

@@ -262,7 +262,8 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
             chunk = LB_MAX(4, (chunk + 3) / 4 * 4);
         }
     }
-    /* X16 32-element-block types' prefill: at least 64 rows (4 groups) per
+    /* X16 32-element-block types' prefill (Q4_0, Q8_0, Q5_0, Q4_1, Q5_1;
+     * the K-quants' blocks are 256): at least 64 rows (4 groups) per
      * chunk where that leaves 2 chunks per thread: the kernels sum each
      * activation block once per call and share it over the chunk's groups,
      * and the AVX-512 VNNI Q4_0 / Q8_0 / Q5_0 ones pair the groups
@@ -271,9 +272,7 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
      * was a single group of 16 rows; 64 rows of 8192 Q4_0 columns are 288
      * KiB, still L2-resident) */
     if (x16 && n_tokens >= LB_VNNI_MIN_TOKENS && chunk < 64 &&
-        (W->type == LB_TYPE_Q4_0 || W->type == LB_TYPE_Q8_0 || W->type == LB_TYPE_Q5_0 ||
-         W->type == LB_TYPE_Q4_1 || W->type == LB_TYPE_Q5_1) &&
-        (pl->out + 63) / 64 >= 2 * nth)
+        lb_type_get_traits((int)W->type)->blck_size == 32 && (pl->out + 63) / 64 >= 2 * nth)
         chunk = 64;
     /* X16: chunks start at whole groups of 16 rows */
     if (x16 && row_align % 16) row_align = row_align % 8 == 0 ? row_align * 2
