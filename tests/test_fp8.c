@@ -18,6 +18,7 @@
 #include "lowbit/export.h"
 #include "lowbit/file.h"
 #include "lowbit/gguf.h"
+#include "lowbit/gptq.h"
 #include "lowbit/quants.h"
 #include "lowbit/fp8.h"
 #include "lowbit/model.h"
@@ -551,9 +552,185 @@ static void test_mse_rule(void) {
     free(c2);
 }
 
+/* GPTQ onto the FP8 grid (lb_gptq_fp8_grid) against a float64 brute force
+ * written from the GPTQ paper's rule (Frantar et al. 2022, Algorithm 1
+ * without the lazy batches, which change only the order of float sums):
+ * columns in order (desc_act: by decreasing H[c,c]); U the upper Cholesky
+ * factor of (H + damp I)^-1, damp = 0.01 mean(diag H); per column q = s x
+ * the table value nearest to w / s (a search over all 255 finite codes),
+ * err = (w - q) / U[c,c], w[c+1:] -= err U[c, c+1:]. s: the group's fixed
+ * scale, groups by ORIGINAL column. Shapes not multiples of the groups. */
+static void chol_upper_inv(const double *H, int n, double *U) {
+    /* A = H^-1 by Gauss-Jordan, then A = U^T U (U upper) */
+    double *M = calloc((size_t)n * 2 * n, sizeof *M);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) M[i * 2 * n + j] = H[i * n + j];
+        M[i * 2 * n + n + i] = 1;
+    }
+    for (int c = 0; c < n; c++) {
+        int piv = c;
+        for (int r = c + 1; r < n; r++)
+            if (fabs(M[r * 2 * n + c]) > fabs(M[piv * 2 * n + c])) piv = r;
+        for (int j = 0; j < 2 * n && piv != c; j++) {
+            double t = M[c * 2 * n + j];
+            M[c * 2 * n + j] = M[piv * 2 * n + j];
+            M[piv * 2 * n + j] = t;
+        }
+        double d = M[c * 2 * n + c];
+        for (int j = 0; j < 2 * n; j++) M[c * 2 * n + j] /= d;
+        for (int r = 0; r < n; r++) {
+            if (r == c) continue;
+            double f = M[r * 2 * n + c];
+            for (int j = 0; j < 2 * n; j++) M[r * 2 * n + j] -= f * M[c * 2 * n + j];
+        }
+    }
+    for (int i = 0; i < n * n; i++) U[i] = 0;
+    for (int i = 0; i < n; i++) /* A = U^T U: row i of U */
+        for (int j = i; j < n; j++) {
+            double a = M[i * 2 * n + n + j];
+            for (int k = 0; k < i; k++) a -= U[k * n + i] * U[k * n + j];
+            U[i * n + j] = j == i ? sqrt(a) : a / U[i * n + i];
+        }
+    free(M);
+}
+
+static int nearest_code(double x, const float *tab) {
+    int best = 0;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        if (!isfinite(tab[c])) continue;
+        double d = fabs((double)tab[c] - x);
+        if (d < bd) bd = d, best = c;
+    }
+    return best;
+}
+
+static void test_gptq_fp8_grid(void) {
+    enum { O = 37, I = 80, N = 300, BN = 16, BK = 32 };
+    const int nbn = (O + BN - 1) / BN, nbk = (I + BK - 1) / BK;
+    float *W = malloc(sizeof(float) * O * I), *X = malloc(sizeof(float) * N * I);
+    float *H = malloc(sizeof(float) * I * I), sc[3 * 3];
+    double *Hd = malloc(sizeof(double) * I * I), *U = malloc(sizeof(double) * I * I);
+    double *w = malloc(sizeof(double) * I);
+    uint64_t st = 7;
+#define U01() (st = st * 6364136223846793005ull + 1442695040888963407ull, \
+               (double)(st >> 11) / 9007199254740992.0)
+    for (int i = 0; i < O * I; i++) W[i] = (float)((U01() - 0.5) * (1 + 3 * ((i * 7) % 5 == 0)));
+    for (int t = 0; t < N; t++) /* correlated inputs, column scales 0.5 .. 2 */
+        for (int j = 0; j < I; j++)
+            X[t * I + j] = (float)((U01() - 0.5) + (j ? 0.8 * X[t * I + j - 1] : 0.0));
+    for (int j = 0; j < I; j++)
+        for (int t = 0; t < N; t++) X[t * I + j] *= (float)(0.5 + 1.5 * j / I);
+    for (int a = 0; a < I; a++)
+        for (int b = 0; b < I; b++) {
+            double h = 0;
+            for (int t = 0; t < N; t++) h += (double)X[t * I + a] * X[t * I + b];
+            H[a * I + b] = (float)(2.0 * h / N);
+        }
+    for (int g = 0; g < nbn * nbk; g++) sc[g] = (float)(0.004 + 0.001 * g); /* |w| / s up to ~1000: clamps too */
+    const float *tab = lb_fp8_table(LB_FP8_E4M3);
+    for (int act = 0; act < 2; act++)
+        for (int bs = 0; bs < 2; bs++) {
+            lb_gptq_fp8_grid g8 = {.fmt = 0, .block_n = BN, .block_k = BK, .scales = sc};
+            lb_gptq_options o;
+            lb_gptq_options_default(&o);
+            o.desc_act = act;
+            o.blocksize = bs ? 32 : 128;
+            o.fp8 = &g8;
+            lb_gptq_result res;
+            TH_CHECK_OK(lb_gptq_quantize(W, O, I, H, &o, &res));
+            /* the reference: permuted H, damped, U */
+            int perm[I];
+            for (int j = 0; j < I; j++) perm[j] = j;
+            for (int a = 0; act && a < I; a++) /* stable sort by decreasing H[c,c] */
+                for (int b = a + 1; b < I; b++)
+                    if (H[perm[b] * I + perm[b]] > H[perm[a] * I + perm[a]]) {
+                        int t = perm[a];
+                        perm[a] = perm[b];
+                        perm[b] = t;
+                        /* keep ascending index among equal values: none here */
+                    }
+            double mean = 0;
+            for (int j = 0; j < I; j++) mean += H[j * I + j];
+            mean /= I;
+            for (int a = 0; a < I; a++)
+                for (int b = 0; b < I; b++)
+                    Hd[a * I + b] = H[perm[a] * I + perm[b]] + (a == b ? 0.01 * mean : 0.0);
+            chol_upper_inv(Hd, I, U);
+            int same = 0, same_rtn = 0;
+            double loss = 0, loss_ref = 0, loss_rtn = 0;
+            for (int r = 0; r < O; r++) {
+                for (int k = 0; k < I; k++) w[k] = W[r * I + perm[k]];
+                double dq[I], dref[I], drtn[I];
+                for (int k = 0; k < I; k++) {
+                    const int oc = perm[k];
+                    const double s = sc[(r / BN) * nbk + oc / BK];
+                    const int cref = nearest_code(w[k] / s, tab);
+                    const double q = tab[cref] * s;
+                    const double err = (w[k] - q) / U[k * I + k];
+                    for (int j = k + 1; j < I; j++) w[j] -= err * U[k * I + j];
+                    const int c = res.codes[r * I + oc];
+                    const int crtn = nearest_code(W[r * I + oc] / s, tab);
+                    same += c == cref;
+                    same_rtn += c == crtn;
+                    TH_CHECK(res.W_deq[r * I + oc] == tab[c] * (float)s);
+                    dq[oc] = W[r * I + oc] - res.W_deq[r * I + oc];
+                    dref[oc] = W[r * I + oc] - q;
+                    drtn[oc] = W[r * I + oc] - tab[crtn] * s;
+                }
+                for (int a = 0; a < I; a++) /* (W - Q) H (W - Q)^T of the row */
+                    for (int b = 0; b < I; b++) {
+                        loss += dq[a] * H[a * I + b] * dq[b];
+                        loss_ref += dref[a] * H[a * I + b] * dref[b];
+                        loss_rtn += drtn[a] * H[a * I + b] * drtn[b];
+                    }
+            }
+            TH_CHECK_MSG(same >= O * I * 99 / 100, "desc_act %d bs %d: %d of %d codes as the "
+                         "float64 brute force", act, bs, same, O * I);
+            TH_CHECK_MSG(fabs(loss / loss_ref - 1) < 0.01 && loss < 0.5 * loss_rtn,
+                         "desc_act %d bs %d: output error %.6g, brute force %.6g, RTN %.6g", act,
+                         bs, loss, loss_ref, loss_rtn);
+            if (!act && !bs)
+                fprintf(stderr, "  GPTQ-FP8 vs float64: %d/%d codes equal (%d as RTN), output "
+                        "error %.4g / %.4g, RTN %.4g\n", same, O * I, same_rtn, loss, loss_ref,
+                        loss_rtn);
+            lb_gptq_result_free(&res);
+        }
+    /* a diagonal H propagates nothing: the codes are RTN's */
+    float *Hdiag = calloc((size_t)I * I, sizeof *Hdiag);
+    for (int j = 0; j < I; j++) Hdiag[j * I + j] = 1.0f + (float)j;
+    lb_gptq_fp8_grid g8 = {.fmt = 0, .block_n = BN, .block_k = BK, .scales = sc};
+    lb_gptq_options o;
+    lb_gptq_options_default(&o);
+    o.fp8 = &g8;
+    lb_gptq_result res;
+    TH_CHECK_OK(lb_gptq_quantize(W, O, I, Hdiag, &o, &res));
+    int diff = 0;
+    for (int r = 0; r < O; r++)
+        for (int k = 0; k < I; k++)
+            diff += res.codes[r * I + k] !=
+                    nearest_code((double)W[r * I + k] / sc[(r / BN) * nbk + k / BK], tab);
+    TH_CHECK_MSG(diff == 0, "diagonal H: %d codes differ from RTN", diff);
+    lb_gptq_result_free(&res);
+    /* bad grids */
+    sc[4] = 0.0f;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, I, Hdiag, &o, &res), LB_ERR_INVALID_ARG);
+    g8.block_k = 0;
+    TH_CHECK_FAILS(lb_gptq_quantize(W, O, I, Hdiag, &o, &res), LB_ERR_INVALID_ARG);
+#undef U01
+    free(Hdiag);
+    free(W);
+    free(X);
+    free(H);
+    free(Hd);
+    free(U);
+    free(w);
+}
+
 int main(void) {
     TH_RUN(test_tables);
     TH_RUN(test_mse_rule);
+    TH_RUN(test_gptq_fp8_grid);
     TH_RUN(test_encode_as_torch);
     TH_RUN(test_qconfig_parse);
     TH_RUN(test_kernels);

@@ -79,4 +79,11 @@ void cli_json_string(FILE *fp, const char *s);
 bool cmd_quantize_nocalib_method(const char *method);
 int cmd_quantize_nocalib(int argc, char **argv);
 
+/* --fp8-block B|channel|tensor, --fp8-format e4m3|e5m2, --fp8-scale
+ * mse|amax at argv[*i] into *q / *rule (value consumed): 1 when it was one
+ * of them, 0 when not, -1 after printing a usage error. */
+struct lb_fp8_qconfig;
+int cli_fp8_option(const char *cmd, int argc, char **argv, int *i,
+                   struct lb_fp8_qconfig *q, int *rule);
+
 #endif

@@ -102,7 +102,10 @@ static void usage(FILE *fp) {
         "complete)\n"
         "  --checkpoint-format F   gptq (v1, default) or gptq_v2; awq (the "
         "AutoAWQ GEMM\n"
-        "                          layout: default for 4-bit --method awq*)\n"
+        "                          layout: default for 4-bit --method awq*);\n"
+        "                          fp8: GPTQ onto the FP8 grid (--method gptq),\n"
+        "                          written as --method fp8 writes (its --fp8-block,\n"
+        "                          --fp8-format, --fp8-scale; no --bits/--group-size)\n"
         "  --max-shard-size SIZE   e.g. 4G (default), 500M; 0 = one file\n"
         "  --force                 replace a non-empty OUT_DIR\n"
         "  --resume                continue an interrupted run with the "
@@ -190,7 +193,12 @@ int cmd_quantize(int argc, char **argv) {
     unsigned long long seed = 0;
     bool write_report = false;
     bool sym_given = false, gptaq_alpha_given = false, qep_alpha_given = false,
-         rotate_seed_given = false;
+         rotate_seed_given = false, bits_given = false, gs_given = false;
+    /* --checkpoint-format fp8: GPTQ onto the FP8 grid */
+    bool fp8_out = false, fp8_opt = false;
+    lb_fp8_qconfig fq;
+    lb_fp8_qconfig_default(&fq, false);
+    int frule = LB_FP8_RULE_MSE, r8;
     int rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -232,6 +240,7 @@ int cmd_quantize(int argc, char **argv) {
                 goto out;
             }
             p.bits = (int)iv;
+            bits_given = true;
         } else if (!strcmp(a, "--group-size")) {
             VALUE();
             if (!cli_parse_int(cmd, a, v, -1, 1 << 24, &iv)) goto out;
@@ -240,6 +249,7 @@ int cmd_quantize(int argc, char **argv) {
                 goto out;
             }
             p.group_size = (int)iv;
+            gs_given = true;
         } else if (!strcmp(a, "--sym")) {
             p.sym = true;
             sym_given = true;
@@ -389,9 +399,11 @@ int cmd_quantize(int argc, char **argv) {
                 p.format = LB_GPTQ_FORMAT_V2;
             else if (!strcmp(v, "awq"))
                 p.format = LB_GPTQ_FORMAT_AWQ;
+            else if (!strcmp(v, "fp8"))
+                fp8_out = true;
             else {
-                cli_usage_error(cmd, "--checkpoint-format: gptq, gptq_v2 or "
-                                "awq, got '%s'", v);
+                cli_usage_error(cmd, "--checkpoint-format: gptq, gptq_v2, "
+                                "awq or fp8, got '%s'", v);
                 goto out;
             }
         } else if (!strcmp(a, "--max-shard-size")) {
@@ -410,6 +422,9 @@ int cmd_quantize(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE();
             if (!cli_parse_int(cmd, a, v, 1, 1024, &threads)) goto out;
+        } else if ((r8 = cli_fp8_option(cmd, argc, argv, &i, &fq, &frule)) != 0) {
+            if (r8 < 0) goto out;
+            fp8_opt = true;
         } else if (a[0] == '-' && a[1]) {
             cli_usage_error(cmd, "unknown option '%s'", a);
             goto out;
@@ -467,6 +482,25 @@ int cmd_quantize(int argc, char **argv) {
                               : p.method == LB_QUANT_GPTQ ? "gptq"
                               : p.method == LB_QUANT_AWQ  ? "awq"
                                                           : "awq+gptq";
+    if (fp8_opt && !fp8_out) {
+        cli_usage_error(cmd, "--fp8-block/--fp8-format/--fp8-scale go with "
+                        "--checkpoint-format fp8 (or --method fp8)");
+        goto out;
+    }
+    if (fp8_out && (p.method != LB_QUANT_GPTQ || p.qep || eora_rank)) {
+        cli_usage_error(cmd, "--checkpoint-format fp8 goes with --method gptq "
+                        "(no QEP or EoRA); calibration-free FP8: --method fp8");
+        goto out;
+    }
+    if (fp8_out && (bits_given || gs_given || sym_given)) {
+        cli_usage_error(cmd, "--checkpoint-format fp8: the FP8 grid has no "
+                        "--bits/--group-size/--sym (its groups: --fp8-block)");
+        goto out;
+    }
+    if (fp8_out) {
+        p.fp8 = &fq;
+        p.fp8_rule = (lb_fp8_scale_rule)frule;
+    }
     if (eora_rank && p.method != LB_QUANT_GPTQ) {
         cli_usage_error(cmd, "--eora-rank needs --method gptq");
         goto out;
@@ -571,15 +605,24 @@ int cmd_quantize(int argc, char **argv) {
                "\"sym\": %s, \"desc_act\": %s, \"checkpoint_format\": \"%s\", "
                "\"modules\": %d, \"modules_quantized\": %d, "
                "\"quantized_params\": %lld, \"bits_per_weight\": %.6f, ",
-               method_name, p.bits, p.group_size,
+               method_name, fp8_out ? 8 : p.bits, fp8_out ? -1 : p.group_size,
                p.sym ? "true" : "false", p.desc_act ? "true" : "false",
-               p.format == LB_GPTQ_FORMAT_AWQ || (awq && p.bits == 4 &&
+               fp8_out ? "fp8"
+               : p.format == LB_GPTQ_FORMAT_AWQ || (awq && p.bits == 4 &&
                                                   p.format == LB_GPTQ_FORMAT_V1)
                    ? "awq"
                : p.format == LB_GPTQ_FORMAT_V2 || awq ? "gptq_v2"
                                                       : "gptq",
                rep.n_modules, nq, (long long)rep.quantized_params,
                rep.bits_per_weight);
+        if (fp8_out)
+            printf("\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": %d, "
+                   "\"quant_method\": \"%s\", \"scale_rule\": \"%s\"}, ",
+                   fq.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3",
+                   fq.layout == LB_FP8_SCALE_BLOCK     ? "block"
+                   : fq.layout == LB_FP8_SCALE_CHANNEL ? "channel"
+                                                       : "tensor",
+                   fq.block_n, fq.method, frule == LB_FP8_RULE_AMAX ? "amax" : "mse");
         if (isfinite(rep.snr_min_db))
             printf("\"snr_db\": {\"min\": %.4f, \"max\": %.4f, \"mean\": "
                    "%.4f}, ",
@@ -594,7 +637,8 @@ int cmd_quantize(int argc, char **argv) {
                rep.seconds, rss_mib);
         char rp[4200];
         snprintf(rp, sizeof rp, "%s/quantize_report.json", out);
-        cli_json_string(stdout, rp);
+        if (fp8_out) printf("null"); /* the FP8 writer writes no report */
+        else cli_json_string(stdout, rp);
         printf("}\n");
     } else {
         printf("quantized %d of %d modules (%lld weights, %.3f bits/weight",
@@ -609,8 +653,9 @@ int cmd_quantize(int argc, char **argv) {
                    rep.layers_resumed);
         for (int i = 0; i < rep.n_modules; i++)
             if (!rep.modules[i].quantized && !g_cli.quiet)
-                printf("  kept dense: %s (%s)\n", rep.modules[i].name,
-                       rep.modules[i].note);
+                printf("  %s: %s (%s)\n",
+                       fp8_out ? "FP8 without GPTQ" : "kept dense",
+                       rep.modules[i].name, rep.modules[i].note);
         int n_plain = 0;
         for (int i = 0; i < rep.n_modules; i++)
             n_plain += rep.modules[i].awq_plain;

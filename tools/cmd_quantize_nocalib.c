@@ -38,6 +38,43 @@ static void usage(FILE *fp) {
             "global: --quiet, --json\n");
 }
 
+int cli_fp8_option(const char *cmd, int argc, char **argv, int *i, lb_fp8_qconfig *q,
+                   int *rule) {
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "--fp8-block") && strcmp(a, "--fp8-format") && strcmp(a, "--fp8-scale"))
+        return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(a, "--fp8-block")) {
+        lb_fp8_format f = q->fmt;
+        if (!strcmp(v, "channel")) lb_fp8_qconfig_default(q, true);
+        else if (!strcmp(v, "tensor")) {
+            lb_fp8_qconfig_default(q, true);
+            q->layout = LB_FP8_SCALE_TENSOR;
+        } else {
+            long b;
+            if (!cli_parse_int(cmd, a, v, 1, 65536, &b)) return -1;
+            lb_fp8_qconfig_default(q, false);
+            q->block_n = q->block_k = (int)b;
+        }
+        q->fmt = f;
+    } else if (!strcmp(a, "--fp8-format")) {
+        if (!strcmp(v, "e4m3")) q->fmt = LB_FP8_E4M3;
+        else if (!strcmp(v, "e5m2")) q->fmt = LB_FP8_E5M2;
+        else {
+            cli_usage_error(cmd, "--fp8-format: e4m3 or e5m2, got '%s'", v);
+            return -1;
+        }
+    } else {
+        if (!strcmp(v, "mse")) *rule = LB_FP8_RULE_MSE;
+        else if (!strcmp(v, "amax")) *rule = LB_FP8_RULE_AMAX;
+        else {
+            cli_usage_error(cmd, "--fp8-scale: mse or amax, got '%s'", v);
+            return -1;
+        }
+    }
+    return 1;
+}
+
 int cmd_quantize_nocalib(int argc, char **argv) {
     const char *cmd = "quantize";
     const char *model = NULL, *out = NULL, *method = NULL;
@@ -47,6 +84,7 @@ int cmd_quantize_nocalib(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i++) /* bitsandbytes methods */
         if (!strcmp(argv[i], "--method") && strcmp(argv[i + 1], "fp8"))
             return cmd_quantize_bnb(argc, argv);
+    int rule = (int)o.rule, r8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -60,31 +98,13 @@ int cmd_quantize_nocalib(int argc, char **argv) {
         } else if (!strcmp(a, "--method")) {
             VAL();
             method = v;
-        } else if (!strcmp(a, "--fp8-block")) {
-            VAL();
-            lb_fp8_format f = o.q.fmt;
-            if (!strcmp(v, "channel")) lb_fp8_qconfig_default(&o.q, true);
-            else if (!strcmp(v, "tensor")) {
-                lb_fp8_qconfig_default(&o.q, true);
-                o.q.layout = LB_FP8_SCALE_TENSOR;
-            } else {
-                long b;
-                if (!cli_parse_int(cmd, a, v, 1, 65536, &b)) return 2;
-                lb_fp8_qconfig_default(&o.q, false);
-                o.q.block_n = o.q.block_k = (int)b;
-            }
-            o.q.fmt = f;
-        } else if (!strcmp(a, "--fp8-format")) {
-            VAL();
-            if (!strcmp(v, "e4m3")) o.q.fmt = LB_FP8_E4M3;
-            else if (!strcmp(v, "e5m2")) o.q.fmt = LB_FP8_E5M2;
-            else return cli_usage_error(cmd, "--fp8-format: e4m3 or e5m2, got '%s'", v);
-        } else if (!strcmp(a, "--fp8-scale")) {
-            VAL();
-            if (!strcmp(v, "mse")) o.rule = LB_FP8_RULE_MSE;
-            else if (!strcmp(v, "amax")) o.rule = LB_FP8_RULE_AMAX;
-            else return cli_usage_error(cmd, "--fp8-scale: mse or amax, got '%s'", v);
+        } else if ((r8 = cli_fp8_option(cmd, argc, argv, &i, &o.q, &rule)) != 0) {
+            if (r8 < 0) return 2;
+            o.rule = (lb_fp8_scale_rule)rule;
         } else if (a[0] == '-' && a[1]) {
+            if (!strncmp(a, "--calib", 7))
+                return cli_usage_error(cmd, "%s: --method fp8 needs no calibration; GPTQ onto "
+                                       "the FP8 grid is --method gptq --checkpoint-format fp8", a);
             return cli_usage_error(cmd, "unknown option %s (with --method %s)", a,
                                    method ? method : "?");
         } else if (!model) {

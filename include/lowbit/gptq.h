@@ -129,6 +129,9 @@ typedef struct lb_gptq_result {
     float damp_added;  /* damp_percent_used * mean(diag H), float32       */
     int n_damp_retries; /* Cholesky failures that raised the damping      */
     int64_t n_dead;    /* columns with H[c,c] == 0 (zeroed, H[c,c] = 1)   */
+    float *fp8_scales; /* FP8 grid (lb_gptq_fp8_grid) when the caller
+                          attached its scales for a sink; NULL otherwise
+                          (lb_alloc'd, freed by lb_gptq_result_free)      */
 } lb_gptq_result;
 
 /* Free the arrays of *r and zero it (r may be NULL; safe on a zeroed or
@@ -227,6 +230,25 @@ void lb_gptq_hessian_get_f64(const lb_gptq_hessian *h, double *H_out);
 /* GPTQ solver (GPTQ.fasterquant)                                            */
 /* ------------------------------------------------------------------------ */
 
+/* GPTQ onto the FP8 grid (lb_gptq_options.fp8) instead of the integer
+ * one: every weight of a scale group shares the fixed float32 scale s of
+ * its group, found before the solve (e.g. lb_fp8_quantize_rule on the
+ * original W), and is quantized as code = fp8(clamp(w / s, -MAX, MAX))
+ * (lb_f32_to_fp8, round to nearest even), q = fp8_value(code) * s; GPTQ's
+ * error feedback is unchanged (err = (w - q) / U[c,c]). Groups: rows
+ * o / block_n, ORIGINAL columns c / block_k (so desc_act permutes the
+ * order of the solve, not the groups); FP8 block 128: 128 x 128, per
+ * channel: 1 x in, per tensor: out x in. The codes of lb_gptq_result are
+ * FP8 bytes; its scales/zeros/g_idx are not meaningful. The same idea as
+ * torchao's MXFP8 GPTQ (pytorch/ao PR 3897: fixed block scales, per-column
+ * error propagation). */
+typedef struct lb_gptq_fp8_grid {
+    int fmt;                  /* lb_fp8_format (lowbit/fp8.h): 0 E4M3, 1 E5M2 */
+    int64_t block_n, block_k; /* >= 1                                     */
+    const float *scales;      /* [ceil(out/block_n), ceil(in/block_k)],
+                                 finite and > 0 (not owned)                */
+} lb_gptq_fp8_grid;
+
 typedef struct lb_gptq_options {
     int bits;            /* 2, 3, 4 or 8                                   */
     int group_size;      /* -1 (one group per row) or >= 1 (32, 64, 128..) */
@@ -248,6 +270,9 @@ typedef struct lb_gptq_options {
                             workers (results identical for any pool size)  */
     lb_progress progress; /* optional: stage "gptq", done/total = columns;
                              returning false cancels                       */
+    const lb_gptq_fp8_grid *fp8; /* NULL: the integer grid (bits, group_size,
+                             sym, mse, static_groups); else the FP8 grid
+                             above, and those are ignored                  */
 } lb_gptq_options;
 
 /* AutoGPTQ's defaults: bits 4, group_size 128, sym, no desc_act, no

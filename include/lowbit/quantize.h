@@ -33,6 +33,7 @@
 #ifndef LOWBIT_QUANTIZE_H
 #define LOWBIT_QUANTIZE_H
 
+#include "lowbit/fp8.h"
 #include "lowbit/gptq.h"
 #include "lowbit/model.h"
 
@@ -257,6 +258,18 @@ typedef struct lb_quantize_params {
      * up -> down scale and no clip search (report note). */
     lb_moe_coverage moe_coverage;
     int64_t moe_min_tokens;   /* ROUTED: RTN below this (0: 32 tokens)     */
+    /* GPTQ onto the FP8 grid (NULL: integer codes): each module's scales
+     * found first from its weight by fp8_rule in fp8's layout (as `lowbit
+     * quantize --method fp8`), then GPTQ's error feedback with those
+     * scales fixed (lb_gptq_fp8_grid); lb_quantize_model writes the FP8
+     * checkpoint of fp8 (lowbit/fp8.h: weight + weight_scale_inv or
+     * weight_scale, the same quantization_config) instead of a GPTQ one.
+     * Method GPTQ only (desc_act allowed); not with module rules,
+     * lm_head, a profile, rotation, QEP, static_groups, mse, resume, or
+     * MoE / fused-module architectures (LB_ERR_INVALID_ARG /
+     * LB_ERR_UNSUPPORTED). bits/group_size/sym are not used. */
+    const lb_fp8_qconfig *fp8;
+    lb_fp8_scale_rule fp8_rule; /* LB_FP8_RULE_MSE (0)                    */
     lb_progress progress;     /* stage text + done/total work units        */
 } lb_quantize_params;
 

@@ -5,6 +5,7 @@
  * writer's producer (peak memory: one weight in f32 plus its codes).
  */
 #include "quant/nocalib_ckpt.h"
+#include "quant/quantize_internal.h"
 #include "lowbit/config.h"
 #include "lowbit/file.h"
 #include "lowbit/fp8.h"
@@ -30,9 +31,21 @@ static bool is_layer_linear(const char *name) {
     return false;
 }
 
+/* Codes and scales found before the writer runs (GPTQ onto the FP8 grid):
+ * the module NAME ("model.layers.0.self_attn.q_proj") whose source tensor
+ * is NAME.weight. */
+typedef struct fp8_pre {
+    char name[160];
+    int64_t out, in;
+    uint8_t *codes;   /* [out, in] (lb_alloc'd)                          */
+    float *scales;    /* as lb_fp8_scale_shape (lb_alloc'd)              */
+    bool used;
+} fp8_pre;
+
 typedef struct fp8_job {
     const lb_fp8_qconfig *q;
     const lb_tensor *src;
+    const fp8_pre *pre; /* NULL: quantize src now                        */
     uint8_t *codes;   /* held between the weight and the scale producers */
     float *scales;
     int64_t n_scales;
@@ -45,6 +58,17 @@ static lb_status produce_fp8(void *user, const char *name, lb_st_sink *sink, siz
     fp8_job *j = user;
     size_t n = strlen(name);
     bool is_scale = !(n > 7 && !strcmp(name + n - 7, ".weight"));
+    if (j->pre) { /* codes and scales made already */
+        lb_status s = lb_st_sink_write(sink, is_scale ? (const void *)j->pre->scales
+                                                      : (const void *)j->pre->codes,
+                                       nbytes);
+        if (is_scale) {
+            (*j->done)++;
+            if (s == LB_OK && !lb_progress_report(j->progress, "write", *j->done, j->total))
+                s = lb_set_error(LB_ERR_CANCELLED, "quantize cancelled");
+        }
+        return s;
+    }
     if (!is_scale) {
         const lb_tensor *t = j->src;
         int64_t out = t->shape[0], in = t->shape[1];
@@ -125,17 +149,18 @@ static cJSON *qconfig_json(const lb_fp8_qconfig *q) {
     return o;
 }
 
-lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
-                                     const lb_fp8_quantize_opts *opts_in, int *n_linears) {
-    if (!model_dir || !out_dir)
-        return lb_set_error(LB_ERR_INVALID_ARG, "fp8 quantize: NULL path");
-    lb_fp8_quantize_opts opts;
-    if (opts_in) opts = *opts_in;
-    else {
-        memset(&opts, 0, sizeof opts);
-        lb_fp8_qconfig_default(&opts.q, false);
-    }
-    LB_TRY(lb_outdir_check(out_dir));
+static const fp8_pre *find_pre(fp8_pre *pre, int n_pre, const char *tensor) {
+    size_t l = strlen(tensor);
+    if (l <= 7 || strcmp(tensor + l - 7, ".weight")) return NULL;
+    for (int i = 0; i < n_pre; i++)
+        if (strlen(pre[i].name) == l - 7 && !strncmp(pre[i].name, tensor, l - 7)) {
+            pre[i].used = true;
+            return &pre[i];
+        }
+    return NULL;
+}
+
+static lb_status check_dense_source(const char *model_dir) {
     lb_model_config cfg;
     LB_TRY(lb_model_config_load_dir(model_dir, &cfg));
     bool quantized = cfg.has_quantization_config;
@@ -143,6 +168,16 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
     if (quantized)
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: already quantized (quantization_config); FP8 "
                             "quantization needs a dense F32/F16/BF16 checkpoint", model_dir);
+    return LB_OK;
+}
+
+/* The checkpoint of model_dir with every decoder-layer linear in FP8: the
+ * codes/scales of pre[] where a module has them (each must match a 2-D
+ * source tensor of its shape), else quantized now by opts->rule. */
+static lb_status write_fp8(const char *model_dir, const char *out_dir,
+                           const lb_fp8_quantize_opts *opts_in, fp8_pre *pre, int n_pre,
+                           int *n_linears) {
+    lb_fp8_quantize_opts opts = *opts_in;
     lb_safetensors *st = NULL;
     lb_st_writer *w = NULL;
     fp8_job *jobs = NULL;
@@ -162,7 +197,14 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
     }
     for (size_t i = 0; i < n && s == LB_OK; i++) {
         const lb_tensor *t = lb_st_tensor_at(st, i);
-        if (!(is_layer_linear(t->name) && t->n_dims == 2)) {
+        const fp8_pre *pr = find_pre(pre, n_pre, t->name);
+        if (pr && (t->n_dims != 2 || t->shape[0] != pr->out || t->shape[1] != pr->in)) {
+            s = lb_set_error(LB_ERR_INTERNAL, "%s: tensor '%s' is not the [%lld, %lld] weight "
+                             "that was quantized", model_dir, t->name, (long long)pr->out,
+                             (long long)pr->in);
+            break;
+        }
+        if (!pr && !(is_layer_linear(t->name) && t->n_dims == 2)) {
             s = lb_st_writer_add(w, t->name, t->type, t->n_dims, t->shape, t->data);
             continue;
         }
@@ -172,6 +214,7 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
             break;
         }
         fp8_job *j = &jobs[i];
+        j->pre = pr;
         j->q = &opts.q;
         j->rule = opts.rule;
         j->src = t;
@@ -190,6 +233,10 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
         if (s == LB_OK) s = lb_st_writer_add_fn(w, sn, LB_TYPE_F32, nd, sh, produce_fp8, j);
         nl++;
     }
+    for (int i = 0; i < n_pre && s == LB_OK; i++)
+        if (!pre[i].used)
+            s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: no tensor %s.weight in the source "
+                             "checkpoint for the quantized module", model_dir, pre[i].name);
     /* config.json + quantization_config, tokenizer files; temp dir renamed */
     if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q));
     for (size_t i = 0; jobs && i < n; i++) {
@@ -200,5 +247,117 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
     lb_st_writer_free(w);
     lb_st_close(st);
     if (s == LB_OK && n_linears) *n_linears = nl;
+    return s;
+}
+
+lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
+                                     const lb_fp8_quantize_opts *opts_in, int *n_linears) {
+    if (!model_dir || !out_dir)
+        return lb_set_error(LB_ERR_INVALID_ARG, "fp8 quantize: NULL path");
+    lb_fp8_quantize_opts opts;
+    if (opts_in) opts = *opts_in;
+    else {
+        memset(&opts, 0, sizeof opts);
+        lb_fp8_qconfig_default(&opts.q, false);
+    }
+    LB_TRY(lb_outdir_check(out_dir));
+    LB_TRY(check_dense_source(model_dir));
+    return write_fp8(model_dir, out_dir, &opts, NULL, 0, n_linears);
+}
+
+/* ---- GPTQ onto the FP8 grid (lb_quantize_params.fp8) ------------------------ */
+
+typedef struct fp8_sink {
+    fp8_pre *pre; /* [n] by plan module index                          */
+    const qz_module *mods;
+    int n;
+} fp8_sink;
+
+static lb_status fp8_module_done(void *user, const qz_module *mod, const float *W,
+                                 const lb_gptq_result *res, lb_quantize_module_report *rep) {
+    (void)W;
+    (void)rep;
+    fp8_sink *k = user;
+    const int i = (int)(mod - k->mods);
+    if (i < 0 || i >= k->n || !res->fp8_scales || !res->codes)
+        return lb_set_error(LB_ERR_INTERNAL, "%s: no FP8 result", mod->name);
+    fp8_pre *p = &k->pre[i];
+    snprintf(p->name, sizeof p->name, "%s", mod->name);
+    p->out = mod->out;
+    p->in = mod->in;
+    const size_t nw = (size_t)(mod->out * mod->in);
+    p->codes = lb_alloc(nw);
+    if (!p->codes) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", mod->name);
+    memcpy(p->codes, res->codes, nw);
+    /* the result's scales move to the sink (the engine frees res) */
+    lb_gptq_result *r = (lb_gptq_result *)res;
+    p->scales = r->fp8_scales;
+    r->fp8_scales = NULL;
+    return LB_OK;
+}
+
+lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
+                                 const lb_quantize_params *p, const lb_calib *calib,
+                                 lb_quantize_report *rep) {
+    LB_TRY(lb_outdir_check(out_dir));
+    LB_TRY(check_dense_source(model_dir));
+    lb_model *m = NULL;
+    qz_module *mods = NULL;
+    int n_mods = 0;
+    fp8_sink k = {0};
+    lb_status s = lb_model_load_hf(model_dir, NULL, &m);
+    if (s == LB_OK) s = qz_check_arch(m, p);
+    if (s == LB_OK && m->config.n_experts > 0)
+        s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: GPTQ onto the FP8 grid: MoE experts are not "
+                         "written in FP8 yet (dense decoder layers only)", model_dir);
+    if (s == LB_OK) s = qz_plan(m, p, NULL, 0, &mods, &n_mods);
+    for (int i = 0; i < n_mods && s == LB_OK; i++)
+        if (mods[i].which >= LB_LINEAR_COUNT || mods[i].which == QZ_LM_HEAD)
+            s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: GPTQ onto the FP8 grid writes the seven "
+                             "separate linears of a Llama-layout layer (not fused modules)",
+                             mods[i].name);
+    if (s == LB_OK) {
+        k.pre = calloc((size_t)n_mods + 1, sizeof *k.pre);
+        k.mods = mods;
+        k.n = n_mods;
+        if (!k.pre) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
+    }
+    if (s == LB_OK) {
+        qz_sink sink = {.user = &k, .module_done = fp8_module_done, .keep_in_model = false};
+        s = qz_run(m, p, calib, mods, n_mods, &sink, rep);
+    }
+    lb_model_free(m);
+    /* the quantized modules; one the plan left dense (a shape GPTQ's
+     * packing refuses) is quantized by the writer without calibration */
+    int n_pre = 0;
+    for (int i = 0; i < n_mods && s == LB_OK; i++)
+        if (k.pre[i].codes) {
+            fp8_pre t = k.pre[i];
+            memset(&k.pre[i], 0, sizeof t);
+            k.pre[n_pre++] = t;
+        }
+    lb_fp8_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.q = *p->fp8;
+    o.rule = p->fp8_rule;
+    o.progress = p->progress;
+    double t0 = lb_time_s();
+    if (s == LB_OK) s = write_fp8(model_dir, out_dir, &o, k.pre, n_pre, NULL);
+    if (s == LB_OK) {
+        rep->seconds += lb_time_s() - t0;
+        rep->n_shards = 1;
+        lb_safetensors *ost = NULL;
+        if (lb_st_open(out_dir, &ost) == LB_OK) {
+            for (size_t i = 0; i < lb_st_count(ost); i++)
+                rep->tensor_bytes += lb_st_tensor_at(ost, i)->nbytes;
+            lb_st_close(ost);
+        }
+    }
+    for (int i = 0; k.pre && i < n_mods; i++) {
+        lb_free(k.pre[i].codes);
+        lb_free(k.pre[i].scales);
+    }
+    free(k.pre);
+    free(mods);
     return s;
 }

@@ -18,6 +18,7 @@
  *                    parameters read the columns from c on)
  */
 #include "lowbit/gptq.h"
+#include "lowbit/fp8.h"
 #include "core/internal.h"
 #include "quant/gptq_internal.h"
 
@@ -126,6 +127,14 @@ static lb_status check_options(const lb_gptq_options *o) {
                             "damp_max (%g) and damp_auto_increment (%g) >= 0",
                             who, o->damp_percent, o->damp_max,
                             o->damp_auto_increment);
+    if (o->fp8 && ((o->fp8->fmt != 0 && o->fp8->fmt != 1) ||
+                   o->fp8->block_n < 1 || o->fp8->block_k < 1 ||
+                   !o->fp8->scales))
+        return lb_set_error(LB_ERR_INVALID_ARG,
+                            "%s: bad FP8 grid (fmt %d, block %lld x %lld%s)",
+                            who, o->fp8->fmt, (long long)o->fp8->block_n,
+                            (long long)o->fp8->block_k,
+                            o->fp8->scales ? "" : ", no scales");
     if (o->mse && (o->mse_grid < 1 || !(o->mse_maxshrink >= 0.0f) ||
                    !(o->mse_norm > 0.0f)))
         return lb_set_error(LB_ERR_INVALID_ARG,
@@ -323,7 +332,24 @@ typedef struct solve_ctx {
     int n_workers;
     int *fail_kind; /* 0 ok, 1 grid failed, 2 non-finite weight */
     int64_t *fail_row, *fail_col;
+    const lb_gptq_fp8_grid *fp8; /* FP8 grid, or NULL                      */
+    const float *fp8_tab;        /* its 256 values (lb_fp8_table)          */
+    int64_t fp8_nbk;             /* scale groups per row of groups         */
 } solve_ctx;
+
+/* The FP8 grid (lb_gptq_fp8_grid): the code of w in row o, original
+ * column oc, and its value *q = fp8_value(code) * s. */
+static int32_t fp8_code(const solve_ctx *s, int64_t o, int64_t oc, float w,
+                        float *q) {
+    const lb_gptq_fp8_grid *g = s->fp8;
+    const float sc = g->scales[(o / g->block_n) * s->fp8_nbk + oc / g->block_k];
+    const float mx = lb_fp8_max((lb_fp8_format)g->fmt);
+    float v = w / sc;
+    v = fminf(fmaxf(v, -mx), mx);
+    const uint8_t code = lb_f32_to_fp8(v, (lb_fp8_format)g->fmt);
+    *q = s->fp8_tab[code] * sc;
+    return code;
+}
 
 /* w[j] -= e * u[j], j < n: the in-block update W1[:, i+1:] -= err U[i, i+1:]
  * of one row. Each element is one float32 product then one subtraction (no
@@ -348,13 +374,40 @@ static void row_update(float *restrict w, const float *restrict u, float e,
     for (; j < n; j++) w[j] -= e * u[j];
 }
 
+/* The integer grid's (scale, zero) of row o at permuted column c (original
+ * column oc): grouped non-static params are found at c % gs == 0 from the
+ * full W row wrow (no in-block updates: AutoGPTQ), static ones and those
+ * of group_size -1 were found before. false when the grid fails. */
+static bool grid_params(solve_ctx *s, int64_t o, int64_t c, int64_t oc,
+                        const float *wrow, float *scale, int32_t *zero) {
+    const int64_t gs = s->gs, ng = s->ng;
+    lb_gptq_result *res = s->res;
+    if (gs > 0 && !s->opt->static_groups) {
+        if (c % gs == 0) {
+            if (lb_gptq_grid_row(&s->grid, wrow + c, LB_MIN(gs, s->in - c),
+                                 &s->cur_scale[o], &s->cur_zero[o]) != LB_OK)
+                return false;
+            res->scales[o * ng + c / gs] = s->cur_scale[o];
+            res->zeros[o * ng + c / gs] = s->cur_zero[o];
+        }
+        *scale = s->cur_scale[o];
+        *zero = s->cur_zero[o];
+    } else if (gs > 0) { /* static groups, original numbering */
+        *scale = res->scales[o * ng + oc / gs];
+        *zero = res->zeros[o * ng + oc / gs];
+    } else {
+        *scale = res->scales[o];
+        *zero = res->zeros[o];
+    }
+    return true;
+}
+
 static void solve_rows(void *p, int ith, int nth) {
     solve_ctx *s = p;
     size_t r0, r1;
     lb_split_range((size_t)s->out, ith, nth, &r0, &r1);
     const int64_t in = s->in, i1 = s->i1, i2 = s->i2, count = i2 - i1;
-    const int64_t bs = s->opt->blocksize, ng = s->ng, gs = s->gs;
-    const bool grouped = gs > 0, stat = s->opt->static_groups;
+    const int64_t bs = s->opt->blocksize;
     lb_gptq_result *res = s->res;
     const int slot = ith;
     for (size_t ro = r0; ro < r1; ro++) {
@@ -371,30 +424,13 @@ static void solve_rows(void *p, int ith, int nth) {
         for (int64_t i = 0; i < count; i++) {
             const int64_t c = i1 + i;
             const int64_t oc = s->perm[c]; /* original column */
-            float scale;
-            int32_t zero;
-            if (grouped && !stat) {
-                if (c % gs == 0) {
-                    /* from the full W: no in-block updates (AutoGPTQ) */
-                    if (lb_gptq_grid_row(&s->grid, wrow + c,
-                                         LB_MIN(gs, in - c), &s->cur_scale[o],
-                                         &s->cur_zero[o]) != LB_OK) {
-                        s->fail_kind[slot] = 1;
-                        s->fail_row[slot] = o;
-                        s->fail_col[slot] = c;
-                        return;
-                    }
-                    res->scales[o * ng + c / gs] = s->cur_scale[o];
-                    res->zeros[o * ng + c / gs] = s->cur_zero[o];
-                }
-                scale = s->cur_scale[o];
-                zero = s->cur_zero[o];
-            } else if (grouped) { /* static groups, original numbering */
-                scale = res->scales[o * ng + oc / gs];
-                zero = res->zeros[o * ng + oc / gs];
-            } else {
-                scale = res->scales[o];
-                zero = res->zeros[o];
+            float scale = 0.0f;
+            int32_t zero = 0;
+            if (!s->fp8 && !grid_params(s, o, c, oc, wrow, &scale, &zero)) {
+                s->fail_kind[slot] = 1;
+                s->fail_row[slot] = o;
+                s->fail_col[slot] = c;
+                return;
             }
             const float w = w1[i];
             if (!(fabsf(w) <= FLT_MAX)) {
@@ -403,8 +439,14 @@ static void solve_rows(void *p, int ith, int nth) {
                 s->fail_col[slot] = c;
                 return;
             }
-            const int32_t code = lb_quant_grid_code(w, scale, zero, s->maxq);
-            const float q = lb_quant_grid_dequant(code, scale, zero);
+            float q;
+            int32_t code;
+            if (s->fp8) {
+                code = fp8_code(s, o, oc, w, &q);
+            } else {
+                code = lb_quant_grid_code(w, scale, zero, s->maxq);
+                q = lb_quant_grid_dequant(code, scale, zero);
+            }
             res->codes[o * in + oc] = (uint8_t)code;
             res->W_deq[o * in + oc] = q;
             const float *urow = s->U + c * in + i1; /* U[c, i1:i2] */
@@ -754,6 +796,21 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
                           who, (long long)out, (long long)in);
         goto done;
     }
+    if (opt->fp8) {
+        const lb_gptq_fp8_grid *g = opt->fp8;
+        s.fp8 = g;
+        s.fp8_tab = lb_fp8_table((lb_fp8_format)g->fmt);
+        s.fp8_nbk = (in + g->block_k - 1) / g->block_k;
+        const int64_t n_sc = (out + g->block_n - 1) / g->block_n * s.fp8_nbk;
+        for (int64_t k = 0; k < n_sc; k++)
+            if (!(g->scales[k] > 0.0f && g->scales[k] <= FLT_MAX)) {
+                st = lb_set_error(LB_ERR_INVALID_ARG,
+                                  "%s: FP8 scale %lld = %g (finite and > 0 "
+                                  "expected)", who, (long long)k,
+                                  (double)g->scales[k]);
+                goto done;
+            }
+    }
     lb_quant_grid_default(&s.grid, opt->bits, opt->sym);
     s.grid.mse = opt->mse;
     s.grid.mse_norm = opt->mse_norm;
@@ -762,7 +819,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
 
     /* 1. group_size -1: params of the whole original row (before the dead
      *    columns are zeroed: AutoGPTQ calls find_params(W) first). */
-    if (gs < 0)
+    if (gs < 0 && !opt->fp8)
         for (int64_t o = 0; o < out; o++) {
             st = lb_gptq_grid_row(&s.grid, W + o * in, in, &res->scales[o],
                                   &res->zeros[o]);
@@ -778,7 +835,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
     for (int64_t o = 0; o < out; o++)
         for (int64_t c = 0; c < in; c++)
             if (dead[c]) Wp[o * in + c] = 0.0f;
-    if (stat)
+    if (stat && !opt->fp8)
         for (int64_t o = 0; o < out; o++)
             for (int64_t k = 0; k < ng; k++) {
                 int64_t c0 = k * gs;

@@ -155,6 +155,33 @@ lb_status qz_effective_params(const lb_quantize_params *p,
                                 "create files there: %s", who, d,
                                 strerror(errno));
     }
+    if (e->fp8) {
+        const lb_fp8_qconfig *f = e->fp8;
+        if (e->method != LB_QUANT_GPTQ || e->qep)
+            return lb_set_error(LB_ERR_INVALID_ARG, "%s: the FP8 grid goes "
+                                "with GPTQ alone (calibration-free FP8: "
+                                "lowbit quantize --method fp8)", who);
+        if (e->n_rules || e->lm_head || e->profile != LB_QUANT_PROFILE_NONE ||
+            e->rotate != LB_ROTATE_NONE || e->static_groups || e->mse ||
+            e->resume)
+            return lb_set_error(LB_ERR_INVALID_ARG, "%s: GPTQ onto the FP8 "
+                                "grid quantizes every decoder-layer linear "
+                                "with one setting: not with module rules, "
+                                "lm_head, a profile, rotation, "
+                                "static_groups, mse or resume", who);
+        if ((f->fmt != LB_FP8_E4M3 && f->fmt != LB_FP8_E5M2) ||
+            (f->layout != LB_FP8_SCALE_BLOCK &&
+             f->layout != LB_FP8_SCALE_CHANNEL &&
+             f->layout != LB_FP8_SCALE_TENSOR) ||
+            (f->layout == LB_FP8_SCALE_BLOCK &&
+             (f->block_n < 1 || f->block_k < 1 || f->block_n > 65536 ||
+              f->block_k > 65536)) ||
+            (e->fp8_rule != LB_FP8_RULE_MSE && e->fp8_rule != LB_FP8_RULE_AMAX))
+            return lb_set_error(LB_ERR_INVALID_ARG, "%s: bad FP8 settings "
+                                "(fmt %d, layout %d, block %d x %d, rule %d)",
+                                who, (int)f->fmt, (int)f->layout, f->block_n,
+                                f->block_k, (int)e->fp8_rule);
+    }
     if (e->method == LB_QUANT_RTN && (e->desc_act || e->static_groups))
         return lb_set_error(LB_ERR_INVALID_ARG,
                             "%s: desc_act and static_groups need GPTQ (RTN "
@@ -1006,6 +1033,38 @@ lb_status qz_engine_quantize_rtn(qz_engine *e, const qz_module *q,
  * (factor made once per input and shared); RTN: the AutoGPTQ grid. */
 static void gptq_options(const qz_engine *e, const qz_module *q,
                          lb_gptq_options *o);
+static lb_status gptq_run(qz_engine *e, const qz_module *q, const float *W,
+                          const float *H, lb_gptq_factor **fac,
+                          const lb_gptq_options *o, lb_gptq_result *res);
+
+/* The FP8 grid of module q (p->fp8): its scales, found from W as the
+ * calibration-free writer finds them (lb_fp8_quantize_rule; > 0 also for
+ * an all-zero group), and the groups of its layout. *scales is
+ * lb_alloc'd. */
+static lb_status fp8_grid(const qz_engine *e, const qz_module *q,
+                          const float *W, lb_gptq_fp8_grid *g,
+                          float **scales) {
+    const lb_fp8_qconfig *f = e->p->fp8;
+    int nd;
+    int64_t sh[2];
+    lb_fp8_scale_shape(f, q->out, q->in, &nd, sh);
+    const int64_t n_sc = nd == 2 ? sh[0] * sh[1] : 1;
+    uint8_t *codes = lb_alloc((size_t)(q->out * q->in));
+    *scales = lb_alloc((size_t)n_sc * sizeof(float));
+    lb_status s = codes && *scales
+                      ? lb_fp8_quantize_rule(f, e->p->fp8_rule, W, q->out,
+                                             q->in, codes, *scales)
+                      : lb_set_error(LB_ERR_NOMEM, "%s: out of memory",
+                                     q->name);
+    lb_free(codes);
+    g->fmt = (int)f->fmt;
+    g->block_n = f->layout == LB_FP8_SCALE_BLOCK     ? f->block_n
+                 : f->layout == LB_FP8_SCALE_CHANNEL ? 1
+                                                     : q->out;
+    g->block_k = f->layout == LB_FP8_SCALE_BLOCK ? f->block_k : q->in;
+    g->scales = *scales;
+    return s;
+}
 
 lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
                             const float *H, lb_gptq_factor **fac,
@@ -1015,14 +1074,29 @@ lb_status qz_solve_gptq(qz_engine *e, const qz_module *q, const float *W,
     if (!fac)
         return lb_set_error(LB_ERR_INTERNAL, "%s: GPTQ without a Hessian",
                             q->name);
-    lb_status s = qz_engine_factor(e, q, H, &o, fac);
+    if (!e->p->fp8) return gptq_run(e, q, W, H, fac, &o, res);
+    /* the scales from W before the solve, which may use W's buffer */
+    lb_gptq_fp8_grid g8;
+    float *sc8 = NULL;
+    lb_status s = fp8_grid(e, q, W, &g8, &sc8);
+    o.fp8 = &g8;
+    if (s == LB_OK) s = gptq_run(e, q, W, H, fac, &o, res);
+    if (s == LB_OK) res->fp8_scales = sc8;
+    else lb_free(sc8);
+    return s;
+}
+
+static lb_status gptq_run(qz_engine *e, const qz_module *q, const float *W,
+                          const float *H, lb_gptq_factor **fac,
+                          const lb_gptq_options *o, lb_gptq_result *res) {
+    lb_status s = qz_engine_factor(e, q, H, o, fac);
     if (s == LB_OK) qz_engine_h_spent(e);
     if (s == LB_OK && e->w_own && W == e->w_own) {
         e->w_spent = true;
         s = lb_gptq_quantize_factored_inplace(e->w_own, q->out, q->in, *fac,
-                                              &o, res);
+                                              o, res);
     } else if (s == LB_OK) {
-        s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, &o, res);
+        s = lb_gptq_quantize_factored(W, q->out, q->in, *fac, o, res);
     }
     return s;
 }
@@ -2034,9 +2108,16 @@ done:
         int64_t o = r->out_features, in = r->in_features;
         int64_t ng = r->group_size < 0 ? 1 : (in + r->group_size - 1) / r->group_size;
         rep->quantized_params += o * in;
-        bits += 8.0 * (double)(in * r->bits / 32 * o * 4 +
-                               ng * (o * r->bits / 32) * 4 + ng * o * 2 +
-                               (p->format == LB_GPTQ_FORMAT_AWQ ? 0 : in * 4));
+        if (p->fp8) { /* FP8 codes + float32 scales */
+            int nd;
+            int64_t sh[2];
+            lb_fp8_scale_shape(p->fp8, o, in, &nd, sh);
+            bits += 8.0 * (double)(o * in) + 32.0 * (double)(nd == 2 ? sh[0] * sh[1] : 1);
+        } else {
+            bits += 8.0 * (double)(in * r->bits / 32 * o * 4 +
+                                   ng * (o * r->bits / 32) * 4 + ng * o * 2 +
+                                   (p->format == LB_GPTQ_FORMAT_AWQ ? 0 : in * 4));
+        }
         if (!isnan(r->snr_db)) {
             if (r->snr_db < rep->snr_min_db) rep->snr_min_db = r->snr_db;
             if (r->snr_db > rep->snr_max_db) rep->snr_max_db = r->snr_db;

@@ -371,6 +371,15 @@ lb_status qz_effective_params(const lb_quantize_params *p,
  * every layout. */
 lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
 
+/* lb_quantize_model with p->fp8 (fp8_ckpt.c): GPTQ onto the FP8 grid over
+ * the whole model (qz_run, a sink that keeps each module's FP8 codes and
+ * scales), then the FP8 checkpoint of p->fp8 written as `lowbit quantize
+ * --method fp8` writes it (temp directory renamed into place). p has
+ * passed qz_effective_params. */
+lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
+                                 const lb_quantize_params *p, const lb_calib *calib,
+                                 lb_quantize_report *rep);
+
 /* "rtn", "gptq", "awq", "awq+gptq". */
 const char *qz_method_name(lb_quant_method m);
 

@@ -1745,6 +1745,11 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
                             out_dir,
                             S_ISDIR(st.st_mode) ? "not empty"
                                                 : "not a directory");
+    if (p.fp8) {
+        lb_status s8 = qz_fp8_gptq_checkpoint(model_dir, out_dir, &p, calib, rep);
+        if (s8 != LB_OK || rep == &local) lb_quantize_report_free(rep);
+        return s8;
+    }
     qz_rule *rules = NULL;
     LB_TRY(qz_rules_parse(p.rules, p.n_rules, &rules));
     lb_model *m = NULL;

@@ -146,6 +146,7 @@ void lb_gptq_result_free(lb_gptq_result *r) {
     lb_free(r->perm);
     lb_free(r->W_deq);
     lb_free(r->hinv_upper);
+    lb_free(r->fp8_scales);
     memset(r, 0, sizeof *r);
 }
 
