@@ -59,7 +59,7 @@ set +e
 "$LOWBIT" quantize "$TS" -o "$T/x" --method gptq --fp8-block 64 --calib-ids "$REF/calib_ids.i32" --seqlen 128 > /dev/null 2>&1; [ $? -eq 2 ] || fail "fp8 option without format: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method fp8 --calib-ids "$REF/calib_ids.i32" > "$T/err.txt" 2>&1; [ $? -eq 2 ] || fail "fp8 + calib: want 2"
 grep -q "checkpoint-format fp8" "$T/err.txt" || fail "fp8 + calib: hint"
-"$LOWBIT" quantize "$TS" -o "$T/x" --method gptq --checkpoint-format fp8 --lm-head --calib-ids "$REF/calib_ids.i32" --seqlen 128 > /dev/null 2>&1; [ $? -eq 1 ] || fail "fp8 + lm-head: want 1"
+"$LOWBIT" quantize "$TS" -o "$T/x" --method gptq --checkpoint-format fp8 --lm-head --calib-ids "$REF/calib_ids.i32" --seqlen 128 > /dev/null 2>&1; [ $? -eq 2 ] || fail "fp8 + lm-head: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method fp8 --fp8-block 0 > /dev/null 2>&1; [ $? -eq 2 ] || fail "block 0: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method fp8 --fp8-format e3m4 > /dev/null 2>&1; [ $? -eq 2 ] || fail "format: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method fp8 --bits 4 > /dev/null 2>&1; [ $? -eq 2 ] || fail "bits: want 2"

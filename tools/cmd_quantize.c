@@ -193,7 +193,8 @@ int cmd_quantize(int argc, char **argv) {
     unsigned long long seed = 0;
     bool write_report = false;
     bool sym_given = false, gptaq_alpha_given = false, qep_alpha_given = false,
-         rotate_seed_given = false, bits_given = false, gs_given = false;
+         rotate_seed_given = false, bits_given = false, gs_given = false,
+         shard_given = false;
     /* --checkpoint-format fp8: GPTQ onto the FP8 grid */
     bool fp8_out = false, fp8_opt = false;
     lb_fp8_qconfig fq;
@@ -408,6 +409,7 @@ int cmd_quantize(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--max-shard-size")) {
             VALUE();
+            shard_given = true;
             if (!parse_size(v, &p.max_shard_bytes)) {
                 cli_usage_error(cmd, "--max-shard-size: a size like 4G or "
                                 "500M, got '%s'", v);
@@ -487,10 +489,33 @@ int cmd_quantize(int argc, char **argv) {
                         "--checkpoint-format fp8 (or --method fp8)");
         goto out;
     }
-    if (fp8_out && (p.method != LB_QUANT_GPTQ || p.qep || eora_rank)) {
+    if (fp8_out && p.method != LB_QUANT_GPTQ) {
         cli_usage_error(cmd, "--checkpoint-format fp8 goes with --method gptq "
-                        "(no QEP or EoRA); calibration-free FP8: --method fp8");
+                        "(calibration-free FP8: --method fp8)");
         goto out;
+    }
+    if (fp8_out) {
+        /* options of the integer checkpoint writer or of other methods */
+        const char *bad = p.qep                ? "--qep"
+                          : eora_rank            ? "--eora-rank"
+                          : p.lm_head            ? "--lm-head"
+                          : rules.n              ? "--modules"
+                          : p.resume             ? "--resume"
+                          : p.static_groups      ? "--static-groups"
+                          : p.mse                ? "--mse"
+                          : p.profile            ? "--profile"
+                          : p.rotate             ? "--rotate"
+                          : p.force              ? "--force"
+                          : write_report         ? "--report"
+                          : shard_given          ? "--max-shard-size"
+                                                 : NULL;
+        if (bad) {
+            cli_usage_error(cmd, "--checkpoint-format fp8: %s is not supported "
+                            "(every decoder-layer linear gets the FP8 grid; "
+                            "the FP8 writer makes one new model.safetensors "
+                            "and no report)", bad);
+            goto out;
+        }
     }
     if (fp8_out && (bits_given || gs_given || sym_given)) {
         cli_usage_error(cmd, "--checkpoint-format fp8: the FP8 grid has no "
@@ -507,11 +532,12 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (gptq && !calib.n && !calib_ids) {
         cli_usage_error(cmd, "%s needs calibration data: --calib FILE or "
-                        "--calib-ids FILE.i32 (or use --method rtn)",
+                        "--calib-ids FILE.i32 (or use --method %s)",
                         p.qep ? "QEP"
                         : p.method == LB_QUANT_GPTQ  ? "GPTQ"
                         : p.method == LB_QUANT_GPTAQ ? "GPTAQ"
-                                                     : "AWQ");
+                                                     : "AWQ",
+                        fp8_out ? "fp8" : "rtn");
         goto out;
     }
     if (calib.n && calib_ids) {
@@ -601,11 +627,14 @@ int cmd_quantize(int argc, char **argv) {
     if (g_cli.json) {
         printf("{\"out_dir\": ");
         cli_json_string(stdout, out);
-        printf(", \"method\": \"%s\", \"bits\": %d, \"group_size\": %d, "
-               "\"sym\": %s, \"desc_act\": %s, \"checkpoint_format\": \"%s\", "
+        if (fp8_out) /* the FP8 grid: 8-bit codes, groups as fp8.scales */
+            printf(", \"method\": \"%s\", \"bits\": 8, \"group_size\": null, ", method_name);
+        else
+            printf(", \"method\": \"%s\", \"bits\": %d, \"group_size\": %d, ", method_name,
+                   p.bits, p.group_size);
+        printf("\"sym\": %s, \"desc_act\": %s, \"checkpoint_format\": \"%s\", "
                "\"modules\": %d, \"modules_quantized\": %d, "
                "\"quantized_params\": %lld, \"bits_per_weight\": %.6f, ",
-               method_name, fp8_out ? 8 : p.bits, fp8_out ? -1 : p.group_size,
                p.sym ? "true" : "false", p.desc_act ? "true" : "false",
                fp8_out ? "fp8"
                : p.format == LB_GPTQ_FORMAT_AWQ || (awq && p.bits == 4 &&
@@ -615,14 +644,17 @@ int cmd_quantize(int argc, char **argv) {
                                                       : "gptq",
                rep.n_modules, nq, (long long)rep.quantized_params,
                rep.bits_per_weight);
-        if (fp8_out)
-            printf("\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": %d, "
-                   "\"quant_method\": \"%s\", \"scale_rule\": \"%s\"}, ",
+        if (fp8_out) {
+            printf("\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": ",
                    fq.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3",
                    fq.layout == LB_FP8_SCALE_BLOCK     ? "block"
                    : fq.layout == LB_FP8_SCALE_CHANNEL ? "channel"
-                                                       : "tensor",
-                   fq.block_n, fq.method, frule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+                                                       : "tensor");
+            if (fq.layout == LB_FP8_SCALE_BLOCK) printf("%d", fq.block_n);
+            else printf("null");
+            printf(", \"quant_method\": \"%s\", \"scale_rule\": \"%s\"}, ", fq.method,
+                   frule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+        }
         if (isfinite(rep.snr_min_db))
             printf("\"snr_db\": {\"min\": %.4f, \"max\": %.4f, \"mean\": "
                    "%.4f}, ",

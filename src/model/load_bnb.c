@@ -37,6 +37,94 @@ static const lb_tensor *find2(const lb_safetensors *st, const char *pre, const c
     return lb_st_find(st, nm);
 }
 
+/* The bitsandbytes weight t (tensor `name`, PREFIX.weight: U8 4-bit codes
+ * or I8) of a linear [out, in], with its companions, into *d: NF4/FP4
+ * 64-blocks, INT8 32-blocks, or F32. */
+static lb_status bnb_linear(bnb_ctx *c, const char *name, const lb_tensor *t, int64_t out,
+                            int64_t in, lb_tensor *d) {
+    size_t l = strlen(name);
+    char pre[256];
+    snprintf(pre, sizeof pre, "%.*s", (int)(l > 7 ? l - 7 : 0), name);
+    const int64_t sh[2] = {out, in};
+    size_t n_el;
+    if (out <= 0 || in <= 0 || !lb_mul_ok((size_t)sh[0], (size_t)sh[1], &n_el) ||
+        n_el > INT64_MAX / 4)
+        return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
+    if (c->q->kind == LB_BNB_INT8 && t->type != LB_TYPE_I8)
+        return lb_set_error(LB_ERR_FORMAT, "%s: %s: dtype %s in an 8-bit bitsandbytes "
+                            "checkpoint (I8 expected)", c->label, name, lb_type_name(t->type));
+    const char *qt = c->q->kind == LB_BNB_NF4 ? "nf4" : "fp4";
+    lb_bnb_4bit_tensors bt = {0};
+    if (c->q->kind != LB_BNB_INT8) {
+        char sn[64];
+        snprintf(sn, sizeof sn, "weight.quant_state.bitsandbytes__%s", qt);
+        bt = (lb_bnb_4bit_tensors){
+            .weight = t,
+            .absmax = find2(c->st, pre, "weight.absmax"),
+            .quant_map = find2(c->st, pre, "weight.quant_map"),
+            .nested_absmax = find2(c->st, pre, "weight.nested_absmax"),
+            .nested_quant_map = find2(c->st, pre, "weight.nested_quant_map"),
+            .state = find2(c->st, pre, sn),
+        };
+        if (!bt.state && find2(c->st, pre, c->q->kind == LB_BNB_NF4
+                                               ? "weight.quant_state.bitsandbytes__fp4"
+                                               : "weight.quant_state.bitsandbytes__nf4"))
+            return lb_set_error(LB_ERR_FORMAT, "%s: %s.weight: quant_state of the other 4-bit "
+                                "type than config.json's bnb_4bit_quant_type '%s'", c->label,
+                                pre, qt);
+    }
+    /* native first: NF4/FP4 64-blocks (4.5 bits/weight) or INT8 32-blocks
+     * (9 bits/weight), run by the bnb kernels; F32 when the tensor's
+     * layout does not allow it (LB_ERR_UNSUPPORTED from the repack) */
+    bool b4 = c->q->kind != LB_BNB_INT8;
+    int64_t blk = b4 ? 64 : 32;
+    lb_status s = LB_OK;
+    void *buf = NULL;
+    size_t bytes = 0;
+    lb_type ty = LB_TYPE_F32;
+    if (sh[1] % blk == 0) {
+        bytes = n_el / (size_t)blk * 36;
+        buf = lb_alloc(bytes);
+        if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+        s = b4 ? lb_bnb_4bit_to_b64(pre, c->q->kind, &bt, sh[0], sh[1], buf)
+               : lb_bnb_int8_to_b32(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
+        if (s == LB_OK) {
+            ty = b4 ? (c->q->kind == LB_BNB_NF4 ? LB_TYPE_NF4_B64 : LB_TYPE_FP4_B64)
+                    : LB_TYPE_I8_B32;
+        } else {
+            lb_free(buf);
+            buf = NULL;
+            if (s != LB_ERR_UNSUPPORTED) return lb_error_context(s, "%s", c->label);
+            lb_log(LB_LOG_DEBUG, "%s: %s", c->label, lb_last_error());
+        }
+    }
+    if (!buf) {
+        bytes = n_el * sizeof(float);
+        buf = lb_alloc(bytes);
+        if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
+        s = b4 ? lb_bnb_dequantize_4bit(pre, &bt, sh[0], sh[1], buf)
+               : lb_bnb_dequantize_int8(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
+        if (s != LB_OK) {
+            lb_free(buf);
+            return lb_error_context(s, "%s", c->label);
+        }
+    }
+    s = lb_model_builder_own(c->m, buf);
+    if (s != LB_OK) return s;
+    *d = *t;
+    d->type = ty;
+    d->n_dims = 2;
+    d->shape[0] = sh[0];
+    d->shape[1] = sh[1];
+    d->data = buf;
+    d->nbytes = bytes;
+    c->n_q++;
+    c->n_native += ty != LB_TYPE_F32;
+    return LB_OK;
+}
+
+static bool is_bnb(const lb_tensor *t) { return t->type == LB_TYPE_U8 || t->type == LB_TYPE_I8; }
+
 static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, int layer,
                             bool optional) {
     const lb_tensor *t = lb_st_find(c->st, name);
@@ -47,93 +135,20 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
     bool linear = role >= LB_ROLE_Q && role <= LB_ROLE_DOWN && role != LB_ROLE_Q_BIAS &&
                   role != LB_ROLE_K_BIAS && role != LB_ROLE_V_BIAS && role != LB_ROLE_Q_NORM &&
                   role != LB_ROLE_K_NORM && role != LB_ROLE_FFN_NORM;
-    size_t l = strlen(name);
-    char pre[256];
-    snprintf(pre, sizeof pre, "%.*s", (int)(l > 7 ? l - 7 : 0), name);
-    bool quant = t->type == LB_TYPE_U8 || t->type == LB_TYPE_I8;
-    if (quant) {
+    if (is_bnb(t)) {
         if (!linear)
             return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' is %s but not a decoder-layer "
                                 "linear weight", c->label, name, lb_type_name(t->type));
         int nd;
         int64_t sh[2];
         lb_role_shape(&c->m->config, role, &nd, sh);
-        size_t n_el;
-        if (nd != 2 || !lb_mul_ok((size_t)sh[0], (size_t)sh[1], &n_el) || n_el > INT64_MAX / 4)
-            return lb_set_error(LB_ERR_OVERFLOW, "%s: tensor '%s' too large", c->label, name);
-        if (c->q->kind == LB_BNB_INT8 && t->type != LB_TYPE_I8)
-            return lb_set_error(LB_ERR_FORMAT, "%s: %s: dtype %s in an 8-bit bitsandbytes "
-                                "checkpoint (I8 expected)", c->label, name, lb_type_name(t->type));
-        const char *qt = c->q->kind == LB_BNB_NF4 ? "nf4" : "fp4";
-        lb_bnb_4bit_tensors bt = {0};
-        if (c->q->kind != LB_BNB_INT8) {
-            char sn[64];
-            snprintf(sn, sizeof sn, "weight.quant_state.bitsandbytes__%s", qt);
-            bt = (lb_bnb_4bit_tensors){
-                .weight = t,
-                .absmax = find2(c->st, pre, "weight.absmax"),
-                .quant_map = find2(c->st, pre, "weight.quant_map"),
-                .nested_absmax = find2(c->st, pre, "weight.nested_absmax"),
-                .nested_quant_map = find2(c->st, pre, "weight.nested_quant_map"),
-                .state = find2(c->st, pre, sn),
-            };
-            if (!bt.state && find2(c->st, pre, c->q->kind == LB_BNB_NF4
-                                                   ? "weight.quant_state.bitsandbytes__fp4"
-                                                   : "weight.quant_state.bitsandbytes__nf4"))
-                return lb_set_error(LB_ERR_FORMAT, "%s: %s.weight: quant_state of the other 4-bit "
-                                    "type than config.json's bnb_4bit_quant_type '%s'", c->label,
-                                    pre, qt);
-        }
-        /* native first: NF4/FP4 64-blocks (4.5 bits/weight) or INT8 32-blocks
-         * (9 bits/weight), run by the bnb kernels; F32 when the tensor's
-         * layout does not allow it (LB_ERR_UNSUPPORTED from the repack) */
-        bool b4 = c->q->kind != LB_BNB_INT8;
-        int64_t blk = b4 ? 64 : 32;
-        lb_status s = LB_OK;
-        void *buf = NULL;
-        size_t bytes = 0;
-        lb_type ty = LB_TYPE_F32;
-        if (sh[1] % blk == 0) {
-            bytes = n_el / (size_t)blk * 36;
-            buf = lb_alloc(bytes);
-            if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
-            s = b4 ? lb_bnb_4bit_to_b64(pre, c->q->kind, &bt, sh[0], sh[1], buf)
-                   : lb_bnb_int8_to_b32(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
-            if (s == LB_OK) {
-                ty = b4 ? (c->q->kind == LB_BNB_NF4 ? LB_TYPE_NF4_B64 : LB_TYPE_FP4_B64)
-                        : LB_TYPE_I8_B32;
-            } else {
-                lb_free(buf);
-                buf = NULL;
-                if (s != LB_ERR_UNSUPPORTED) return lb_error_context(s, "%s", c->label);
-                lb_log(LB_LOG_DEBUG, "%s: %s", c->label, lb_last_error());
-            }
-        }
-        if (!buf) {
-            bytes = n_el * sizeof(float);
-            buf = lb_alloc(bytes);
-            if (!buf) return lb_error_context(LB_ERR_NOMEM, "%s: %s", c->label, name);
-            s = b4 ? lb_bnb_dequantize_4bit(pre, &bt, sh[0], sh[1], buf)
-                   : lb_bnb_dequantize_int8(pre, t, find2(c->st, pre, "SCB"), sh[0], sh[1], buf);
-            if (s != LB_OK) {
-                lb_free(buf);
-                return lb_error_context(s, "%s", c->label);
-            }
-        }
-        s = lb_model_builder_own(c->m, buf);
-        if (s != LB_OK) return s;
-        lb_tensor d = *t;
-        d.type = ty;
-        d.n_dims = 2;
-        d.shape[0] = sh[0];
-        d.shape[1] = sh[1];
-        d.data = buf;
-        d.nbytes = bytes;
-        s = lb_model_builder_set(c->m, role, layer, &d);
-        if (s != LB_OK) return lb_error_context(s, "%s", c->label);
-        c->n_q++;
-        c->n_native += ty != LB_TYPE_F32;
-        return LB_OK;
+        if (nd != 2)
+            return lb_set_error(LB_ERR_FORMAT, "%s: tensor '%s': not a matrix role", c->label,
+                                name);
+        lb_tensor d;
+        lb_status s = bnb_linear(c, name, t, sh[0], sh[1], &d);
+        if (s == LB_OK) s = lb_model_builder_set(c->m, role, layer, &d);
+        return s != LB_OK ? lb_error_context(s, "%s", c->label) : LB_OK;
     }
     if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32/F16/BF16 or "
@@ -141,6 +156,24 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
     lb_status s = lb_model_builder_set(c->m, role, layer, t);
     if (s != LB_OK) return lb_error_context(s, "%s", c->label);
     if (linear) c->n_dense++;
+    return LB_OK;
+}
+
+/* A linear of the issue-13 layouts (lb_model_load_layers_ext): prefix.weight,
+ * bitsandbytes or dense, [out, in]. */
+static lb_status ext_linear(void *user, const char *prefix, int64_t out, int64_t in,
+                            lb_tensor *d) {
+    bnb_ctx *c = user;
+    char name[300];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const lb_tensor *t = lb_st_find(c->st, name);
+    if (!t) return lb_set_error(LB_ERR_NOT_FOUND, "%s: tensor '%s' not found", c->label, name);
+    if (is_bnb(t)) return bnb_linear(c, name, t, out, in, d);
+    if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32/F16/BF16 or "
+                            "bitsandbytes U8/I8 expected)", c->label, name, lb_type_name(t->type));
+    c->n_dense++;
+    *d = *t;
     return LB_OK;
 }
 
@@ -158,8 +191,15 @@ lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q
     if (s != LB_OK) return s;
     bnb_ctx c = {.m = m, .st = st, .label = label, .q = q};
     s = lb_model_hf_walk_globals(m, st, set_tensor_cb, &c);
-    if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);
-    if (s == LB_OK) s = lb_model_builder_finish(m);
+    if (s == LB_OK && cfg->arch >= LB_ARCH_GEMMA2) {
+        /* Gemma 2/3, Phi-3, MoE: the layouts of load_hf_ext.c */
+        s = lb_model_load_layers_ext(m, st, label, opts, ext_linear, &c);
+        if (s == LB_OK) s = lb_model_builder_finish(m);
+        if (s == LB_OK && m->config.post_norms) s = lb_model_gemma_norms_plus_one(m);
+    } else {
+        if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);
+        if (s == LB_OK) s = lb_model_builder_finish(m);
+    }
     if (s != LB_OK) {
         lb_model_free(m);
         return s;

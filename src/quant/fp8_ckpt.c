@@ -3,6 +3,10 @@
  * `lowbit quantize --method fp8`). No calibration: every decoder-layer
  * linear is quantized on its own, one at a time, inside the safetensors
  * writer's producer (peak memory: one weight in f32 plus its codes).
+ * Also the writer of GPTQ onto the FP8 grid (`--method gptq
+ * --checkpoint-format fp8`, qz_fp8_gptq_checkpoint): the layer pipeline
+ * (quantize.c) solves every linear, a sink keeps the codes and scales, and
+ * the same writer takes them instead of quantizing.
  */
 #include "quant/nocalib_ckpt.h"
 #include "quant/quantize_internal.h"
@@ -271,6 +275,7 @@ typedef struct fp8_sink {
     fp8_pre *pre; /* [n] by plan module index                          */
     const qz_module *mods;
     int n;
+    const lb_fp8_qconfig *q;
 } fp8_sink;
 
 static lb_status fp8_module_done(void *user, const qz_module *mod, const float *W,
@@ -285,14 +290,15 @@ static lb_status fp8_module_done(void *user, const qz_module *mod, const float *
     snprintf(p->name, sizeof p->name, "%s", mod->name);
     p->out = mod->out;
     p->in = mod->in;
-    const size_t nw = (size_t)(mod->out * mod->in);
+    int nd;
+    int64_t sh[2];
+    lb_fp8_scale_shape(k->q, mod->out, mod->in, &nd, sh);
+    const size_t nw = (size_t)(mod->out * mod->in), ns = (size_t)(nd == 2 ? sh[0] * sh[1] : 1);
     p->codes = lb_alloc(nw);
-    if (!p->codes) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", mod->name);
+    p->scales = lb_alloc(ns * sizeof *p->scales);
+    if (!p->codes || !p->scales) return lb_set_error(LB_ERR_NOMEM, "%s: out of memory", mod->name);
     memcpy(p->codes, res->codes, nw);
-    /* the result's scales move to the sink (the engine frees res) */
-    lb_gptq_result *r = (lb_gptq_result *)res;
-    p->scales = r->fp8_scales;
-    r->fp8_scales = NULL;
+    memcpy(p->scales, res->fp8_scales, ns * sizeof *p->scales);
     return LB_OK;
 }
 
@@ -320,6 +326,7 @@ lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
         k.pre = calloc((size_t)n_mods + 1, sizeof *k.pre);
         k.mods = mods;
         k.n = n_mods;
+        k.q = p->fp8;
         if (!k.pre) s = lb_set_error(LB_ERR_NOMEM, "out of memory");
     }
     if (s == LB_OK) {
@@ -331,7 +338,7 @@ lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
      * packing refuses) is quantized by the writer without calibration */
     int n_pre = 0;
     for (int i = 0; i < n_mods && s == LB_OK; i++)
-        if (k.pre[i].codes) {
+        if (k.pre[i].codes && k.pre[i].scales) {
             fp8_pre t = k.pre[i];
             memset(&k.pre[i], 0, sizeof t);
             k.pre[n_pre++] = t;

@@ -161,14 +161,20 @@ lb_status qz_effective_params(const lb_quantize_params *p,
             return lb_set_error(LB_ERR_INVALID_ARG, "%s: the FP8 grid goes "
                                 "with GPTQ alone (calibration-free FP8: "
                                 "lowbit quantize --method fp8)", who);
-        if (e->n_rules || e->lm_head || e->profile != LB_QUANT_PROFILE_NONE ||
-            e->rotate != LB_ROTATE_NONE || e->static_groups || e->mse ||
-            e->resume)
+        const char *bad = e->n_rules                            ? "module rules"
+                          : e->lm_head                          ? "lm_head"
+                          : e->profile != LB_QUANT_PROFILE_NONE ? "a profile"
+                          : e->rotate != LB_ROTATE_NONE         ? "rotation"
+                          : e->static_groups                    ? "static_groups"
+                          : e->mse                              ? "mse"
+                          : e->resume                           ? "resume"
+                          : e->force                            ? "force"
+                                                                : NULL;
+        if (bad)
             return lb_set_error(LB_ERR_INVALID_ARG, "%s: GPTQ onto the FP8 "
                                 "grid quantizes every decoder-layer linear "
-                                "with one setting: not with module rules, "
-                                "lm_head, a profile, rotation, "
-                                "static_groups, mse or resume", who);
+                                "with one setting and writes a new "
+                                "directory: not with %s", who, bad);
         if ((f->fmt != LB_FP8_E4M3 && f->fmt != LB_FP8_E5M2) ||
             (f->layout != LB_FP8_SCALE_BLOCK &&
              f->layout != LB_FP8_SCALE_CHANNEL &&

@@ -149,6 +149,7 @@ static void plan_one(qz_module *q, const lb_quantize_params *p,
         if (r->sym >= 0) q->sym = r->sym;
         if (r->desc_act >= 0) q->desc_act = r->desc_act;
     }
+    if (p->fp8) return; /* the FP8 grid: no packing, its own scale groups */
     if (q->in % 32 || q->out % 32) {
         q->quantize = false;
         snprintf(q->note, sizeof q->note,
