@@ -685,9 +685,8 @@ int cmd_quantize(int argc, char **argv) {
                    rep.layers_resumed);
         for (int i = 0; i < rep.n_modules; i++)
             if (!rep.modules[i].quantized && !g_cli.quiet)
-                printf("  %s: %s (%s)\n",
-                       fp8_out ? "FP8 without GPTQ" : "kept dense",
-                       rep.modules[i].name, rep.modules[i].note);
+                printf("  kept dense: %s (%s)\n", rep.modules[i].name,
+                       rep.modules[i].note);
         int n_plain = 0;
         for (int i = 0; i < rep.n_modules; i++)
             n_plain += rep.modules[i].awq_plain;

@@ -264,10 +264,11 @@ typedef struct lb_quantize_params {
      * scales fixed (lb_gptq_fp8_grid); lb_quantize_model writes the FP8
      * checkpoint of fp8 (lowbit/fp8.h: weight + weight_scale_inv or
      * weight_scale, the same quantization_config) instead of a GPTQ one.
-     * Method GPTQ only (desc_act allowed); not with module rules,
-     * lm_head, a profile, rotation, QEP, static_groups, mse, resume, or
-     * MoE / fused-module architectures (LB_ERR_INVALID_ARG /
-     * LB_ERR_UNSUPPORTED). bits/group_size/sym are not used. */
+     * Method GPTQ only (desc_act allowed); any linear shape; not with
+     * module rules, lm_head, a profile, rotation, QEP, static_groups,
+     * mse, resume or force (LB_ERR_INVALID_ARG), nor MoE / fused-module
+     * architectures (LB_ERR_UNSUPPORTED). bits/group_size/sym are not
+     * used; no report file, one model.safetensors. */
     const lb_fp8_qconfig *fp8;
     lb_fp8_scale_rule fp8_rule; /* LB_FP8_RULE_MSE (0)                    */
     lb_progress progress;     /* stage text + done/total work units        */

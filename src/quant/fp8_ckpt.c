@@ -334,8 +334,9 @@ lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
         s = qz_run(m, p, calib, mods, n_mods, &sink, rep);
     }
     lb_model_free(m);
-    /* the quantized modules; one the plan left dense (a shape GPTQ's
-     * packing refuses) is quantized by the writer without calibration */
+    /* the solved modules (the FP8 plan quantizes every layer linear; a
+     * layer linear without codes would be quantized by the writer without
+     * calibration) */
     int n_pre = 0;
     for (int i = 0; i < n_mods && s == LB_OK; i++)
         if (k.pre[i].codes && k.pre[i].scales) {
