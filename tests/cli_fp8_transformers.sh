@@ -8,7 +8,8 @@
 #  2. lowbit's FP8 checkpoint (default MSE scales) loads in transformers
 #     (FineGrainedFP8Config(dequantize=True)): every weight equals a torch
 #     dequantization of the files, transformers' logits equal those of that
-#     dense copy, and lowbit's logits on the FP8 file match that copy too.
+#     dense copy, and lowbit's logits on the FP8 file match that copy too;
+#  3. the same for a GPTQ-FP8 checkpoint (--checkpoint-format fp8).
 # accelerate is absent from the chroot and transformers' FP8 quantizer needs
 # a GPU to start: both checks are patched out in the python helper (its
 # docstring says how); nothing is installed. bitsandbytes checkpoints cannot
@@ -64,4 +65,15 @@ v = float(re.search(r'logit max \|diff\|[^:]*: (\S+)', open('$T/r.log').read()).
 sys.exit(0 if v < 1e-4 else 1)" || fail "transformers' logits differ from the dense copy's"
 echo "lowbit-written FP8 checkpoint in lowbit vs the same torch dequantization:"
 check_parity "$T/lbdeq" "$T/lb"
+
+# 3. the same for GPTQ onto the FP8 grid (--checkpoint-format fp8): its
+#    codes differ, its files and config are the FP8 writer's
+"$LOWBIT" quantize "$TS" -o "$T/lbg" --method gptq --checkpoint-format fp8 \
+  --calib-ids "$SHARED/reference/gptq_model/calib_ids.i32" --seqlen 128 -q > /dev/null
+sh "$REFENV" run python3 "$PY" read "$T/lbg" "$T/lbgdeq" > "$T/rg.log" 2>&1 ||
+  { cat "$T/rg.log"; fail "transformers FP8 read (GPTQ)"; }
+grep -q "^weight max |diff| transformers vs torch dequantization: 0.0$" "$T/rg.log" ||
+  fail "GPTQ-FP8: transformers' weights differ from the dequantization"
+echo "lowbit's GPTQ-FP8 checkpoint in lowbit vs its torch dequantization:"
+check_parity "$T/lbgdeq" "$T/lbg"
 echo "cli_fp8_transformers: OK"
