@@ -561,37 +561,17 @@ static void test_mse_rule(void) {
  * err = (w - q) / U[c,c], w[c+1:] -= err U[c, c+1:]. s: the group's fixed
  * scale, groups by ORIGINAL column. Shapes not multiples of the groups. */
 static void chol_upper_inv(const double *H, int n, double *U) {
-    /* A = H^-1 by Gauss-Jordan, then A = U^T U (U upper) */
-    double *M = calloc((size_t)n * 2 * n, sizeof *M);
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < n; j++) M[i * 2 * n + j] = H[i * n + j];
-        M[i * 2 * n + n + i] = 1;
-    }
-    for (int c = 0; c < n; c++) {
-        int piv = c;
-        for (int r = c + 1; r < n; r++)
-            if (fabs(M[r * 2 * n + c]) > fabs(M[piv * 2 * n + c])) piv = r;
-        for (int j = 0; j < 2 * n && piv != c; j++) {
-            double t = M[c * 2 * n + j];
-            M[c * 2 * n + j] = M[piv * 2 * n + j];
-            M[piv * 2 * n + j] = t;
-        }
-        double d = M[c * 2 * n + c];
-        for (int j = 0; j < 2 * n; j++) M[c * 2 * n + j] /= d;
-        for (int r = 0; r < n; r++) {
-            if (r == c) continue;
-            double f = M[r * 2 * n + c];
-            for (int j = 0; j < 2 * n; j++) M[r * 2 * n + j] -= f * M[c * 2 * n + j];
-        }
-    }
+    /* A = H^-1 (Gauss-Jordan, th.h), then A = U^T U (U upper) */
+    double *A = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    th_inv64(H, A, n);
     for (int i = 0; i < n * n; i++) U[i] = 0;
-    for (int i = 0; i < n; i++) /* A = U^T U: row i of U */
+    for (int i = 0; i < n; i++) /* row i of U */
         for (int j = i; j < n; j++) {
-            double a = M[i * 2 * n + n + j];
+            double a = A[i * n + j];
             for (int k = 0; k < i; k++) a -= U[k * n + i] * U[k * n + j];
             U[i * n + j] = j == i ? sqrt(a) : a / U[i * n + i];
         }
-    free(M);
+    free(A);
 }
 
 static int nearest_code(double x, const float *tab) {

@@ -50,35 +50,6 @@ static bool chol64(double *A, int n) {
     return true;
 }
 
-/* Inverse of the SPD matrix A [n, n] by Gauss-Jordan (float64). */
-static void inv64(const double *A, double *Ai, int n) {
-    double *M = calloc((size_t)n * 2 * n, sizeof(double));
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < n; j++) M[i * 2 * n + j] = A[i * n + j];
-        M[i * 2 * n + n + i] = 1.0;
-    }
-    for (int c = 0; c < n; c++) {
-        int p = c;
-        for (int r = c + 1; r < n; r++)
-            if (fabs(M[r * 2 * n + c]) > fabs(M[p * 2 * n + c])) p = r;
-        for (int j = 0; j < 2 * n; j++) {
-            double t = M[c * 2 * n + j];
-            M[c * 2 * n + j] = M[p * 2 * n + j];
-            M[p * 2 * n + j] = t;
-        }
-        double d = M[c * 2 * n + c];
-        for (int j = 0; j < 2 * n; j++) M[c * 2 * n + j] /= d;
-        for (int r = 0; r < n; r++) {
-            if (r == c) continue;
-            double f = M[r * 2 * n + c];
-            for (int j = 0; j < 2 * n; j++) M[r * 2 * n + j] -= f * M[c * 2 * n + j];
-        }
-    }
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) Ai[i * n + j] = M[i * 2 * n + n + j];
-    free(M);
-}
-
 enum { OUT = 12, IN = 48, NT = 400, GS = 8 };
 
 /* Synthetic calibration: X~ [NT, IN] with correlated columns and a few
@@ -167,7 +138,7 @@ static void test_gptaq_rule(void) {
            *Pd = malloc(sizeof(double) * IN * IN);
     for (int i = 0; i < IN * IN; i++) Hd[i] = H[i];
     for (int c = 0; c < IN; c++) Hd[c * IN + c] += 0.01 * mean;
-    inv64(Hd, Hi, IN);
+    th_inv64(Hd, Hi, IN);
     double *R = malloc(sizeof(double) * IN * IN);
     /* Hi = U^T U with U upper: U = L^T for the lower Cholesky L of Hi */
     for (int i = 0; i < IN * IN; i++) R[i] = Hi[i];

@@ -162,4 +162,34 @@ static inline long th_rss_pages(void) {
     return rss;
 }
 
+/* Ai = A^-1 for a nonsingular A [n, n], by Gauss-Jordan with partial
+ * pivoting in float64 (the independent inverse of the GPTQ-family tests). */
+static inline void th_inv64(const double *A, double *Ai, int n) {
+    double *M = calloc((size_t)n * 2 * n, sizeof(double));
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) M[i * 2 * n + j] = A[i * n + j];
+        M[i * 2 * n + n + i] = 1.0;
+    }
+    for (int c = 0; c < n; c++) {
+        int p = c;
+        for (int r = c + 1; r < n; r++)
+            if (fabs(M[r * 2 * n + c]) > fabs(M[p * 2 * n + c])) p = r;
+        for (int j = 0; j < 2 * n; j++) {
+            double t = M[c * 2 * n + j];
+            M[c * 2 * n + j] = M[p * 2 * n + j];
+            M[p * 2 * n + j] = t;
+        }
+        double d = M[c * 2 * n + c];
+        for (int j = 0; j < 2 * n; j++) M[c * 2 * n + j] /= d;
+        for (int r = 0; r < n; r++) {
+            if (r == c) continue;
+            double f = M[r * 2 * n + c];
+            for (int j = 0; j < 2 * n; j++) M[r * 2 * n + j] -= f * M[c * 2 * n + j];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) Ai[i * n + j] = M[i * 2 * n + n + j];
+    free(M);
+}
+
 #endif /* LB_TH_H */

@@ -159,22 +159,18 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
     return LB_OK;
 }
 
+static lb_status conv_cb(void *user, const char *name, const lb_tensor *t, int64_t out,
+                        int64_t in, lb_tensor *d) {
+    return bnb_linear(user, name, t, out, in, d);
+}
+
 /* A linear of the issue-13 layouts (lb_model_load_layers_ext): prefix.weight,
- * bitsandbytes or dense, [out, in]. */
+ * bitsandbytes U8/I8 or dense, [out, in]. */
 static lb_status ext_linear(void *user, const char *prefix, int64_t out, int64_t in,
                             lb_tensor *d) {
     bnb_ctx *c = user;
-    char name[300];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    const lb_tensor *t = lb_st_find(c->st, name);
-    if (!t) return lb_set_error(LB_ERR_NOT_FOUND, "%s: tensor '%s' not found", c->label, name);
-    if (is_bnb(t)) return bnb_linear(c, name, t, out, in, d);
-    if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
-        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32/F16/BF16 or "
-                            "bitsandbytes U8/I8 expected)", c->label, name, lb_type_name(t->type));
-    c->n_dense++;
-    *d = *t;
-    return LB_OK;
+    return lb_model_ext_weight(c->st, c->label, prefix, out, in, is_bnb, conv_cb, c, "bitsandbytes U8/I8",
+                               &c->n_dense, d);
 }
 
 static lb_status set_tensor_cb(void *user, const char *name, lb_tensor_role role, int layer,

@@ -258,6 +258,23 @@ static lb_status load_experts(lb_model *m, const lin_src *ls,
     return LB_OK;
 }
 
+lb_status lb_model_ext_weight(const lb_safetensors *st, const char *label,
+                              const char *prefix, int64_t out, int64_t in,
+                              bool (*is_q)(const lb_tensor *t), lb_qweight_fn conv,
+                              void *user, const char *kinds, int *n_dense, lb_tensor *d) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const lb_tensor *t = lb_st_find(st, name);
+    if (!t) return lb_set_error(LB_ERR_NOT_FOUND, "%s: tensor '%s' not found", label, name);
+    if (is_q(t)) return conv(user, name, t, out, in, d);
+    if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16)
+        return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32/F16/BF16 or "
+                            "%s expected)", label, name, lb_type_name(t->type), kinds);
+    (*n_dense)++;
+    *d = *t;
+    return LB_OK;
+}
+
 lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
                                       const char *dir,
                                       const lb_model_load_opts *opts) {

@@ -215,6 +215,17 @@ lb_status lb_model_load_layers_ext(lb_model *m, const struct lb_safetensors *st,
                                    lb_ext_linear_fn linear, void *user);
 lb_status lb_model_gemma_norms_plus_one(lb_model *m);
 
+/* The body of a quantized-checkpoint loader's lb_ext_linear_fn (load_fp8.c,
+ * load_bnb.c): st's prefix.weight, converted by conv(user, name, t, out, in,
+ * d) when is_q(t), else taken as it is if F32/F16/BF16 (*n_dense counted);
+ * errors name label and the tensor, `kinds` the dtypes accepted. */
+typedef lb_status (*lb_qweight_fn)(void *user, const char *name, const lb_tensor *t,
+                                   int64_t out, int64_t in, lb_tensor *d);
+lb_status lb_model_ext_weight(const struct lb_safetensors *st, const char *label,
+                              const char *prefix, int64_t out, int64_t in,
+                              bool (*is_q)(const lb_tensor *t), lb_qweight_fn conv,
+                              void *user, const char *kinds, int *n_dense, lb_tensor *d);
+
 /* MoE routing of one token (forward_ext.c, transformers' order):
  * prob = softmax(logits[E]) in f32, idx[k] = top-k (ties to the lower
  * index, as torch.topk on CPU), w[k] = their probabilities, renormalised to
