@@ -523,6 +523,12 @@ static void test_mse_rule(void) {
             if (lay == 2) q.layout = LB_FP8_SCALE_TENSOR;
             TH_CHECK_OK(lb_fp8_quantize_rule(&q, LB_FP8_RULE_AMAX, W, O, I, c1, s1));
             TH_CHECK_OK(lb_fp8_quantize_rule(&q, LB_FP8_RULE_MSE, W, O, I, c2, s2));
+            { /* codes NULL: the same scales alone */
+                float s3[O * 4];
+                const int ns = lay == 0 ? 2 * 3 : lay == 1 ? O : 1;
+                TH_CHECK_OK(lb_fp8_quantize_rule(&q, LB_FP8_RULE_MSE, W, O, I, NULL, s3));
+                TH_CHECK(!memcmp(s3, s2, (size_t)ns * sizeof(float)));
+            }
             const float *tab = lb_fp8_table(q.fmt);
             /* per-group errors through the reader's formula */
             double e1g[O] = {0}, e2g[O] = {0}, e1 = 0, e2 = 0;

@@ -148,7 +148,9 @@ typedef enum lb_fp8_scale_rule { LB_FP8_RULE_MSE = 0, LB_FP8_RULE_AMAX = 1 } lb_
 
 /* lb_fp8_quantize under a scale rule (lb_fp8_quantize is the AMAX rule).
  * The encoding of a weight, given its group's scale, is as above (BLOCK:
- * q = fp8(clamp(w * (1 / scale))); CHANNEL/TENSOR: fp8(clamp(w / scale))). */
+ * q = fp8(clamp(w * (1 / scale))); CHANNEL/TENSOR: fp8(clamp(w / scale))).
+ * codes may be NULL: the scales alone (GPTQ onto the FP8 grid finds its
+ * codes itself, lb_gptq_fp8_grid). */
 lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, const float *W,
                                int64_t out, int64_t in, uint8_t *codes, float *scales);
 

@@ -40,8 +40,9 @@ static const lb_tensor *find2(const lb_safetensors *st, const char *pre, const c
 /* The bitsandbytes weight t (tensor `name`, PREFIX.weight: U8 4-bit codes
  * or I8) of a linear [out, in], with its companions, into *d: NF4/FP4
  * 64-blocks, INT8 32-blocks, or F32. */
-static lb_status bnb_linear(bnb_ctx *c, const char *name, const lb_tensor *t, int64_t out,
+static lb_status bnb_linear(void *user, const char *name, const lb_tensor *t, int64_t out,
                             int64_t in, lb_tensor *d) {
+    bnb_ctx *c = user;
     size_t l = strlen(name);
     char pre[256];
     snprintf(pre, sizeof pre, "%.*s", (int)(l > 7 ? l - 7 : 0), name);
@@ -159,17 +160,12 @@ static lb_status set_tensor(bnb_ctx *c, const char *name, lb_tensor_role role, i
     return LB_OK;
 }
 
-static lb_status conv_cb(void *user, const char *name, const lb_tensor *t, int64_t out,
-                        int64_t in, lb_tensor *d) {
-    return bnb_linear(user, name, t, out, in, d);
-}
-
 /* A linear of the issue-13 layouts (lb_model_load_layers_ext): prefix.weight,
  * bitsandbytes U8/I8 or dense, [out, in]. */
 static lb_status ext_linear(void *user, const char *prefix, int64_t out, int64_t in,
                             lb_tensor *d) {
     bnb_ctx *c = user;
-    return lb_model_ext_weight(c->st, c->label, prefix, out, in, is_bnb, conv_cb, c, "bitsandbytes U8/I8",
+    return lb_model_ext_weight(c->st, c->label, prefix, out, in, is_bnb, bnb_linear, c, "bitsandbytes U8/I8",
                                &c->n_dense, d);
 }
 
@@ -187,15 +183,7 @@ lb_status lb_bnb_build_model(const lb_model_config *cfg, const lb_bnb_qconfig *q
     if (s != LB_OK) return s;
     bnb_ctx c = {.m = m, .st = st, .label = label, .q = q};
     s = lb_model_hf_walk_globals(m, st, set_tensor_cb, &c);
-    if (s == LB_OK && cfg->arch >= LB_ARCH_GEMMA2) {
-        /* Gemma 2/3, Phi-3, MoE: the layouts of load_hf_ext.c */
-        s = lb_model_load_layers_ext(m, st, label, opts, ext_linear, &c);
-        if (s == LB_OK) s = lb_model_builder_finish(m);
-        if (s == LB_OK && m->config.post_norms) s = lb_model_gemma_norms_plus_one(m);
-    } else {
-        if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);
-        if (s == LB_OK) s = lb_model_builder_finish(m);
-    }
+    if (s == LB_OK) s = lb_model_hf_load_layers(m, st, label, opts, set_tensor_cb, ext_linear, &c);
     if (s != LB_OK) {
         lb_model_free(m);
         return s;

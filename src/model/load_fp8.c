@@ -33,8 +33,9 @@ typedef struct fp8_ctx {
 
 /* The FP8 weight t (tensor `name`, PREFIX.weight) of a linear [out, in],
  * checked against its scale and converted into *d: E4M3 32-blocks or F32. */
-static lb_status fp8_linear(fp8_ctx *c, const char *name, const lb_tensor *t, int64_t out,
+static lb_status fp8_linear(void *user, const char *name, const lb_tensor *t, int64_t out,
                             int64_t in, lb_tensor *d) {
+    fp8_ctx *c = user;
     size_t l = strlen(name);
     if (l < 8 || strcmp(name + l - 7, ".weight"))
         return lb_set_error(LB_ERR_UNSUPPORTED, "%s: tensor '%s' is FP8 but not a weight",
@@ -106,17 +107,12 @@ static lb_status set_tensor(fp8_ctx *c, const char *name, lb_tensor_role role, i
     return LB_OK;
 }
 
-static lb_status conv_cb(void *user, const char *name, const lb_tensor *t, int64_t out,
-                        int64_t in, lb_tensor *d) {
-    return fp8_linear(user, name, t, out, in, d);
-}
-
 /* A linear of the issue-13 layouts (lb_model_load_layers_ext): prefix.weight,
  * FP8 or dense, [out, in]. */
 static lb_status ext_linear(void *user, const char *prefix, int64_t out, int64_t in,
                             lb_tensor *d) {
     fp8_ctx *c = user;
-    return lb_model_ext_weight(c->st, c->label, prefix, out, in, is_fp8, conv_cb, c, "FP8",
+    return lb_model_ext_weight(c->st, c->label, prefix, out, in, is_fp8, fp8_linear, c, "FP8",
                                &c->n_dense, d);
 }
 
@@ -134,15 +130,7 @@ lb_status lb_fp8_build_model(const lb_model_config *cfg, const lb_fp8_qconfig *q
     if (s != LB_OK) return s;
     fp8_ctx c = {.m = m, .st = st, .label = label, .q = q};
     s = lb_model_hf_walk_globals(m, st, set_tensor_cb, &c);
-    if (s == LB_OK && cfg->arch >= LB_ARCH_GEMMA2) {
-        /* Gemma 2/3, Phi-3, MoE: the layouts of load_hf_ext.c */
-        s = lb_model_load_layers_ext(m, st, label, opts, ext_linear, &c);
-        if (s == LB_OK) s = lb_model_builder_finish(m);
-        if (s == LB_OK && m->config.post_norms) s = lb_model_gemma_norms_plus_one(m);
-    } else {
-        if (s == LB_OK) s = lb_model_hf_walk_layers(m, opts, set_tensor_cb, &c);
-        if (s == LB_OK) s = lb_model_builder_finish(m);
-    }
+    if (s == LB_OK) s = lb_model_hf_load_layers(m, st, label, opts, set_tensor_cb, ext_linear, &c);
     if (s != LB_OK) {
         lb_model_free(m);
         return s;

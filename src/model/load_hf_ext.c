@@ -20,10 +20,6 @@
 
 #include <stdio.h>
 
-lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
-                                      const char *dir,
-                                      const lb_model_load_opts *opts);
-lb_status lb_model_gemma_norms_plus_one(lb_model *m);
 
 /* The source of the linears' weights: `prefix.weight` of st, or the
  * caller's function (the GPTQ loader). */
@@ -273,12 +269,6 @@ lb_status lb_model_ext_weight(const lb_safetensors *st, const char *label,
     (*n_dense)++;
     *d = *t;
     return LB_OK;
-}
-
-lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
-                                      const char *dir,
-                                      const lb_model_load_opts *opts) {
-    return lb_model_load_layers_ext(m, st, dir, opts, NULL, NULL);
 }
 
 lb_status lb_model_load_layers_ext(lb_model *m, const lb_safetensors *st,

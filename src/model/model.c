@@ -620,11 +620,6 @@ size_t lb_model_active_weight_bytes(const lb_model *m) {
 
 static void st_close_cb(void *p) { lb_st_close(p); }
 
-/* load_hf_ext.c */
-lb_status lb_model_load_hf_layers_ext(lb_model *m, const lb_safetensors *st,
-                                      const char *dir,
-                                      const lb_model_load_opts *opts);
-lb_status lb_model_gemma_norms_plus_one(lb_model *m);
 
 /* Find `name`; NULL (no error) when optional and absent. */
 static lb_status hf_set(lb_model *m, const lb_safetensors *st, const char *dir,
@@ -729,6 +724,20 @@ lb_status lb_model_hf_walk_layers(lb_model *m, const lb_model_load_opts *opts,
     return s;
 }
 
+lb_status lb_model_hf_load_layers(lb_model *m, const lb_safetensors *st,
+                                  const char *label, const lb_model_load_opts *opts,
+                                  lb_hf_set_fn set, lb_ext_linear_fn linear, void *user) {
+    lb_status s;
+    if (m->config.arch >= LB_ARCH_GEMMA2) { /* the issue-13 layouts: load_hf_ext.c */
+        s = lb_model_load_layers_ext(m, st, label, opts, linear, user);
+        if (s == LB_OK) s = lb_model_builder_finish(m);
+        if (s == LB_OK && m->config.post_norms) s = lb_model_gemma_norms_plus_one(m);
+        return s;
+    }
+    s = lb_model_hf_walk_layers(m, opts, set, user);
+    return s == LB_OK ? lb_model_builder_finish(m) : s;
+}
+
 lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
                            lb_model **out) {
     *out = NULL;
@@ -769,7 +778,6 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
     lb_status s = lb_model_builder_new(&cfg, &m);
     lb_model_config_clear(&cfg);
     if (s != LB_OK) return s;
-    const lb_model_config *c = &m->config;
     lb_safetensors *st = NULL;
     s = lb_st_open(dir, &st);
     if (s == LB_OK) s = lb_model_builder_on_free(m, st_close_cb, st);
@@ -779,18 +787,7 @@ lb_status lb_model_load_hf(const char *dir, const lb_model_load_opts *opts,
 
     hf_dense_ctx hc = {m, st, dir};
     s = lb_model_hf_walk_globals(m, st, hf_dense_set, &hc);
-    if (s != LB_OK) goto fail;
-    /* the issue-13 architectures: load_hf_ext.c */
-    if (c->arch >= LB_ARCH_GEMMA2) {
-        s = lb_model_load_hf_layers_ext(m, st, dir, opts);
-        if (s == LB_OK) s = lb_model_builder_finish(m);
-        if (s == LB_OK && c->post_norms) s = lb_model_gemma_norms_plus_one(m);
-        if (s != LB_OK) goto fail;
-        *out = m;
-        return LB_OK;
-    }
-    s = lb_model_hf_walk_layers(m, opts, hf_dense_set, &hc);
-    if (s == LB_OK) s = lb_model_builder_finish(m);
+    if (s == LB_OK) s = lb_model_hf_load_layers(m, st, dir, opts, hf_dense_set, NULL, &hc);
     if (s != LB_OK) goto fail;
     *out = m;
     return LB_OK;

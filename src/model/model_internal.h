@@ -272,6 +272,13 @@ lb_status lb_model_hf_walk_globals(lb_model *m, const struct lb_safetensors *st,
                                    lb_hf_set_fn set, void *user);
 lb_status lb_model_hf_walk_layers(lb_model *m, const lb_model_load_opts *opts,
                                   lb_hf_set_fn set, void *user);
+/* Every decoder layer, then lb_model_builder_finish: the Llama-layout walk
+ * above (set) or, for the issue-13 architectures (arch >= Gemma 2),
+ * lb_model_load_layers_ext (linear, NULL: st's prefix.weight as stored)
+ * with Gemma's norms made 1 + w. The HF, FP8 and bitsandbytes loaders. */
+lb_status lb_model_hf_load_layers(lb_model *m, const struct lb_safetensors *st,
+                                  const char *label, const lb_model_load_opts *opts,
+                                  lb_hf_set_fn set, lb_ext_linear_fn linear, void *user);
 
 /* The GPTQ loader's tensor part (load_gptq.c), separated from the files so
  * that it can be fuzzed from memory: build a model for cfg from the tensors

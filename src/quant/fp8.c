@@ -354,7 +354,7 @@ lb_status lb_fp8_quantize(const lb_fp8_qconfig *q, const float *W, int64_t out, 
 
 lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, const float *W,
                                int64_t out, int64_t in, uint8_t *codes, float *scales) {
-    if (!q || !W || !codes || !scales || out <= 0 || in <= 0 ||
+    if (!q || !W || !scales || out <= 0 || in <= 0 ||
         (rule != LB_FP8_RULE_MSE && rule != LB_FP8_RULE_AMAX))
         return lb_set_error(LB_ERR_INVALID_ARG, "fp8 quantize: bad arguments");
     if (q->layout == LB_FP8_SCALE_BLOCK && (q->block_n <= 0 || q->block_k <= 0))
@@ -393,7 +393,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
                  * stored 1 / scales. MSE rule: s = 1 / the searched scale. */
                 float s = amax > 0.0f ? mx * (1.0f / amax) : 1.0f;
                 if (found && amax > 0.0f) s = 1.0f / found[bi * nbk + bj];
-                for (int64_t r = r0; r < r1; r++)
+                for (int64_t r = r0; r < r1 && codes; r++)
                     for (int64_t k = c0; k < c1; k++) {
                         float v = W[r * in + k] * s;
                         v = fminf(fmaxf(v, -mx), mx);
@@ -414,7 +414,7 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
          * (bit_range / 2) = amax / MAX, clamped to >= float32 eps */
         float s = fmaxf(amax / mx, FLT_EPSILON);
         if (found && amax / mx > FLT_EPSILON) s = fmaxf(found[g], FLT_EPSILON);
-        for (int64_t i = 0; i < rows_per * in; i++) {
+        for (int64_t i = 0; i < rows_per * in && codes; i++) {
             float v = w[i] / s;
             v = fminf(fmaxf(v, -mx), mx);
             codes[g * rows_per * in + i] = lb_f32_to_fp8(v, q->fmt);

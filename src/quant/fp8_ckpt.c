@@ -305,7 +305,6 @@ static lb_status fp8_module_done(void *user, const qz_module *mod, const float *
 lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
                                  const lb_quantize_params *p, const lb_calib *calib,
                                  lb_quantize_report *rep) {
-    LB_TRY(lb_outdir_check(out_dir));
     LB_TRY(check_dense_source(model_dir));
     lb_model *m = NULL;
     qz_module *mods = NULL;

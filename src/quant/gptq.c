@@ -334,6 +334,7 @@ typedef struct solve_ctx {
     int64_t *fail_row, *fail_col;
     const lb_gptq_fp8_grid *fp8; /* FP8 grid, or NULL                      */
     const float *fp8_tab;        /* its 256 values (lb_fp8_table)          */
+    float fp8_max;               /* its largest value (lb_fp8_max)         */
     int64_t fp8_nbk;             /* scale groups per row of groups         */
 } solve_ctx;
 
@@ -343,9 +344,8 @@ static int32_t fp8_code(const solve_ctx *s, int64_t o, int64_t oc, float w,
                         float *q) {
     const lb_gptq_fp8_grid *g = s->fp8;
     const float sc = g->scales[(o / g->block_n) * s->fp8_nbk + oc / g->block_k];
-    const float mx = lb_fp8_max((lb_fp8_format)g->fmt);
     float v = w / sc;
-    v = fminf(fmaxf(v, -mx), mx);
+    v = fminf(fmaxf(v, -s->fp8_max), s->fp8_max);
     const uint8_t code = lb_f32_to_fp8(v, (lb_fp8_format)g->fmt);
     *q = s->fp8_tab[code] * sc;
     return code;
@@ -800,6 +800,7 @@ static lb_status quantize_factored(const float *W, int64_t out, int64_t in,
         const lb_gptq_fp8_grid *g = opt->fp8;
         s.fp8 = g;
         s.fp8_tab = lb_fp8_table((lb_fp8_format)g->fmt);
+        s.fp8_max = lb_fp8_max((lb_fp8_format)g->fmt);
         s.fp8_nbk = (in + g->block_k - 1) / g->block_k;
         const int64_t n_sc = (out + g->block_n - 1) / g->block_n * s.fp8_nbk;
         for (int64_t k = 0; k < n_sc; k++)

@@ -1055,14 +1055,11 @@ static lb_status fp8_grid(const qz_engine *e, const qz_module *q,
     int64_t sh[2];
     lb_fp8_scale_shape(f, q->out, q->in, &nd, sh);
     const int64_t n_sc = nd == 2 ? sh[0] * sh[1] : 1;
-    uint8_t *codes = lb_alloc((size_t)(q->out * q->in));
     *scales = lb_alloc((size_t)n_sc * sizeof(float));
-    lb_status s = codes && *scales
-                      ? lb_fp8_quantize_rule(f, e->p->fp8_rule, W, q->out,
-                                             q->in, codes, *scales)
-                      : lb_set_error(LB_ERR_NOMEM, "%s: out of memory",
-                                     q->name);
-    lb_free(codes);
+    lb_status s = *scales ? lb_fp8_quantize_rule(f, e->p->fp8_rule, W, q->out,
+                                                 q->in, NULL, *scales)
+                          : lb_set_error(LB_ERR_NOMEM, "%s: out of memory",
+                                         q->name);
     g->fmt = (int)f->fmt;
     g->block_n = f->layout == LB_FP8_SCALE_BLOCK     ? f->block_n
                  : f->layout == LB_FP8_SCALE_CHANNEL ? 1

@@ -375,7 +375,8 @@ lb_status qz_check_arch(const lb_model *m, const lb_quantize_params *p);
  * the whole model (qz_run, a sink that keeps each module's FP8 codes and
  * scales), then the FP8 checkpoint of p->fp8 written as `lowbit quantize
  * --method fp8` writes it (temp directory renamed into place). p has
- * passed qz_effective_params. */
+ * passed qz_effective_params (no force) and out_dir lb_quantize_model's
+ * checks (not the source, absent or an empty directory). */
 lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
                                  const lb_quantize_params *p, const lb_calib *calib,
                                  lb_quantize_report *rep);

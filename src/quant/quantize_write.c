@@ -1741,10 +1741,12 @@ lb_status lb_quantize_model(const char *model_dir, const char *out_dir,
     if (lstat(out_dir, &st) == 0 &&
         (!S_ISDIR(st.st_mode) || (!dir_empty(out_dir) && !p.force)))
         return lb_set_error(LB_ERR_INVALID_ARG,
-                            "%s exists and is %s (use --force to replace it)",
-                            out_dir,
+                            "%s exists and is %s (%s)", out_dir,
                             S_ISDIR(st.st_mode) ? "not empty"
-                                                : "not a directory");
+                                                : "not a directory",
+                            p.fp8 ? "the FP8 writer needs a new or empty "
+                                    "directory"
+                                  : "use --force to replace it");
     if (p.fp8) {
         lb_status s8 = qz_fp8_gptq_checkpoint(model_dir, out_dir, &p, calib, rep);
         if (s8 != LB_OK || rep == &local) lb_quantize_report_free(rep);
