@@ -12,8 +12,7 @@ trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$LOWBIT" quantize "$TS" -o "$T/n" --method nf4 --double-quant --json > "$T/n.json"
-grep -q '"quant_method": "bitsandbytes"' "$T/n.json" || fail "json: $(cat "$T/n.json")"
-grep -q '"linears": 14' "$T/n.json" || fail "json linears"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['out_dir'].endswith('/n') and j['method']=='nf4' and j['bits']==4 and j['group_size'] is None and j['checkpoint_format']=='bitsandbytes' and j['modules_quantized']==14 and j['bnb']=={'blocksize':64,'double_quant':True,'quant_method':'bitsandbytes'}, j" "$T/n.json" || fail "json: $(cat "$T/n.json")"
 "$LOWBIT" inspect "$T/n" > "$T/inspect.txt"
 grep -q "model.layers.0.self_attn.q_proj.weight  *U8  *\[8192, 1\]" "$T/inspect.txt" || fail "inspect: q_proj"
 grep -q "model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__nf4  *U8" "$T/inspect.txt" || fail "inspect: blob"
@@ -21,7 +20,8 @@ grep -q "model.layers.0.self_attn.q_proj.weight.nested_absmax  *F32" "$T/inspect
 grep -q '"bnb_4bit_quant_type":[[:space:]]*"nf4"' "$T/n/config.json" || fail "config: quant_type"
 grep -q '"bnb_4bit_use_double_quant":[[:space:]]*true' "$T/n/config.json" || fail "config: double quant"
 [ -f "$T/n/tokenizer.json" ] || fail "tokenizer not copied"
-"$LOWBIT" quantize "$TS" -o "$T/i" --method int8 -q
+"$LOWBIT" quantize "$TS" -o "$T/i" --method int8 --json > "$T/i.json"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['bits']==8 and j['bnb']['blocksize'] is None and j['modules_quantized']==14, j" "$T/i.json" || fail "int8 json: $(cat "$T/i.json")"
 grep -q "model.layers.0.mlp.up_proj.SCB  *F32  *\[384\]" "$("$LOWBIT" inspect "$T/i" > "$T/i.txt"; echo "$T/i.txt")" || fail "int8: SCB"
 "$LOWBIT" quantize "$TS" -o "$T/f" --method fp4 --bnb-block 128 -q
 grep -q '"blocksize": 128' "$T/f/model.safetensors" || fail "fp4: blocksize in the blob"

@@ -12,14 +12,14 @@ trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$LOWBIT" quantize "$TS" -o "$T/b" --method fp8 --json > "$T/b.json"
-grep -q '"quant_method": "fp8"' "$T/b.json" || fail "json: $(cat "$T/b.json")"
-grep -q '"linears": 14' "$T/b.json" || fail "json linears"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['out_dir'].endswith('/b') and j['method']=='fp8' and j['bits']==8 and j['group_size'] is None and j['checkpoint_format']=='fp8' and j['modules_quantized']==14 and j['fp8']=={'fmt':'e4m3','scales':'block','block':128,'quant_method':'fp8','scale_rule':'mse'}, j" "$T/b.json" || fail "json: $(cat "$T/b.json")"
 "$LOWBIT" inspect "$T/b" > "$T/inspect.txt"
 grep -q "model.layers.0.self_attn.q_proj.weight  *F8_E4M3 \[128, 128\]" "$T/inspect.txt" || fail "inspect: q_proj"
 grep -q "model.layers.0.mlp.down_proj.weight_scale_inv  *F32  *\[1, 3\]" "$T/inspect.txt" || fail "inspect: scale"
 grep -q '"weight_block_size"' "$T/b/config.json" || fail "config: weight_block_size"
 [ -f "$T/b/tokenizer.json" ] || fail "tokenizer not copied"
-"$LOWBIT" quantize "$TS" -o "$T/c" --method fp8 --fp8-block channel -q
+"$LOWBIT" quantize "$TS" -o "$T/c" --method fp8 --fp8-block channel --json > "$T/c.json"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['fp8']['scales']=='channel' and j['fp8']['block'] is None and j['fp8']['quant_method']=='compressed-tensors', j" "$T/c.json" || fail "channel json: $(cat "$T/c.json")"
 grep -q '"compressed-tensors"' "$T/c/config.json" || fail "channel: quant_method"
 grep -q '"strategy":[[:space:]]*"channel"' "$T/c/config.json" || fail "channel: strategy"
 "$LOWBIT" run "$T/b" -p "Once upon a time" -n 8 --temp 0 --quiet > /dev/null || fail "run"

@@ -126,12 +126,17 @@ int cmd_quantize_nocalib(int argc, char **argv) {
                       : o.q.layout == LB_FP8_SCALE_CHANNEL ? "channel"
                                                            : "tensor";
     if (g_cli.json) {
-        printf("{\"output\": ");
+        /* the calibrated quantize's keys (cmd_quantize.c) */
+        printf("{\"out_dir\": ");
         cli_json_string(stdout, out);
-        printf(", \"method\": \"fp8\", \"fmt\": \"%s\", \"scales\": \"%s\", \"block\": %d, "
-               "\"quant_method\": \"%s\", \"scale_rule\": \"%s\", \"linears\": %d}\n",
-               o.q.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3", lay, o.q.block_n, o.q.method,
-               o.rule == LB_FP8_RULE_AMAX ? "amax" : "mse", n);
+        printf(", \"method\": \"fp8\", \"bits\": 8, \"group_size\": null, "
+               "\"checkpoint_format\": \"fp8\", \"modules_quantized\": %d, "
+               "\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": ",
+               n, o.q.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3", lay);
+        if (o.q.layout == LB_FP8_SCALE_BLOCK) printf("%d", o.q.block_n);
+        else printf("null");
+        printf(", \"quant_method\": \"%s\", \"scale_rule\": \"%s\"}}\n", o.q.method,
+               o.rule == LB_FP8_RULE_AMAX ? "amax" : "mse");
     } else if (!g_cli.quiet) {
         fprintf(stderr, "lowbit quantize: wrote %s: %d linears in FP8 %s (%s scales%s%s), "
                         "quant_method %s\n", out, n, o.q.fmt == LB_FP8_E5M2 ? "E5M2" : "E4M3", lay,
@@ -210,11 +215,18 @@ static int cmd_quantize_bnb(int argc, char **argv) {
     cli_progress_done(&prog);
     if (s != LB_OK) return cli_fail(cmd, s);
     if (g_cli.json) {
-        printf("{\"output\": ");
+        /* the calibrated quantize's keys (cmd_quantize.c); LLM.int8() has
+         * one scale per row, no blocks */
+        printf("{\"out_dir\": ");
         cli_json_string(stdout, out);
-        printf(", \"method\": \"%s\", \"blocksize\": %d, \"double_quant\": %s, "
-               "\"quant_method\": \"bitsandbytes\", \"linears\": %d}\n", method,
-               o.q.kind == LB_BNB_INT8 ? 0 : o.q.blocksize, o.q.double_quant ? "true" : "false", n);
+        printf(", \"method\": \"%s\", \"bits\": %d, \"group_size\": null, "
+               "\"checkpoint_format\": \"bitsandbytes\", \"modules_quantized\": %d, "
+               "\"bnb\": {\"blocksize\": ",
+               method, o.q.kind == LB_BNB_INT8 ? 8 : 4, n);
+        if (o.q.kind == LB_BNB_INT8) printf("null");
+        else printf("%d", o.q.blocksize);
+        printf(", \"double_quant\": %s, \"quant_method\": \"bitsandbytes\"}}\n",
+               o.q.double_quant ? "true" : "false");
     } else if (!g_cli.quiet) {
         fprintf(stderr, "lowbit quantize: wrote %s: %d linears in bitsandbytes %s%s\n", out, n,
                 method, o.q.double_quant ? " (double-quantized absmax)" : "");
