@@ -38,6 +38,21 @@ TXT="$SHARED/reference/ppl/texts/tinystories-valid-head30k.lf.txt"
 "$LOWBIT" quantize "$TS" -o "$T/g" --method gptq --checkpoint-format fp8 \
   --calib-ids "$REF/calib_ids.i32" --seqlen 128 --json -q > "$T/g.json"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['checkpoint_format']=='fp8' and j['fp8']['scales']=='block' and j['modules_quantized']==14 and abs(j['bits_per_weight']-8.002116)<1e-6, j" "$T/g.json" || fail "gptq fp8 json: $(cat "$T/g.json")"
+# --json writes quantize_report.json (as --report does): the FP8 settings,
+# 14 modules at 8 bits, tensor_bytes = model.safetensors minus its header
+python3 -c "
+import json, os, struct, sys
+d = sys.argv[1]
+j = json.load(open(os.path.join(d, 'quantize_report.json')))
+assert json.load(open(sys.argv[2]))['report'] == os.path.join(d, 'quantize_report.json')
+f = os.path.join(d, 'model.safetensors')
+hl = struct.unpack('<Q', open(f, 'rb').read(8))[0]
+assert j['checkpoint_format'] == 'fp8' and j['bits'] == 8 and j['group_size'] is None, j
+assert j['fp8'] == {'fmt': 'e4m3', 'scales': 'block', 'block': 128, 'quant_method': 'fp8', 'scale_rule': 'mse'}, j['fp8']
+q = [m for m in j['modules'] if m['quantized']]
+assert len(q) == 14 and all(m['bits'] == 8 and m['group_size'] is None and m['snr_db'] > 20 for m in q), q
+assert j['shards'] == 1 and j['tensor_bytes'] == os.path.getsize(f) - 8 - hl, (j['tensor_bytes'], os.path.getsize(f), hl)
+" "$T/g" "$T/g.json" || fail "gptq fp8 report"
 "$LOWBIT" inspect "$T/g" > "$T/inspect-g.txt"
 grep -q "model.layers.1.mlp.down_proj.weight_scale_inv  *F32  *\[1, 3\]" "$T/inspect-g.txt" || fail "gptq fp8: scale"
 cmp -s "$T/b/config.json" "$T/g/config.json" || fail "gptq fp8: config.json differs from --method fp8's"

@@ -506,14 +506,12 @@ int cmd_quantize(int argc, char **argv) {
                           : p.profile            ? "--profile"
                           : p.rotate             ? "--rotate"
                           : p.force              ? "--force"
-                          : write_report         ? "--report"
                           : shard_given          ? "--max-shard-size"
                                                  : NULL;
         if (bad) {
             cli_usage_error(cmd, "--checkpoint-format fp8: %s is not supported "
                             "(every decoder-layer linear gets the FP8 grid; "
-                            "the FP8 writer makes one new model.safetensors "
-                            "and no report)", bad);
+                            "the FP8 writer makes one new model.safetensors)", bad);
             goto out;
         }
     }
@@ -669,8 +667,7 @@ int cmd_quantize(int argc, char **argv) {
                rep.seconds, rss_mib);
         char rp[4200];
         snprintf(rp, sizeof rp, "%s/quantize_report.json", out);
-        if (fp8_out) printf("null"); /* the FP8 writer writes no report */
-        else cli_json_string(stdout, rp);
+        cli_json_string(stdout, rp);
         printf("}\n");
     } else {
         printf("quantized %d of %d modules (%lld weights, %.3f bits/weight",

@@ -268,7 +268,8 @@ typedef struct lb_quantize_params {
      * module rules, lm_head, a profile, rotation, QEP, static_groups,
      * mse, resume or force (LB_ERR_INVALID_ARG), nor MoE / fused-module
      * architectures (LB_ERR_UNSUPPORTED). bits/group_size/sym are not
-     * used; no report file, one model.safetensors. */
+     * used; one model.safetensors (and quantize_report.json when
+     * write_report: bits 8, group_size null, an "fp8" object). */
     const lb_fp8_qconfig *fp8;
     lb_fp8_scale_rule fp8_rule; /* LB_FP8_RULE_MSE (0)                    */
     lb_progress progress;     /* stage text + done/total work units        */

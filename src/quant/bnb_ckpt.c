@@ -254,7 +254,7 @@ lb_status lb_bnb_quantize_checkpoint(const char *model_dir, const char *out_dir,
             s = lb_set_error(LB_ERR_CANCELLED, "quantize cancelled");
     }
     /* config.json + quantization_config, tokenizer files; temp dir renamed */
-    if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q));
+    if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q), NULL);
     for (size_t i = 0; jobs && i < n; i++)
         for (int k = 0; k < 6; k++) free(jobs[i].buf[k]);
     free(jobs);

@@ -178,15 +178,20 @@ static lb_status check_dense_source(const char *model_dir) {
 /* The checkpoint of model_dir with every decoder-layer linear in FP8: the
  * codes/scales of pre[] where a module has them (each must match a 2-D
  * source tensor of its shape), else quantized now by opts->rule. */
+/* rep / p (GPTQ onto the FP8 grid, p->write_report): the report, its
+ * tensor_bytes and shards those of this file, written into the directory
+ * before it is renamed into place */
 static lb_status write_fp8(const char *model_dir, const char *out_dir,
                            const lb_fp8_quantize_opts *opts_in, fp8_pre *pre, int n_pre,
-                           int *n_linears) {
+                           int *n_linears, lb_quantize_report *rep,
+                           const lb_quantize_params *p) {
     lb_fp8_quantize_opts opts = *opts_in;
     lb_safetensors *st = NULL;
     lb_st_writer *w = NULL;
     fp8_job *jobs = NULL;
     size_t done = 0;
     int nl = 0;
+    uint64_t bytes = 0; /* of the tensors written */
     lb_status s = lb_st_open(model_dir, &st);
     if (s != LB_OK) return s;
     size_t n = lb_st_count(st);
@@ -210,6 +215,7 @@ static lb_status write_fp8(const char *model_dir, const char *out_dir,
         }
         if (!pr && !(is_layer_linear(t->name) && t->n_dims == 2)) {
             s = lb_st_writer_add(w, t->name, t->type, t->n_dims, t->shape, t->data);
+            bytes += t->nbytes;
             continue;
         }
         if (t->type != LB_TYPE_F32 && t->type != LB_TYPE_F16 && t->type != LB_TYPE_BF16) {
@@ -235,6 +241,7 @@ static lb_status write_fp8(const char *model_dir, const char *out_dir,
         size_t l = strlen(t->name);
         snprintf(sn, sizeof sn, "%.*s.%s", (int)(l - 7), t->name, opts.q.scale_suffix);
         if (s == LB_OK) s = lb_st_writer_add_fn(w, sn, LB_TYPE_F32, nd, sh, produce_fp8, j);
+        bytes += (uint64_t)t->shape[0] * (uint64_t)t->shape[1] + 4 * (uint64_t)j->n_scales;
         nl++;
     }
     for (int i = 0; i < n_pre && s == LB_OK; i++)
@@ -242,7 +249,15 @@ static lb_status write_fp8(const char *model_dir, const char *out_dir,
             s = lb_set_error(LB_ERR_UNSUPPORTED, "%s: no tensor %s.weight in the source "
                              "checkpoint for the quantized module", model_dir, pre[i].name);
     /* config.json + quantization_config, tokenizer files; temp dir renamed */
-    if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q));
+    char *report = NULL;
+    if (s == LB_OK && rep) {
+        rep->n_shards = 1;
+        rep->tensor_bytes = bytes;
+        if (p && p->write_report && !(report = lb_quantize_report_json(rep, p)))
+            s = lb_set_error(LB_ERR_NOMEM, "out of memory (quantize_report.json)");
+    }
+    if (s == LB_OK) s = qz_nocalib_write_dir(model_dir, out_dir, w, qconfig_json(&opts.q), report);
+    free(report);
     for (size_t i = 0; jobs && i < n; i++) {
         free(jobs[i].codes);
         free(jobs[i].scales);
@@ -266,7 +281,7 @@ lb_status lb_fp8_quantize_checkpoint(const char *model_dir, const char *out_dir,
     }
     LB_TRY(lb_outdir_check(out_dir));
     LB_TRY(check_dense_source(model_dir));
-    return write_fp8(model_dir, out_dir, &opts, NULL, 0, n_linears);
+    return write_fp8(model_dir, out_dir, &opts, NULL, 0, n_linears, NULL, NULL);
 }
 
 /* ---- GPTQ onto the FP8 grid (lb_quantize_params.fp8) ------------------------ */
@@ -349,17 +364,8 @@ lb_status qz_fp8_gptq_checkpoint(const char *model_dir, const char *out_dir,
     o.rule = p->fp8_rule;
     o.progress = p->progress;
     double t0 = lb_time_s();
-    if (s == LB_OK) s = write_fp8(model_dir, out_dir, &o, k.pre, n_pre, NULL);
-    if (s == LB_OK) {
-        rep->seconds += lb_time_s() - t0;
-        rep->n_shards = 1;
-        lb_safetensors *ost = NULL;
-        if (lb_st_open(out_dir, &ost) == LB_OK) {
-            for (size_t i = 0; i < lb_st_count(ost); i++)
-                rep->tensor_bytes += lb_st_tensor_at(ost, i)->nbytes;
-            lb_st_close(ost);
-        }
-    }
+    if (s == LB_OK) s = write_fp8(model_dir, out_dir, &o, k.pre, n_pre, NULL, rep, p);
+    if (s == LB_OK) rep->seconds += lb_time_s() - t0; /* (the report's seconds: before the write) */
     for (int i = 0; k.pre && i < n_mods; i++) {
         lb_free(k.pre[i].codes);
         lb_free(k.pre[i].scales);

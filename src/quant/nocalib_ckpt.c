@@ -28,7 +28,7 @@ static lb_status copy_file(const char *src, const char *dst) {
 }
 
 lb_status qz_nocalib_write_dir(const char *model_dir, const char *out_dir, lb_st_writer *w,
-                               cJSON *qc) {
+                               cJSON *qc, const char *report) {
     char *cj = lb_path_join(model_dir, "config.json"), *js = NULL, *tmp = NULL;
     cJSON *cfgj = NULL;
     size_t jn = 0;
@@ -59,6 +59,18 @@ lb_status qz_nocalib_write_dir(const char *model_dir, const char *out_dir, lb_st
             const size_t n = strlen(txt);
             txt[n] = '\n'; /* the terminator becomes the final newline */
             s = lb_write_file_in(tmp, "config.json", txt, n + 1);
+        }
+        free(txt);
+    }
+    if (s == LB_OK && report) {
+        const size_t n = strlen(report);
+        char *txt = malloc(n + 1);
+        if (!txt) {
+            s = lb_set_error(LB_ERR_NOMEM, "out of memory (quantize_report.json)");
+        } else {
+            memcpy(txt, report, n);
+            txt[n] = '\n';
+            s = lb_write_file_in(tmp, "quantize_report.json", txt, n + 1);
         }
         free(txt);
     }

@@ -17,6 +17,7 @@
  *   module swapped in.
  */
 #include "quant/quantize_internal.h"
+#include "lowbit/fp8.h"
 #include "lowbit/quants.h"
 #include "lowbit/kernels.h"
 #include "model/model_internal.h"
@@ -2192,8 +2193,13 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
             cJSON_AddTrueToObject(j, "qep");
             add_num(j, "qep_alpha", p->qep_alpha);
         }
-        cJSON_AddNumberToObject(j, "bits", p->bits);
-        cJSON_AddNumberToObject(j, "group_size", p->group_size);
+        if (p->fp8) { /* the FP8 grid: 8-bit codes, groups as fp8.scales */
+            cJSON_AddNumberToObject(j, "bits", 8);
+            cJSON_AddNullToObject(j, "group_size");
+        } else {
+            cJSON_AddNumberToObject(j, "bits", p->bits);
+            cJSON_AddNumberToObject(j, "group_size", p->group_size);
+        }
         cJSON_AddBoolToObject(j, "sym", p->sym);
         cJSON_AddBoolToObject(j, "desc_act", p->desc_act);
         cJSON_AddBoolToObject(j, "static_groups", p->static_groups);
@@ -2202,9 +2208,24 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
         cJSON_AddBoolToObject(j, "mse", p->mse);
         add_num(j, "damp_percent", p->damp_percent);
         cJSON_AddStringToObject(j, "checkpoint_format",
-                                p->format == LB_GPTQ_FORMAT_AWQ  ? "awq"
+                                p->fp8                           ? "fp8"
+                                : p->format == LB_GPTQ_FORMAT_AWQ  ? "awq"
                                 : p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
                                                                  : "gptq");
+        if (p->fp8) {
+            cJSON *f = cJSON_AddObjectToObject(j, "fp8");
+            cJSON_AddStringToObject(f, "fmt", p->fp8->fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3");
+            cJSON_AddStringToObject(f, "scales", p->fp8->layout == LB_FP8_SCALE_BLOCK ? "block"
+                                                 : p->fp8->layout == LB_FP8_SCALE_CHANNEL ? "channel"
+                                                                                         : "tensor");
+            if (p->fp8->layout == LB_FP8_SCALE_BLOCK)
+                cJSON_AddNumberToObject(f, "block", p->fp8->block_n);
+            else
+                cJSON_AddNullToObject(f, "block");
+            cJSON_AddStringToObject(f, "quant_method", p->fp8->method);
+            cJSON_AddStringToObject(f, "scale_rule",
+                                    p->fp8_rule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+        }
         if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
             cJSON_AddStringToObject(j, "profile", "vllm-w4a8");
     }
@@ -2241,8 +2262,13 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
         int shape[2] = {(int)m->out_features, (int)m->in_features};
         cJSON_AddItemToObject(o, "shape", cJSON_CreateIntArray(shape, 2));
         if (m->quantized) {
-            cJSON_AddNumberToObject(o, "bits", m->bits);
-            cJSON_AddNumberToObject(o, "group_size", m->group_size);
+            if (p && p->fp8) {
+                cJSON_AddNumberToObject(o, "bits", 8);
+                cJSON_AddNullToObject(o, "group_size");
+            } else {
+                cJSON_AddNumberToObject(o, "bits", m->bits);
+                cJSON_AddNumberToObject(o, "group_size", m->group_size);
+            }
             cJSON_AddBoolToObject(o, "sym", m->sym);
             cJSON_AddBoolToObject(o, "desc_act", m->desc_act);
             add_num(o, "loss", m->loss);
