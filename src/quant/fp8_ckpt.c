@@ -177,10 +177,9 @@ static lb_status check_dense_source(const char *model_dir) {
 
 /* The checkpoint of model_dir with every decoder-layer linear in FP8: the
  * codes/scales of pre[] where a module has them (each must match a 2-D
- * source tensor of its shape), else quantized now by opts->rule. */
-/* rep / p (GPTQ onto the FP8 grid, p->write_report): the report, its
- * tensor_bytes and shards those of this file, written into the directory
- * before it is renamed into place */
+ * source tensor of its shape), else quantized now by opts->rule. rep (GPTQ
+ * onto the FP8 grid): gets this file's tensor_bytes and shards, and with
+ * p->write_report goes into quantize_report.json before the rename. */
 static lb_status write_fp8(const char *model_dir, const char *out_dir,
                            const lb_fp8_quantize_opts *opts_in, fp8_pre *pre, int n_pre,
                            int *n_linears, lb_quantize_report *rep,

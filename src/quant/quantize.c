@@ -2215,9 +2215,10 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
         if (p->fp8) {
             cJSON *f = cJSON_AddObjectToObject(j, "fp8");
             cJSON_AddStringToObject(f, "fmt", p->fp8->fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3");
-            cJSON_AddStringToObject(f, "scales", p->fp8->layout == LB_FP8_SCALE_BLOCK ? "block"
-                                                 : p->fp8->layout == LB_FP8_SCALE_CHANNEL ? "channel"
-                                                                                         : "tensor");
+            const lb_fp8_layout lay = p->fp8->layout;
+            cJSON_AddStringToObject(f, "scales", lay == LB_FP8_SCALE_BLOCK     ? "block"
+                                                 : lay == LB_FP8_SCALE_CHANNEL ? "channel"
+                                                                               : "tensor");
             if (p->fp8->layout == LB_FP8_SCALE_BLOCK)
                 cJSON_AddNumberToObject(f, "block", p->fp8->block_n);
             else
