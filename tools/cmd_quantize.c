@@ -643,15 +643,9 @@ int cmd_quantize(int argc, char **argv) {
                rep.n_modules, nq, (long long)rep.quantized_params,
                rep.bits_per_weight);
         if (fp8_out) {
-            printf("\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": ",
-                   fq.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3",
-                   fq.layout == LB_FP8_SCALE_BLOCK     ? "block"
-                   : fq.layout == LB_FP8_SCALE_CHANNEL ? "channel"
-                                                       : "tensor");
-            if (fq.layout == LB_FP8_SCALE_BLOCK) printf("%d", fq.block_n);
-            else printf("null");
-            printf(", \"quant_method\": \"%s\", \"scale_rule\": \"%s\"}, ", fq.method,
-                   frule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+            char *f = lb_fp8_settings_json(&fq, frule);
+            printf("\"fp8\": %s, ", f ? f : "null");
+            free(f);
         }
         if (isfinite(rep.snr_min_db))
             printf("\"snr_db\": {\"min\": %.4f, \"max\": %.4f, \"mean\": "

@@ -129,14 +129,11 @@ int cmd_quantize_nocalib(int argc, char **argv) {
         /* the calibrated quantize's keys (cmd_quantize.c) */
         printf("{\"out_dir\": ");
         cli_json_string(stdout, out);
+        char *f = lb_fp8_settings_json(&o.q, o.rule);
         printf(", \"method\": \"fp8\", \"bits\": 8, \"group_size\": null, "
-               "\"checkpoint_format\": \"fp8\", \"modules_quantized\": %d, "
-               "\"fp8\": {\"fmt\": \"%s\", \"scales\": \"%s\", \"block\": ",
-               n, o.q.fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3", lay);
-        if (o.q.layout == LB_FP8_SCALE_BLOCK) printf("%d", o.q.block_n);
-        else printf("null");
-        printf(", \"quant_method\": \"%s\", \"scale_rule\": \"%s\"}}\n", o.q.method,
-               o.rule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+               "\"checkpoint_format\": \"fp8\", \"modules_quantized\": %d, \"fp8\": %s}\n",
+               n, f ? f : "null");
+        free(f);
     } else if (!g_cli.quiet) {
         fprintf(stderr, "lowbit quantize: wrote %s: %d linears in FP8 %s (%s scales%s%s), "
                         "quant_method %s\n", out, n, o.q.fmt == LB_FP8_E5M2 ? "E5M2" : "E4M3", lay,

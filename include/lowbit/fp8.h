@@ -158,6 +158,13 @@ lb_status lb_fp8_quantize_rule(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule, 
  * channel = true, compressed-tensors CHANNEL e4m3 (weight_scale). */
 void lb_fp8_qconfig_default(lb_fp8_qconfig *q, bool channel);
 
+/* The FP8 settings as `lowbit quantize --json` and quantize_report.json
+ * print them: compact JSON text {"fmt": "e4m3" | "e5m2", "scales":
+ * "block" | "channel" | "tensor", "block": block_n (null for channel /
+ * tensor), "quant_method": q->method, "scale_rule": "mse" | "amax"};
+ * malloc'd (the caller frees), NULL when out of memory. */
+char *lb_fp8_settings_json(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule);
+
 typedef struct lb_fp8_quantize_opts {
     lb_fp8_qconfig q;
     lb_fp8_scale_rule rule; /* 0 = LB_FP8_RULE_MSE (default)              */

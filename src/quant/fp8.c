@@ -97,6 +97,22 @@ void lb_fp8_qconfig_default(lb_fp8_qconfig *q, bool channel) {
     }
 }
 
+char *lb_fp8_settings_json(const lb_fp8_qconfig *q, lb_fp8_scale_rule rule) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "fmt", q->fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3");
+    cJSON_AddStringToObject(j, "scales", q->layout == LB_FP8_SCALE_BLOCK     ? "block"
+                                         : q->layout == LB_FP8_SCALE_CHANNEL ? "channel"
+                                                                             : "tensor");
+    if (q->layout == LB_FP8_SCALE_BLOCK) cJSON_AddNumberToObject(j, "block", q->block_n);
+    else cJSON_AddNullToObject(j, "block");
+    cJSON_AddStringToObject(j, "quant_method", q->method);
+    cJSON_AddStringToObject(j, "scale_rule", rule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
 void lb_fp8_scale_shape(const lb_fp8_qconfig *q, int64_t out, int64_t in, int *n_dims,
                         int64_t shape[2]) {
     if (q->layout == LB_FP8_SCALE_BLOCK) {

@@ -2213,19 +2213,13 @@ char *lb_quantize_report_json(const lb_quantize_report *r,
                                 : p->format == LB_GPTQ_FORMAT_V2 ? "gptq_v2"
                                                                  : "gptq");
         if (p->fp8) {
-            cJSON *f = cJSON_AddObjectToObject(j, "fp8");
-            cJSON_AddStringToObject(f, "fmt", p->fp8->fmt == LB_FP8_E5M2 ? "e5m2" : "e4m3");
-            const lb_fp8_layout lay = p->fp8->layout;
-            cJSON_AddStringToObject(f, "scales", lay == LB_FP8_SCALE_BLOCK     ? "block"
-                                                 : lay == LB_FP8_SCALE_CHANNEL ? "channel"
-                                                                               : "tensor");
-            if (p->fp8->layout == LB_FP8_SCALE_BLOCK)
-                cJSON_AddNumberToObject(f, "block", p->fp8->block_n);
-            else
-                cJSON_AddNullToObject(f, "block");
-            cJSON_AddStringToObject(f, "quant_method", p->fp8->method);
-            cJSON_AddStringToObject(f, "scale_rule",
-                                    p->fp8_rule == LB_FP8_RULE_AMAX ? "amax" : "mse");
+            char *f = lb_fp8_settings_json(p->fp8, p->fp8_rule);
+            if (!f) {
+                cJSON_Delete(j);
+                return NULL;
+            }
+            cJSON_AddRawToObject(j, "fp8", f);
+            free(f);
         }
         if (p->profile == LB_QUANT_PROFILE_VLLM_W4A8)
             cJSON_AddStringToObject(j, "profile", "vllm-w4a8");
