@@ -32,6 +32,7 @@ grep -q '"ppl"' "$T/ppl.json" || fail "ppl: $(cat "$T/ppl.json")"
 grep -q '"file_type": "Q8_0"' "$T/exp.json" || fail "export: $(cat "$T/exp.json")"
 set +e
 "$LOWBIT" quantize "$TS" -o "$T/x" --method nf4 --bnb-block 63 > /dev/null 2>&1; [ $? -eq 2 ] || fail "odd block: want 2"
+"$LOWBIT" quantize "$TS" -o "$T/x" --method int8 --bnb-block 128 > /dev/null 2>&1; [ $? -eq 2 ] || fail "int8 + block: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method int8 --double-quant > /dev/null 2>&1; [ $? -eq 2 ] || fail "int8 dq: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/x" --method nf4 --bits 4 > /dev/null 2>&1; [ $? -eq 2 ] || fail "bits: want 2"
 "$LOWBIT" quantize "$TS" -o "$T/n" --method nf4 > "$T/err.txt" 2>&1; [ $? -eq 1 ] || fail "non-empty out: want 1"

@@ -11,7 +11,15 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/lb-cli-fp8.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$LOWBIT" quantize "$TS" -o "$T/b" --method fp8 --json > "$T/b.json"
+# the temp directory a killed run left (its process gone) is removed with a
+# warning; one of a live process (this shell) is left alone
+mkdir "$T/b.tmp-2147483646-AbCdEf" "$T/b.tmp-$$-AbCdEf"
+: > "$T/b.tmp-2147483646-AbCdEf/model.safetensors.tmp.2147483646.0"
+"$LOWBIT" quantize "$TS" -o "$T/b" --method fp8 --json > "$T/b.json" 2> "$T/b.err"
+[ ! -e "$T/b.tmp-2147483646-AbCdEf" ] || fail "stale temp directory not removed"
+grep -q "removed .*b.tmp-2147483646-AbCdEf: the temp directory of an interrupted run" "$T/b.err" || fail "no warning: $(cat "$T/b.err")"
+[ -d "$T/b.tmp-$$-AbCdEf" ] || fail "a live process's temp directory was removed"
+rmdir "$T/b.tmp-$$-AbCdEf"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['out_dir'].endswith('/b') and j['method']=='fp8' and j['bits']==8 and j['group_size'] is None and j['checkpoint_format']=='fp8' and j['modules_quantized']==14 and j['fp8']=={'fmt':'e4m3','scales':'block','block':128,'quant_method':'fp8','scale_rule':'mse'}, j" "$T/b.json" || fail "json: $(cat "$T/b.json")"
 "$LOWBIT" inspect "$T/b" > "$T/inspect.txt"
 grep -q "model.layers.0.self_attn.q_proj.weight  *F8_E4M3 \[128, 128\]" "$T/inspect.txt" || fail "inspect: q_proj"

@@ -105,13 +105,18 @@ static void usage(FILE *fp) {
         "                          layout: default for 4-bit --method awq*);\n"
         "                          fp8: GPTQ onto the FP8 grid (--method gptq),\n"
         "                          written as --method fp8 writes (its --fp8-block,\n"
-        "                          --fp8-format, --fp8-scale; no --bits/--group-size)\n"
+        "                          --fp8-format, --fp8-scale; no --bits/--group-size;\n"
+        "                          one pass into a new or empty OUT_DIR: no --force,\n"
+        "                          --resume, --max-shard-size, --modules, --lm-head,\n"
+        "                          --qep, --rotate, --mse, --static-groups, --eora-rank)\n"
         "  --max-shard-size SIZE   e.g. 4G (default), 500M; 0 = one file\n"
         "  --force                 replace a non-empty OUT_DIR\n"
         "  --resume                continue an interrupted run with the "
         "same settings\n"
         "  --report                write OUT_DIR/quantize_report.json (also "
-        "with --json)\n"
+        "with --json;\n"
+        "                          not --method fp8/nf4/fp4/int8, which have no\n"
+        "                          calibration to report)\n"
         "  -t, --threads N         threads (default: all CPUs)\n"
         "\n"
         "--json prints a summary object; --quiet hides progress.\n");
@@ -510,8 +515,9 @@ int cmd_quantize(int argc, char **argv) {
                                                  : NULL;
         if (bad) {
             cli_usage_error(cmd, "--checkpoint-format fp8: %s is not supported "
-                            "(every decoder-layer linear gets the FP8 grid; "
-                            "the FP8 writer makes one new model.safetensors)", bad);
+                            "(GPTQ onto the FP8 grid quantizes every decoder-layer "
+                            "linear in one pass and writes one model.safetensors "
+                            "into a new or empty directory)", bad);
             goto out;
         }
     }

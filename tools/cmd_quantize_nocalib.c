@@ -168,6 +168,7 @@ static int cmd_quantize_bnb(int argc, char **argv) {
     lb_bnb_quantize_opts o;
     memset(&o, 0, sizeof o);
     o.q.blocksize = 64;
+    bool block_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -187,6 +188,7 @@ static int cmd_quantize_bnb(int argc, char **argv) {
             if (!cli_parse_int(cmd, a, v, 16, 4096, &b)) return 2;
             if (b % 2) return cli_usage_error(cmd, "--bnb-block: even, got %ld", b);
             o.q.blocksize = (int)b;
+            block_given = true;
         } else if (!strcmp(a, "--double-quant")) {
             o.q.double_quant = true;
         } else if (a[0] == '-' && a[1]) {
@@ -201,8 +203,9 @@ static int cmd_quantize_bnb(int argc, char **argv) {
     }
     o.q.kind = !strcmp(method, "nf4") ? LB_BNB_NF4 : !strcmp(method, "fp4") ? LB_BNB_FP4
                                                                            : LB_BNB_INT8;
-    if (o.q.kind == LB_BNB_INT8 && o.q.double_quant)
-        return cli_usage_error(cmd, "--double-quant applies to nf4/fp4 only");
+    if (o.q.kind == LB_BNB_INT8 && (o.q.double_quant || block_given))
+        return cli_usage_error(cmd, "%s applies to nf4/fp4 only (LLM.int8() has one scale "
+                               "per row)", o.q.double_quant ? "--double-quant" : "--bnb-block");
     if (!model) return cli_usage_error(cmd, "missing MODEL_DIR");
     if (!out) return cli_usage_error(cmd, "missing -o OUT_DIR");
     cli_progress prog;

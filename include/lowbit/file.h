@@ -129,7 +129,9 @@ void lb_atomic_abort(lb_atomic_file *af);
  * directory; LB_ERR_INVALID_ARG when it is not a directory or not empty
  * (naming it), LB_ERR_IO when it cannot be examined. Check before work. */
 lb_status lb_outdir_check(const char *out_dir);
-/* Create "<out_dir>.tmp-XXXXXX" (trailing slashes of out_dir dropped);
+/* Create "<out_dir>.tmp-<pid>-XXXXXX" (trailing slashes of out_dir
+ * dropped), first removing (logged as warnings) such directories of
+ * processes no longer running on this host: what a killed run left;
  * *tmp_out is malloc'd (free with free()). LB_ERR_IO naming out_dir. */
 lb_status lb_tmpdir_make(const char *out_dir, char **tmp_out);
 /* Rename tmp to out_dir (an empty out_dir is replaced). LB_ERR_IO. */

@@ -544,13 +544,53 @@ lb_status lb_outdir_check(const char *out_dir) {
     return LB_OK;
 }
 
+/* Remove the directories "<base>.tmp-<pid>-XXXXXX" beside out (its first n
+ * bytes) that lb_tmpdir_make made for a process no longer running (a run
+ * killed before its rename), logging each; a live or unreadable one is
+ * left alone. */
+static void tmpdir_remove_stale(const char *out, size_t n) {
+    const char *slash = memrchr(out, '/', n);
+    char dir[PATH_MAX];
+    const size_t dl = slash ? (slash == out ? 1 : (size_t)(slash - out)) : 1;
+    if (dl >= sizeof dir) return;
+    memcpy(dir, slash ? out : ".", dl);
+    dir[dl] = '\0';
+    const char *base = slash ? slash + 1 : out;
+    const size_t bl = n - (size_t)(base - out);
+    DIR *d = bl ? opendir(dir) : NULL;
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *nm = e->d_name;
+        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp-", 5)) continue;
+        const char *q = nm + bl + 5;
+        char *end;
+        errno = 0;
+        const long pid = strtol(q, &end, 10);
+        if (errno || end == q || *end != '-' || pid <= 0 || strlen(end + 1) != 6) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+            continue; /* a live process (perhaps another run): not ours to remove */
+        char *f = lb_path_join(dir, nm);
+        struct stat st;
+        if (f && lstat(f, &st) == 0 && S_ISDIR(st.st_mode)) {
+            lb_tmpdir_remove(f);
+            if (lstat(f, &st) != 0)
+                lb_log(LB_LOG_WARN, "removed %s: the temp directory of an interrupted run "
+                       "(process %ld, no longer running)", f, pid);
+        }
+        free(f);
+    }
+    closedir(d);
+}
+
 lb_status lb_tmpdir_make(const char *out_dir, char **tmp_out) {
     size_t n = strlen(out_dir);
     while (n > 1 && out_dir[n - 1] == '/') n--;
-    char *t = malloc(n + 16);
+    tmpdir_remove_stale(out_dir, n);
+    char *t = malloc(n + 40);
     if (!t) return lb_set_error(LB_ERR_NOMEM, "out of memory");
     memcpy(t, out_dir, n);
-    memcpy(t + n, ".tmp-XXXXXX", 12);
+    snprintf(t + n, 40, ".tmp-%ld-XXXXXX", (long)getpid());
     if (!mkdtemp(t)) {
         lb_status s = lb_set_error(LB_ERR_IO, "%.*s: cannot create a temp directory beside it: %s",
                                    (int)n, out_dir, strerror(errno));
