@@ -487,12 +487,18 @@ LB_UNROLL(4)
     const uint8_t *p = gp + (size_t)kb0 * bb;
     for (int i = 0; i < kbn; i++, p += bb) {
         /* software prefetch ~3.3 KiB ahead: 12 Q4_0 / 6 blocks of the
-         * others (Q4_0 / Q8_0: 8 of either before: bench_kernels --dram,
-         * medians of 5-6 alternated runs on the Zen 5 VM, Q4_0 GEMV +6..14%
-         * at 1 thread, +3..6% at 2, Q8_0 +4..15% / -1..+5%) */
-        const uint8_t *pf = p + (k == XQ4_0 ? 12 : 6) * bb;
+         * others (Q4_0: 8 before: bench_kernels --dram, medians of 5-6
+         * alternated runs on the Zen 5 VM, Q4_0 GEMV +6..14% at 1 thread,
+         * +3..6% at 2). Q8_0 (544-byte blocks): none, the hardware
+         * prefetchers alone stream it faster (Zen 5 VM, 2026-12-06, `lowbit
+         * bench F -p 0 -n 64 -t T -r 3`, 3 alternated rounds, uniform Q8_0
+         * files: Qwen2.5-0.5B / Llama-3.2-1B decode 1 thread -2..+17% /
+         * +8..+18%, 2 threads +6..+10% / +8..+16%) */
+        if (k != XQ8_0) {
+            const uint8_t *pf = p + (k == XQ4_0 ? 12 : 6) * bb;
 LB_UNROLL(9)
-        for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(pf + l), _MM_HINT_T0);
+            for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(pf + l), _MM_HINT_T0);
+        }
         const __m512 dwv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
         const __m512 mwv = xq_q81(k) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))
                                      : _mm512_setzero_ps();
