@@ -390,36 +390,53 @@ lb_path_relation lb_path_relate(const char *a, const char *b) {
     return r;
 }
 
+bool lb_pid_alive(long pid) {
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* The directory of path's first n bytes into dir ("." without a slash) and
+ * the name after it, its length in *bl; NULL when dir would not fit or the
+ * name is empty. */
+static const char *split_parent(const char *path, size_t n, char dir[PATH_MAX], size_t *bl) {
+    const char *slash = memrchr(path, '/', n);
+    const size_t dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    if (dl >= PATH_MAX) return NULL;
+    memcpy(dir, slash ? path : ".", dl);
+    dir[dl] = '\0';
+    const char *base = slash ? slash + 1 : path;
+    *bl = n - (size_t)(base - path);
+    return *bl ? base : NULL;
+}
+
+/* The writer's PID in directory entry nm when it reads <base><tag><pid><sep>
+ * (*rest: what follows sep), else 0. */
+static long entry_pid(const char *nm, const char *base, size_t bl, const char *tag, char sep,
+                      const char **rest) {
+    const size_t tl = strlen(tag);
+    if (strncmp(nm, base, bl) || strncmp(nm + bl, tag, tl)) return 0;
+    const char *q = nm + bl + tl;
+    char *end;
+    errno = 0;
+    const long pid = strtol(q, &end, 10);
+    if (errno || end == q || *end != sep || pid <= 0) return 0;
+    *rest = end + 1;
+    return pid;
+}
+
 int lb_atomic_remove_stale(const char *path) {
     char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (slash) {
-        size_t n = slash == path ? 1 : (size_t)(slash - path);
-        if (n >= sizeof dir) return 0;
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    } else {
-        dir[0] = '.', dir[1] = '\0';
-    }
-    const size_t bl = strlen(base);
-    if (!bl) return 0;
-    DIR *d = opendir(dir);
+    size_t bl;
+    const char *base = split_parent(path, strlen(path), dir, &bl);
+    DIR *d = base ? opendir(dir) : NULL;
     if (!d) return 0;
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         /* <base>.tmp.<pid>.<n>, digits only */
-        const char *nm = e->d_name;
-        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp.", 5)) continue;
-        const char *q = nm + bl + 5;
-        char *end;
-        errno = 0;
-        long pid = strtol(q, &end, 10);
-        if (errno || end == q || *end != '.' || pid <= 0) continue;
-        const char *q2 = end + 1;
-        if (!*q2 || q2[strspn(q2, "0123456789")]) continue;
-        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+        const char *nm = e->d_name, *q2;
+        const long pid = entry_pid(nm, base, bl, ".tmp.", '.', &q2);
+        if (!pid || !*q2 || q2[strspn(q2, "0123456789")]) continue;
+        if (lb_pid_alive(pid))
             continue; /* a live process (perhaps another run): not ours to remove */
         char *f = lb_path_join(dir, nm);
         struct stat st;
@@ -549,26 +566,18 @@ lb_status lb_outdir_check(const char *out_dir) {
  * killed before its rename), logging each; a live or unreadable one is
  * left alone. */
 static void tmpdir_remove_stale(const char *out, size_t n) {
-    const char *slash = memrchr(out, '/', n);
     char dir[PATH_MAX];
-    const size_t dl = slash ? (slash == out ? 1 : (size_t)(slash - out)) : 1;
-    if (dl >= sizeof dir) return;
-    memcpy(dir, slash ? out : ".", dl);
-    dir[dl] = '\0';
-    const char *base = slash ? slash + 1 : out;
-    const size_t bl = n - (size_t)(base - out);
-    DIR *d = bl ? opendir(dir) : NULL;
+    size_t bl;
+    const char *base = split_parent(out, n, dir, &bl);
+    DIR *d = base ? opendir(dir) : NULL;
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        const char *nm = e->d_name;
-        if (strncmp(nm, base, bl) || strncmp(nm + bl, ".tmp-", 5)) continue;
-        const char *q = nm + bl + 5;
-        char *end;
-        errno = 0;
-        const long pid = strtol(q, &end, 10);
-        if (errno || end == q || *end != '-' || pid <= 0 || strlen(end + 1) != 6) continue;
-        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM)
+        /* <base>.tmp-<pid>-XXXXXX (mkdtemp's six characters) */
+        const char *nm = e->d_name, *x;
+        const long pid = entry_pid(nm, base, bl, ".tmp-", '-', &x);
+        if (!pid || strlen(x) != 6) continue;
+        if (lb_pid_alive(pid))
             continue; /* a live process (perhaps another run): not ours to remove */
         char *f = lb_path_join(dir, nm);
         struct stat st;

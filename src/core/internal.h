@@ -76,6 +76,11 @@ static inline float lb_f16_to_f32_inline(uint16_t h) {
 /* Duplicate a string (NULL on failure or NULL input). */
 char *lb_strdup(const char *s);
 
+/* Is process pid (> 0) running on this host? true also when it exists
+ * but belongs to another user (EPERM), and for this process. The owners
+ * of temp files and work directories (stale ones are removed). */
+bool lb_pid_alive(long pid);
+
 /* n bytes (n > 0) of anonymous read-write memory starting on a 2 MiB
  * boundary, advised MADV_HUGEPAGE (refused advice is fine: 4 KiB pages
  * then), zero bytes; NULL (errno set) on failure. Free with munmap(p, n).

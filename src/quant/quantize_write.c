@@ -684,9 +684,7 @@ static void settings_diff(const cJSON *a, const cJSON *b, char *out, size_t n) {
  * counts as not running: its earlier runs have ended (a cancelled or failed
  * lb_quantize_model); two concurrent runs in one process writing the same
  * output are not supported. */
-static bool pid_alive(long pid) {
-    return pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
-}
+static bool pid_alive(long pid) { return pid != (long)getpid() && lb_pid_alive(pid); }
 
 /* The work directories OUT.tmp-* of earlier runs writing OUT.
  *  mode SCAN: log each (finished layers; whether its settings match, and
