@@ -24,10 +24,12 @@
 #   -D DEPTH   tokens already in the KV cache when each test starts
 #              (llama-bench -d; default 0)
 #   -R         roofline: measure DRAM read bandwidth (bench/roofline, 1 and
-#              THREADS threads) before and after the runs, and print each
-#              decode test as a fraction of its ceiling, bandwidth / model
-#              bytes (every weight is read once per token; KV and
-#              activations not counted), for both tools
+#              THREADS threads, median of >= 2 s of passes) before the runs,
+#              after each file and at the end, and print each decode test as
+#              a fraction of its ceiling, mean bandwidth / model bytes (every
+#              weight is read once per token; KV and activations not
+#              counted), for both tools; and lowbit's fraction of the ceiling
+#              the fastest passes give (a burst bound, not a sustained one)
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -100,10 +102,9 @@ for shape in $SHAPES; do
       > "$DIR/rss.json" 2> "$DIR/rss.txt"
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' "$DIR/rss.txt")
     echo "{\"tool\": \"rss\", \"shape\": \"$shape\", \"type\": \"$type\", \"rss_kb\": $rss, \"file_bytes\": $(stat -L -c %s "$f"), \"run\": $(cat "$DIR/rss.json")}" >> "$RES"
+    roof
   done
 done
-
-roof
 
 python3 - "$RES" "$T" <<'EOF'
 import json, sys
@@ -111,6 +112,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 T = sys.argv[2]
 res = {}
 roofs = [r["run"]["read_gbs"] for r in rows if r["tool"] == "roofline"]
+bests = [r["run"]["best_gbs"] for r in rows if r["tool"] == "roofline" and "best_gbs" in r["run"]]
 size = {}
 for r in rows:
     if r["tool"] in ("rss", "roofline"):
@@ -139,19 +141,21 @@ for key in sorted(res):
           % (key[0], key[1], key[2], ma, max(a), mb, max(b), ma / mb, max(a) / max(b)))
 if roofs:
     bw = sum(x[T] for x in roofs) / len(roofs)
-    print("\nRoofline: DRAM read %s GB/s at %s thread(s) (runs before / after: %s); decode as a"
-          " fraction of bandwidth / model bytes\n" % ("%.2f" % bw, T,
-          " / ".join("%.2f" % x[T] for x in roofs)))
-    print("| shape | type | test | ceiling t/s | lowbit | lowbit / ceiling | llama.cpp | llama.cpp / ceiling |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    bb = max(x[T] for x in bests) if bests else bw
+    print("\nRoofline: DRAM read %.2f GB/s at %s thread(s), mean of the median passes of %d"
+          " measurements (%s; fastest pass %.2f GB/s); decode as a fraction of bandwidth /"
+          " model bytes\n" % (bw, T, len(roofs), " / ".join("%.2f" % x[T] for x in roofs), bb))
+    print("| shape | type | test | ceiling t/s | lowbit | lowbit / ceiling | llama.cpp | llama.cpp / ceiling |"
+          " lowbit / fastest-pass ceiling |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for key in sorted(res):
         a, b = res[key].get("lowbit", []), res[key].get("llama", [])
         if not key[2].startswith("tg") or not a or not b or key[:2] not in size:
             continue
         ceil = bw * 1e9 / size[key[:2]]
         ma, mb = sum(a) / len(a), sum(b) / len(b)
-        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f |" % (key[0], key[1], key[2], ceil,
-              ma, ma / ceil, mb, mb / ceil))
+        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (key[0], key[1], key[2],
+              ceil, ma, ma / ceil, mb, mb / ceil, ma * size[key[:2]] / (bb * 1e9)))
 print("\nlowbit peak RSS vs file + KV cache (f16)\n")
 print("| shape | type | file MiB | KV MiB | peak RSS MiB | RSS / (file + KV) |")
 print("|---|---|---:|---:|---:|---:|")
