@@ -128,8 +128,8 @@ int main(int argc, char **argv) {
     }
     const size_t n = mib << 20;
     uint8_t *buf = aligned_alloc(2u << 20, n);
-    if (!buf || mib < 16 || reps < 1) {
-        fprintf(stderr, "roofline: bad size or out of memory\n");
+    if (!buf || mib < 16 || reps < 1 || !(secs >= 0 && secs <= 3600)) {
+        fprintf(stderr, "roofline: bad size, reps or seconds, or out of memory\n");
         return 1;
     }
     for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)(i * 2654435761u >> 24); /* touch */
@@ -145,6 +145,7 @@ int main(int argc, char **argv) {
         if (t < 1 || t > 64) continue;
         if (measure(buf, n, (int)t, reps, secs, &med[nt], &best[nt])) {
             fprintf(stderr, "roofline: out of memory\n");
+            free(buf);
             return 1;
         }
         tn[nt++] = t;
