@@ -29,7 +29,7 @@ typedef struct {
     const uint8_t *p;
     size_t n;
     pthread_barrier_t *bar;
-    double sum;
+    double sum, t0, t1; /* the read's start and end, taken by the worker */
 } job;
 
 __attribute__((target("avx2"))) static double read_sum(const uint8_t *p, size_t n) {
@@ -49,7 +49,9 @@ __attribute__((target("avx2"))) static double read_sum(const uint8_t *p, size_t 
 static void *worker(void *arg) {
     job *j = arg;
     pthread_barrier_wait(j->bar);
+    j->t0 = lb_time_s();
     j->sum += read_sum(j->p, j->n);
+    j->t1 = lb_time_s();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
@@ -59,7 +61,11 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One pass with nth threads over buf[0, n): GB/s. */
+/* One pass with nth threads over buf[0, n): GB/s, timed from the first
+ * worker's start to the last one's end (the workers take the times: the
+ * main thread, one more thread than there may be cores, can be descheduled
+ * between the barrier and a clock read of its own, which made some
+ * 2-thread passes on a 2-core VM look several times faster than DRAM). */
 static double pass(const uint8_t *buf, size_t n, int nth) {
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nth + 1);
@@ -67,15 +73,19 @@ static double pass(const uint8_t *buf, size_t n, int nth) {
     job jobs[64];
     const size_t slice = n / (size_t)nth / 128 * 128;
     for (int t = 0; t < nth; t++) {
-        jobs[t] = (job){buf + (size_t)t * slice, slice, &bar, 0};
+        jobs[t] = (job){buf + (size_t)t * slice, slice, &bar, 0, 0, 0};
         pthread_create(&th[t], NULL, worker, &jobs[t]);
     }
     pthread_barrier_wait(&bar);
-    const double t0 = lb_time_s();
     pthread_barrier_wait(&bar);
-    const double el = lb_time_s() - t0;
     for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
     pthread_barrier_destroy(&bar);
+    double t0 = jobs[0].t0, t1 = jobs[0].t1;
+    for (int t = 1; t < nth; t++) {
+        t0 = jobs[t].t0 < t0 ? jobs[t].t0 : t0;
+        t1 = jobs[t].t1 > t1 ? jobs[t].t1 : t1;
+    }
+    const double el = t1 - t0;
     return (double)slice * nth / el * 1e-9;
 }
 
