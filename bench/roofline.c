@@ -11,11 +11,12 @@
  * (default 5) per thread count in the list (default "1 2"), in the same run.
  * The figure is bytes read / wall time of the median pass ("read_gbs"), the
  * bandwidth a decode of a few seconds sees; the fastest pass is printed too
- * ("best_gbs"). On a shared host the two differ a lot: on the 2-core Zen 5
- * VM of 2026-12-06 single 2-thread passes ran 25-90 GB/s within a minute,
- * median ~52, so a best-of-5 figure (this tool's before that day) was a
- * burst no sustained stream reaches (docs/model.md). Run it next to the
- * decode it is compared with (bench/vs_llamacpp.sh -R does).
+ * ("best_gbs"): on a shared host single passes vary (2-core Zen 5 VM,
+ * 2026-12-06: 2-thread passes 33-63 GB/s within a minute, median ~57).
+ * Before that day the tool printed the fastest of 5 passes, timed by the
+ * main thread (see pass()), and its 2-thread figures there were up to ~1.5x
+ * too high (docs/model.md). Run it next to the decode it is compared with
+ * (bench/vs_llamacpp.sh -R does).
  */
 #include "lowbit/core.h"
 
