@@ -75,7 +75,10 @@ static double pass(const uint8_t *buf, size_t n, int nth) {
     const size_t slice = n / (size_t)nth / 128 * 128;
     for (int t = 0; t < nth; t++) {
         jobs[t] = (job){buf + (size_t)t * slice, slice, &bar, 0, 0, 0};
-        pthread_create(&th[t], NULL, worker, &jobs[t]);
+        if (pthread_create(&th[t], NULL, worker, &jobs[t])) { /* the others wait at the barrier */
+            fprintf(stderr, "roofline: cannot start thread %d of %d\n", t + 1, nth);
+            exit(1);
+        }
     }
     pthread_barrier_wait(&bar);
     pthread_barrier_wait(&bar);
