@@ -112,7 +112,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 T = sys.argv[2]
 res = {}
 roofs = [r["run"]["read_gbs"] for r in rows if r["tool"] == "roofline"]
-bests = [r["run"]["best_gbs"] for r in rows if r["tool"] == "roofline" and "best_gbs" in r["run"]]
+bests = [r["run"]["best_gbs"] for r in rows if r["tool"] == "roofline"]
 size = {}
 for r in rows:
     if r["tool"] in ("rss", "roofline"):
@@ -141,7 +141,7 @@ for key in sorted(res):
           % (key[0], key[1], key[2], ma, max(a), mb, max(b), ma / mb, max(a) / max(b)))
 if roofs:
     bw = sum(x[T] for x in roofs) / len(roofs)
-    bb = max(x[T] for x in bests) if bests else bw
+    bb = max(x[T] for x in bests)
     print("\nRoofline: DRAM read %.2f GB/s at %s thread(s), mean of the median passes of %d"
           " measurements (%s; fastest pass %.2f GB/s); decode as a fraction of bandwidth /"
           " model bytes\n" % (bw, T, len(roofs), " / ".join("%.2f" % x[T] for x in roofs), bb))
