@@ -29,7 +29,12 @@
 #              a fraction of its ceiling, mean bandwidth / model bytes (every
 #              weight is read once per token; KV and activations not
 #              counted), for both tools; and lowbit's fraction of the ceiling
-#              the fastest passes give (a burst bound, not a sustained one)
+#              the fastest passes give (a burst bound, not a sustained one).
+#              Also a THREADS-thread reading after every tool run: the
+#              "paired" columns divide each run's decode by the mean of the
+#              readings just before and after it (the host's memory speed
+#              drifts by +-25% within minutes on a shared VM) and average
+#              those fractions over the rounds
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -50,7 +55,7 @@ while [ $# -gt 0 ]; do
     -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
     -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
     -D) D=$2; shift 2 ;; -R) ROOF=1; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -62,10 +67,11 @@ command -v python3 >/dev/null || { echo "python3 is needed to read the JSON" >&2
 mkdir -p "$DIR"
 RES=$DIR/results.jsonl
 : > "$RES"
+# roof [THREADS]: one roofline reading (default "1 $T") appended to $RES
 roof() {
   [ "$ROOF" = 1 ] || return 0
   [ -x "$B/roofline" ] || { echo "build bench/roofline first ($B)" >&2; exit 1; }
-  echo "{\"tool\": \"roofline\", \"run\": $("$B/roofline" --threads "1 $T" --json)}" >> "$RES"
+  echo "{\"tool\": \"roofline\", \"run\": $("$B/roofline" --threads "${1:-1 $T}" --json)}" >> "$RES"
 }
 roof
 
@@ -94,6 +100,7 @@ for shape in $SHAPES; do
           out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" -o json 2>/dev/null)
           echo "{\"tool\": \"llama\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $(echo "$out" | tr -d '\n')}" >> "$RES"
         fi
+        roof "$T"
       done
       k=$((k + 1))
     done
@@ -114,21 +121,36 @@ res = {}
 roofs = [r["run"]["read_gbs"] for r in rows if r["tool"] == "roofline"]
 bests = [r["run"]["best_gbs"] for r in rows if r["tool"] == "roofline"]
 size = {}
-for r in rows:
+paired = {}  # (shape, type, test) -> tool -> [(t/s, mean of the adjacent THREADS-thread readings)]
+def adjacent(i):
+    # the roofline readings just before and after row i (GB/s at T threads)
+    near = []
+    for rng in (range(i - 1, -1, -1), range(i + 1, len(rows))):
+        for j in rng:
+            if rows[j]["tool"] == "roofline" and T in rows[j]["run"]["read_gbs"]:
+                near.append(rows[j]["run"]["read_gbs"][T])
+                break
+    return sum(near) / len(near) if near else None
+for i, r in enumerate(rows):
     if r["tool"] in ("rss", "roofline"):
         continue
     if r["tool"] == "lowbit":
         size[(r["shape"], r["type"])] = r["run"]["model_size"]
     key = (r["shape"], r["type"])
     if r["tool"] == "lowbit":
-        for t in r["run"]["tests"]:
-            res.setdefault(key + (t["name"],), {}).setdefault("lowbit", []).append(t["avg_ts"])
+        tests = [(t["name"], t["avg_ts"]) for t in r["run"]["tests"]]
     else:
+        tests = []
         for t in r["run"]:
             name = ("pp%d" % t["n_prompt"]) if t["n_prompt"] else ("tg%d" % t["n_gen"])
             if t.get("n_depth", 0):
                 name += " @ d%d" % t["n_depth"]
-            res.setdefault(key + (name,), {}).setdefault("llama", []).append(t["avg_ts"])
+            tests.append((name, t["avg_ts"]))
+    bw_i = adjacent(i)
+    for name, ts in tests:
+        res.setdefault(key + (name,), {}).setdefault(r["tool"], []).append(ts)
+        if bw_i:
+            paired.setdefault(key + (name,), {}).setdefault(r["tool"], []).append((ts, bw_i))
 print("\n%d threads; tokens/s: mean over rounds (best run)\n" % int(T))
 print("| shape | type | test | lowbit | llama.cpp | ratio (mean) | ratio (best) |")
 print("|---|---|---|---:|---:|---:|---:|")
@@ -145,17 +167,23 @@ if roofs:
     print("\nRoofline: DRAM read %.2f GB/s at %s thread(s), mean of the median passes of %d"
           " measurements (%s; fastest pass %.2f GB/s); decode as a fraction of bandwidth /"
           " model bytes\n" % (bw, T, len(roofs), " / ".join("%.2f" % x[T] for x in roofs), bb))
+    print("Paired: each run against the mean of the %s-thread readings just before and after it, mean"
+          " over the runs (lowbit / llama.cpp)\n" % T)
     print("| shape | type | test | ceiling t/s | lowbit | lowbit / ceiling | llama.cpp | llama.cpp / ceiling |"
-          " lowbit / fastest-pass ceiling |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+          " lowbit / fastest-pass ceiling | paired lowbit / ceiling | paired llama.cpp / ceiling |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    def pfrac(key, tool):
+        v = [ts * size[key[:2]] / (g * 1e9) for ts, g in paired.get(key, {}).get(tool, [])]
+        return ("%.2f" % (sum(v) / len(v))) if v else "-"
     for key in sorted(res):
         a, b = res[key].get("lowbit", []), res[key].get("llama", [])
         if not key[2].startswith("tg") or not a or not b or key[:2] not in size:
             continue
         ceil = bw * 1e9 / size[key[:2]]
         ma, mb = sum(a) / len(a), sum(b) / len(b)
-        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (key[0], key[1], key[2],
-              ceil, ma, ma / ceil, mb, mb / ceil, ma * size[key[:2]] / (bb * 1e9)))
+        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (key[0], key[1], key[2],
+              ceil, ma, ma / ceil, mb, mb / ceil, ma * size[key[:2]] / (bb * 1e9),
+              pfrac(key, "lowbit"), pfrac(key, "llama")))
 print("\nlowbit peak RSS vs file + KV cache (f16)\n")
 print("| shape | type | file MiB | KV MiB | peak RSS MiB | RSS / (file + KV) |")
 print("|---|---|---:|---:|---:|---:|")
