@@ -369,7 +369,8 @@ static void mm_q8_0_avx512_vnni(int64_t n, const void *w, size_t ws, int64_t nr,
  *                lb_vec_dot_q5_0_q8_0_ref's / lb_vec_dot_q{4,5}_1_q8_1_ref's
  *                bits; Q8_1 block = d, s = d * sum a (f16 each), qs[32])
  * Decode and small tiles (xq_pass): one group, 1-4 tokens per pass share
- * each block's loads. Prefill (>= LB_VNNI_MIN_TOKENS tokens, xq_pass2;
+ * each block's loads (Q4_0 rows of >= 4096 columns: xq_pass2, see
+ * XQ_WIDE_BLOCKS). Prefill (>= LB_VNNI_MIN_TOKENS tokens, xq_pass2;
  * Q4_0, Q8_0, Q5_0, see xq_pair): two
  * groups (32 rows) x 4 tokens per pass, so that each activation broadcast
  * feeds two vpdpbusd and the decoded codes serve 4 tokens; a pair of groups
@@ -598,11 +599,30 @@ xq_tokens(const xq k, const bool pair, const uint8_t *w, size_t ws, int64_t g, i
         xq_step(1, k, pair, gp, 16 * ws, kb0, kbn, at + (size_t)t * as, as, tb, t, yg + (size_t)t * ldy, ldy);
 }
 
+/* Q4_0 rows of at least this many blocks (4096 columns) pair their groups in
+ * decode too. One group of 16 rows of such a row streams >= 36 KiB of
+ * weights between two uses of the same activation line, which with the
+ * activations (>= 4.3 KiB) no longer stays in a 48 KiB L1: a standalone copy
+ * of the pass over 512 MiB (Zen 5 VM, variants interleaved pass by pass) ran
+ * 18-25 GB/s at 4864 / 8192 columns and 23-31 with its activations confined
+ * to 16 blocks. Two groups per pass read each activation line once per two
+ * groups. Whole decodes against the build without it, `lowbit bench F -p 0
+ * -n 64 -t T -r 3`, A/B/B/A in 4 rounds (Qwen2.5-0.5B: ffn_down 4864
+ * columns; Llama-3.2-1B: 8192), geometric means of the per-round ratios:
+ * uniform Q4_0 files 1 thread +8% / +8%, 2 threads +7% / +10%;
+ * llama-quantize's Llama-3.2-1B Q4_0 +5% / +4%; 23 of 24 rounds faster.
+ * Pairing every row length lost 16% / 11% (1 / 2 threads) on Qwen2.5-0.5B
+ * (896-column rows); Q8_0 paired at >= 4096 columns moved -11..+25% between
+ * rounds (not kept). Same bits either way (xq_pass2). */
+#define XQ_WIDE_BLOCKS 128
+
 LB_KINLINE void mm_xq(const xq k, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                       size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32, ng = nr / 16;
-    const bool g2 = nt >= LB_VNNI_MIN_TOKENS && xq_pair(k); /* prefill: two groups per pass */
+    /* two groups per pass (xq_pass2): prefill, and Q4_0's decode and small
+     * tiles of wide rows (XQ_WIDE_BLOCKS) */
+    const bool g2 = xq_pair(k) && (nt >= LB_VNNI_MIN_TOKENS || (k == XQ4_0 && nb >= XQ_WIDE_BLOCKS));
     xq_tab tb;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
         const int kbn = (int)LB_MIN(KB, nb - kb0);
