@@ -600,13 +600,14 @@ xq_tokens(const xq k, const bool pair, const uint8_t *w, size_t ws, int64_t g, i
 }
 
 /* Q4_0 rows of at least this many blocks (4096 columns) pair their groups in
- * decode too. One group of 16 rows of such a row streams >= 36 KiB of
- * weights between two uses of the same activation line, which with the
- * activations (>= 4.3 KiB) no longer stays in a 48 KiB L1: a standalone copy
- * of the pass over 512 MiB (Zen 5 VM, variants interleaved pass by pass) ran
- * 18-25 GB/s at 4864 / 8192 columns and 23-31 with its activations confined
- * to 16 blocks. Two groups per pass read each activation line once per two
- * groups. Whole decodes against the build without it, `lowbit bench F -p 0
+ * decode too. One group of 16 rows streams 16 x 18 bytes per block of
+ * weights between two uses of the same activation line: at 4864 / 8192
+ * columns 43.8 / 73.7 KiB, which with the activations (5.2 / 8.7 KiB)
+ * exceeds Zen 5's 48 KiB L1. A standalone copy of the pass over 512 MiB
+ * (Zen 5 VM, variants interleaved pass by pass) ran 18-26 GB/s at those
+ * widths and 23-31 with its activations confined to 16 blocks. Two groups
+ * per pass read each activation line once per two groups. (4096 columns,
+ * 36 + 4.3 KiB, sits at the edge; 896 and 2048 columns lose with pairing.) Whole decodes against the build without it, `lowbit bench F -p 0
  * -n 64 -t T -r 3`, A/B/B/A in 4 rounds (Qwen2.5-0.5B: ffn_down 4864
  * columns; Llama-3.2-1B: 8192), geometric means of the per-round ratios:
  * uniform Q4_0 files 1 thread +8% / +8%, 2 threads +7% / +10%;
