@@ -607,9 +607,10 @@ xq_tokens(const xq k, const bool pair, const uint8_t *w, size_t ws, int64_t g, i
  * (Zen 5 VM, variants interleaved pass by pass) ran 18-26 GB/s at those
  * widths and 23-31 with its activations confined to 16 blocks. Two groups
  * per pass read each activation line once per two groups. (4096 columns,
- * 36 + 4.3 KiB, sits at the edge; 896 and 2048 columns lose with pairing.) Whole decodes against the build without it, `lowbit bench F -p 0
- * -n 64 -t T -r 3`, A/B/B/A in 4 rounds (Qwen2.5-0.5B: ffn_down 4864
- * columns; Llama-3.2-1B: 8192), geometric means of the per-round ratios:
+ * 36 + 4.3 KiB, sits at the edge; 896 and 2048 columns lose with pairing.)
+ * Whole decodes against the build without it, `lowbit bench F -p 0 -n 64
+ * -t T -r 3`, A/B/B/A in 4 rounds (Qwen2.5-0.5B: ffn_down 4864 columns;
+ * Llama-3.2-1B: 8192), geometric means of the per-round ratios:
  * uniform Q4_0 files 1 thread +8% / +8%, 2 threads +7% / +10%;
  * llama-quantize's Llama-3.2-1B Q4_0 +5% / +4%; 23 of 24 rounds faster.
  * Pairing every row length lost 16% / 11% (1 / 2 threads) on Qwen2.5-0.5B
