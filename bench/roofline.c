@@ -3,10 +3,18 @@
  * speed: a decode step reads every weight once, so tokens/s <= bandwidth /
  * bytes of weights read per token.
  *
- *   roofline [--mib M] [--threads "1 2"] [--seconds S] [--reps R] [--json]
+ *   roofline [--mib M] [--threads "1 2"] [--seconds S] [--reps R] [--4k] [--json]
  *
  * Each thread sums its own slice of a buffer of M MiB (default 1024, far
  * larger than any cache) with 256-bit loads, 4 independent accumulators;
+ * the buffer is in 2 MiB pages as lowbit's weights are (lb_map_huge,
+ * MADV_HUGEPAGE; the figure printed with "huge pages" says how much of it
+ * the kernel backed so), --4k in 4 KiB pages (MADV_NOHUGEPAGE). Until
+ * 2026-12-06 the tool read 4 KiB pages (aligned_alloc; transparent huge
+ * pages are "madvise" only on the Zen 5 VM), and one thread read 35-37 GB/s
+ * there where huge pages give 40-42: a TLB miss every 4 KiB, which
+ * lowbit's decode does not pay, so the ceiling was too low and decode
+ * fractions of it too high (docs/model.md, "The roofline in huge pages");
  * passes are repeated for at least S seconds (default 2) and R passes
  * (default 5) per thread count in the list (default "1 2"), in the same run.
  * The figure is bytes read / wall time of the median pass ("read_gbs"), the
@@ -19,12 +27,14 @@
  * (bench/vs_llamacpp.sh -R does).
  */
 #include "lowbit/core.h"
+#include "core/internal.h"
 
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     const uint8_t *p;
@@ -120,9 +130,22 @@ static int measure(const uint8_t *buf, size_t n, int nth, int reps, double secs,
     return 0;
 }
 
+/* MiB of anonymous memory in huge pages (AnonHugePages of
+ * /proc/self/smaps_rollup), -1 when unknown */
+static long anon_huge_mib(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
 int main(int argc, char **argv) {
     size_t mib = 1024;
-    int reps = 5, json = 0;
+    int reps = 5, json = 0, small = 0;
     double secs = 2.0;
     const char *list = "1 2";
     for (int i = 1; i < argc; i++) {
@@ -131,8 +154,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--4k")) small = 1;
         else {
-            fprintf(stderr, "usage: roofline [--mib M] [--threads \"1 2\"] [--seconds S] [--reps R] [--json]\n");
+            fprintf(stderr, "usage: roofline [--mib M] [--threads \"1 2\"] [--seconds S] [--reps R] [--4k] [--json]\n");
             return 2;
         }
     }
@@ -141,8 +165,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     const size_t n = mib << 20;
-    uint8_t *buf = aligned_alloc(2u << 20, n);
-    if (!buf || mib < 16 || reps < 1 || !(secs >= 0 && secs <= 3600)) {
+    uint8_t *buf = NULL;
+    if (mib >= 16 && mib <= ((size_t)1 << 24)) {
+        buf = small ? aligned_alloc(2u << 20, n) : lb_map_huge(n);
+        if (buf && small) (void)madvise(buf, n, MADV_NOHUGEPAGE);
+    }
+    if (!buf || reps < 1 || !(secs >= 0 && secs <= 3600)) {
         fprintf(stderr, "roofline: bad size, reps or seconds, or out of memory\n");
         return 1;
     }
@@ -159,22 +187,26 @@ int main(int argc, char **argv) {
         if (t < 1 || t > 64) continue;
         if (measure(buf, n, (int)t, reps, secs, &med[nt], &best[nt])) {
             fprintf(stderr, "roofline: out of memory\n");
-            free(buf);
+            small ? free(buf) : (void)munmap(buf, n);
             return 1;
         }
         tn[nt++] = t;
     }
+    const long huge = small ? 0 : anon_huge_mib();
     if (json) {
-        printf("{\"mib\": %zu, \"seconds\": %.2f, \"read_gbs\": {", mib, secs);
+        printf("{\"mib\": %zu, \"pages\": \"%s\", \"huge_mib\": %ld, \"seconds\": %.2f, \"read_gbs\": {", mib,
+               small ? "4k" : "huge", huge, secs);
         for (int i = 0; i < nt; i++) printf("%s\"%ld\": %.2f", i ? ", " : "", tn[i], med[i]);
         printf("}, \"best_gbs\": {");
         for (int i = 0; i < nt; i++) printf("%s\"%ld\": %.2f", i ? ", " : "", tn[i], best[i]);
         printf("}}\n");
     } else {
+        if (small) printf("buffer: %zu MiB in 4 KiB pages\n", mib);
+        else printf("buffer: %zu MiB, %ld MiB of it in huge pages\n", mib, huge);
         for (int i = 0; i < nt; i++)
             printf("read bandwidth, %ld thread%s: %.2f GB/s (median pass; fastest %.2f)\n", tn[i],
                    tn[i] > 1 ? "s" : "", med[i], best[i]);
     }
-    free(buf);
+    small ? free(buf) : (void)munmap(buf, n);
     return 0;
 }
