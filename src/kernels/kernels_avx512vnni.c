@@ -721,16 +721,14 @@ LB_KINLINE void
 q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
               size_t as, float *y, size_t ldy) {
     const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
-    /* prefetch. Q4_K: one line per line read, 32 KiB ahead, issued where
-     * that line is read (pf_here). Whole decodes on the Zen 5 VM,
-     * Llama-3.2-1B Q4_K_M, `lowbit bench -p 0 -n 64 -r 3`, against the
-     * next super-block + 1 KiB in bursts (the choice of bench_kernels
-     * --dram): A/B/B/A 4 rounds +8.4% at 1 thread (4 of 4 rounds faster),
-     * +4.0% at 2 (3 of 4); 3 more rounds +9.7% / +2.7%. As _mm_prefetch
-     * (GCC: one burst per super-block) 32 KiB gave +0..1%, 16 KiB +5%.
-     * Q5_K: the next super-block (2.75 KiB), in bursts (not tried in
-     * decodes). */
-    const size_t PF = q5 ? BB : 32768;
+    /* prefetch: each line 32 KiB ahead, issued where that line is read
+     * (pf_here). Whole decodes on the Zen 5 VM (`lowbit bench F -p 0 -n 64
+     * -r 3`, A/B/B/A) against one super-block ahead (+ 1 KiB for Q4_K, the
+     * choice of bench_kernels --dram) in bursts: Llama-3.2-1B Q4_K_M +8.4%
+     * at 1 thread, +4.0% at 2 (4 rounds; 3 more: +9.7% / +2.7%), Q5_K_M
+     * +9.1% / +9.5% (3 rounds). As _mm_prefetch (GCC: one burst per
+     * super-block) 32 KiB gave Q4_K +0..1%, 16 KiB +5%. */
+    const size_t PF = 32768;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
                   m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
     __m512 acc[4];
@@ -754,22 +752,15 @@ LB_UNROLL(4)
 LB_UNROLL(4)
         for (int g = 0; g < 4; g++) {
             const uint8_t *q = p + QS + (size_t)g * 512;
-            if (q5) {
-                for (int l = 0; l < 8; l++) _mm_prefetch((const char *)(q + PF + 64 * l), _MM_HINT_T0);
-                if (g == 0)
-                    for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(p + PF + 64 * l), _MM_HINT_T0);
-                if (g == 1) /* the next super-block's qh */
-                    for (int l = 4; l < 12; l++) _mm_prefetch((const char *)(p + PF + 64 * l), _MM_HINT_T0);
-            }
             const __m512i scv = g < 2 ? sc03 : sc47;
             const __m512i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
             __m512i lo[8], hi[8];
 LB_UNROLL(8)
             for (int m = 0; m < 8; m++) {
-                if (!q5) { /* this code line's, and in group 0 a header line's */
-                    if (g == 0 && m < 4) pf_here(p + PF + 64 * m);
-                    pf_here(q + PF + 64 * m);
-                }
+                /* this code line's; in group 0 a header line's and Q5_K's qh line's */
+                if (g == 0 && m < 4) pf_here(p + PF + 64 * m);
+                if (q5 && g == 0) pf_here(p + PF + 256 + 64 * m);
+                pf_here(q + PF + 64 * m);
                 const __m512i v = _mm512_loadu_si512(q + 64 * m);
                 lo[m] = _mm512_and_si512(v, m4);
                 hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
