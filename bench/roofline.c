@@ -11,10 +11,12 @@
  * MADV_HUGEPAGE; the figure printed with "huge pages" says how much of it
  * the kernel backed so), --4k in 4 KiB pages (MADV_NOHUGEPAGE). Until
  * 2026-12-06 the tool read 4 KiB pages (aligned_alloc; transparent huge
- * pages are "madvise" only on the Zen 5 VM), and one thread read 35-37 GB/s
- * there where huge pages give 40-42: a TLB miss every 4 KiB, which
- * lowbit's decode does not pay, so the ceiling was too low and decode
- * fractions of it too high (docs/model.md, "The roofline in huge pages");
+ * pages are "madvise" only on the Zen 5 VM): a TLB miss every 4 KiB, which
+ * lowbit's decode does not pay (4 alternated runs there: huge pages
+ * 1.05-1.26x the 4 KiB figure at 1 thread, 0.96-1.27x at 2), so the
+ * ceiling was too low and decode
+ * fractions of it too high (docs/model.md, "K-quant prefetches kept where
+ * the line is read; the roofline in huge pages");
  * passes are repeated for at least S seconds (default 2) and R passes
  * (default 5) per thread count in the list (default "1 2"), in the same run.
  * The figure is bytes read / wall time of the median pass ("read_gbs"), the
