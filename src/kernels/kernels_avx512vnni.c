@@ -716,6 +716,9 @@ LB_KINLINE __m512i k5_hbit(__m512i H, int bit) {
 LB_KINLINE void pf_here(const uint8_t *p) {
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p) : "memory");
 }
+/* how far ahead the K-quant passes prefetch with pf_here (bytes; whole
+ * decodes: see q4_K_x16_pass, q6_K_x16_pass) */
+#define KX_PF_AHEAD 32768
 
 LB_KINLINE void
 q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
@@ -728,7 +731,7 @@ q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const ui
      * at 1 thread, +4.0% at 2 (4 rounds; 3 more: +9.7% / +2.7%), Q5_K_M
      * +9.1% / +9.5% (3 rounds). As _mm_prefetch (GCC: one burst per
      * super-block) 32 KiB gave Q4_K +0..1%, 16 KiB +5%. */
-    const size_t PF = 32768;
+    const size_t PF = KX_PF_AHEAD;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
                   m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
     __m512 acc[4];
@@ -818,7 +821,7 @@ q6_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
      * whole decodes on the Zen 5 VM (`lowbit bench F -p 0 -n 64 -r 3`,
      * A/B/B/A 3 rounds): Llama-3.2-1B Q6_K +6.6% at 1 thread, +3.3% at 2;
      * its Q4_K_M (Q6_K halves and token_embd) +8.9% / +1.8% */
-    const size_t BB = 16 * 210, Q6PF = 32768;
+    const size_t BB = 16 * 210, Q6PF = KX_PF_AHEAD;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[4];
 LB_UNROLL(4)
@@ -855,9 +858,12 @@ LB_UNROLL(4)
                         pf_here(p + Q6PF + 64 * m);
                         if (m == 0) pf_here(p + Q6PF + 256);
                     }
-                    const __m512i A = (pf_here(q + Q6PF), _mm512_loadu_si512(q));
-                    const __m512i B = (pf_here(q + Q6PF + 64), _mm512_loadu_si512(q + 64));
-                    const __m512i H = (pf_here(q + Q6PF + 128), _mm512_loadu_si512(q + 128));
+                    pf_here(q + Q6PF);
+                    const __m512i A = _mm512_loadu_si512(q);
+                    pf_here(q + Q6PF + 64);
+                    const __m512i B = _mm512_loadu_si512(q + 64);
+                    pf_here(q + Q6PF + 128);
+                    const __m512i H = _mm512_loadu_si512(q + 128);
                     __m512i uq[4];
                     uq[0] = _mm512_or_si512(_mm512_and_si512(A, m4),
                                             _mm512_and_si512(_mm512_slli_epi32(H, 4), m30));
