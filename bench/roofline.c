@@ -14,9 +14,9 @@
  * pages are "madvise" only on the Zen 5 VM): a TLB miss every 4 KiB, which
  * lowbit's decode does not pay (4 alternated runs there: huge pages
  * 1.05-1.26x the 4 KiB figure at 1 thread, 0.96-1.27x at 2), so the
- * ceiling was too low and decode
- * fractions of it too high (docs/model.md, "K-quant prefetches kept where
- * the line is read; the roofline in huge pages");
+ * ceiling was too low and decode fractions of it too high (docs/model.md,
+ * "K-quant prefetches kept where the line is read; the roofline in huge
+ * pages");
  * passes are repeated for at least S seconds (default 2) and R passes
  * (default 5) per thread count in the list (default "1 2"), in the same run.
  * The figure is bytes read / wall time of the median pass ("read_gbs"), the
@@ -158,7 +158,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--4k")) small = 1;
         else {
-            fprintf(stderr, "usage: roofline [--mib M] [--threads \"1 2\"] [--seconds S] [--reps R] [--4k] [--json]\n");
+            fprintf(stderr, "usage: roofline [--mib M] [--threads \"1 2\"] [--seconds S] [--reps R] [--4k]"
+                            " [--json]\n");
             return 2;
         }
     }
@@ -167,11 +168,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const size_t n = mib << 20;
-    uint8_t *buf = NULL;
-    if (mib >= 16 && mib <= ((size_t)1 << 24)) {
-        buf = small ? aligned_alloc(2u << 20, n) : lb_map_huge(n);
-        if (buf && small) (void)madvise(buf, n, MADV_NOHUGEPAGE);
-    }
+    uint8_t *buf = mib >= 16 && mib <= ((size_t)1 << 24) ? lb_map_huge(n) : NULL;
+    if (buf && small) (void)madvise(buf, n, MADV_NOHUGEPAGE); /* before the pages are touched */
     if (!buf || reps < 1 || !(secs >= 0 && secs <= 3600)) {
         fprintf(stderr, "roofline: bad size, reps or seconds, or out of memory\n");
         return 1;
@@ -189,12 +187,12 @@ int main(int argc, char **argv) {
         if (t < 1 || t > 64) continue;
         if (measure(buf, n, (int)t, reps, secs, &med[nt], &best[nt])) {
             fprintf(stderr, "roofline: out of memory\n");
-            small ? free(buf) : (void)munmap(buf, n);
+            munmap(buf, n);
             return 1;
         }
         tn[nt++] = t;
     }
-    const long huge = small ? 0 : anon_huge_mib();
+    const long huge = anon_huge_mib();
     if (json) {
         printf("{\"mib\": %zu, \"pages\": \"%s\", \"huge_mib\": %ld, \"seconds\": %.2f, \"read_gbs\": {", mib,
                small ? "4k" : "huge", huge, secs);
@@ -203,12 +201,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nt; i++) printf("%s\"%ld\": %.2f", i ? ", " : "", tn[i], best[i]);
         printf("}}\n");
     } else {
-        if (small) printf("buffer: %zu MiB in 4 KiB pages\n", mib);
-        else printf("buffer: %zu MiB, %ld MiB of it in huge pages\n", mib, huge);
+        printf("buffer: %zu MiB (%s), %ld MiB of it in huge pages\n", mib,
+               small ? "--4k" : "huge pages advised", huge);
         for (int i = 0; i < nt; i++)
             printf("read bandwidth, %ld thread%s: %.2f GB/s (median pass; fastest %.2f)\n", tn[i],
                    tn[i] > 1 ? "s" : "", med[i], best[i]);
     }
-    small ? free(buf) : (void)munmap(buf, n);
+    munmap(buf, n);
     return 0;
 }
