@@ -6,10 +6,12 @@
  *   roofline [--mib M] [--threads "1 2"] [--seconds S] [--reps R] [--4k] [--json]
  *
  * Each thread sums its own slice of a buffer of M MiB (default 1024, far
- * larger than any cache) with 256-bit loads, 4 independent accumulators;
- * the buffer is in 2 MiB pages as lowbit's weights are (lb_map_huge,
- * MADV_HUGEPAGE; the figure printed with "huge pages" says how much of it
- * the kernel backed so), --4k in 4 KiB pages (MADV_NOHUGEPAGE). Until
+ * larger than any cache) with 256-bit loads, 4 independent accumulators
+ * (lb_membw_pass, lowbit/kernels.h: a pool of the thread count, pinned as
+ * `lowbit bench`'s when it takes every CPU); the buffer is in 2 MiB pages
+ * as lowbit's weights are (lb_membw_create: MADV_HUGEPAGE; the figure
+ * printed with "huge pages" says how much of it the kernel backed so),
+ * --4k in 4 KiB pages (MADV_NOHUGEPAGE). Until
  * 2026-12-06 the tool read 4 KiB pages (aligned_alloc; transparent huge
  * pages are "madvise" only on the Zen 5 VM): a TLB miss every 4 KiB, which
  * lowbit's decode does not pay (4 alternated runs there: huge pages
@@ -24,93 +26,31 @@
  * ("best_gbs"): on a shared host single passes vary (2-core Zen 5 VM,
  * 2026-12-06: 2-thread passes 33-63 GB/s within a minute, median ~57).
  * Before that day the tool printed the fastest of 5 passes, timed by the
- * main thread (see pass()), and its 2-thread figures there were up to ~1.5x
+ * main thread (now each worker times itself), and its 2-thread figures there were up to ~1.5x
  * too high (docs/model.md). Run it next to the decode it is compared with
  * (bench/vs_llamacpp.sh -R does).
  */
-#include "lowbit/core.h"
-#include "core/internal.h"
+#include "lowbit/kernels.h"
 
-#include <immintrin.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-    pthread_barrier_t *bar;
-    double sum, t0, t1; /* the read's start and end, taken by the worker */
-} job;
-
-__attribute__((target("avx2"))) static double read_sum(const uint8_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    int64_t v[4];
-    _mm256_storeu_si256((__m256i *)v, a0);
-    return (double)(v[0] + v[1] + v[2] + v[3]);
-}
-
-static void *worker(void *arg) {
-    job *j = arg;
-    pthread_barrier_wait(j->bar);
-    j->t0 = lb_time_s();
-    j->sum += read_sum(j->p, j->n);
-    j->t1 = lb_time_s();
-    pthread_barrier_wait(j->bar);
-    return NULL;
-}
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-/* One pass with nth threads over buf[0, n): GB/s, timed from the first
- * worker's start to the last one's end (the workers take the times: the
- * main thread, one more thread than there may be cores, can be descheduled
- * between the barrier and a clock read of its own, which made some
- * 2-thread passes on a 2-core VM look several times faster than DRAM). */
-static double pass(const uint8_t *buf, size_t n, int nth) {
-    pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, (unsigned)nth + 1);
-    pthread_t th[64];
-    job jobs[64];
-    const size_t slice = n / (size_t)nth / 128 * 128;
-    for (int t = 0; t < nth; t++) {
-        jobs[t] = (job){buf + (size_t)t * slice, slice, &bar, 0, 0, 0};
-        if (pthread_create(&th[t], NULL, worker, &jobs[t])) { /* the others wait at the barrier */
-            fprintf(stderr, "roofline: cannot start thread %d of %d\n", t + 1, nth);
-            exit(1);
-        }
-    }
-    pthread_barrier_wait(&bar);
-    pthread_barrier_wait(&bar);
-    for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
-    pthread_barrier_destroy(&bar);
-    double t0 = jobs[0].t0, t1 = jobs[0].t1;
-    for (int t = 1; t < nth; t++) {
-        t0 = jobs[t].t0 < t0 ? jobs[t].t0 : t0;
-        t1 = jobs[t].t1 > t1 ? jobs[t].t1 : t1;
-    }
-    const double el = t1 - t0;
-    return (double)slice * nth / el * 1e-9;
-}
-
 /* Passes with nth threads for >= secs seconds and >= reps passes: the
  * median and the fastest pass's GB/s. */
-static int measure(const uint8_t *buf, size_t n, int nth, int reps, double secs,
-                   double *median, double *best) {
+static int measure(lb_membw *buf, int nth, int reps, double secs, double *median, double *best) {
+    lb_pool *pool = nth > 1 ? lb_pool_create_ex(nth, LB_POOL_PIN_AUTO) : NULL;
     size_t cap = 64, np = 0;
     double *g = malloc(cap * sizeof *g);
+    if (nth > 1 && !pool) {
+        free(g);
+        return -1;
+    }
     const double t0 = lb_time_s();
     while (g && (np < (size_t)reps || lb_time_s() - t0 < secs)) {
         if (np == cap) {
@@ -119,8 +59,11 @@ static int measure(const uint8_t *buf, size_t n, int nth, int reps, double secs,
             g = ng;
             cap *= 2;
         }
-        g[np++] = pass(buf, n, nth);
+        double s;
+        if (lb_membw_pass(buf, pool, &s) != LB_OK) break;
+        g[np++] = (double)lb_membw_bytes(buf) / s * 1e-9;
     }
+    lb_pool_free(pool);
     if (!g || np == 0) {
         free(g);
         return -1;
@@ -163,18 +106,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!lb_cpu_get()->avx2) {
-        fprintf(stderr, "roofline: needs AVX2\n");
-        return 1;
-    }
-    const size_t n = mib << 20;
-    uint8_t *buf = mib >= 16 && mib <= ((size_t)1 << 24) ? lb_map_huge(n) : NULL;
-    if (buf && small) (void)madvise(buf, n, MADV_NOHUGEPAGE); /* before the pages are touched */
-    if (!buf || reps < 1 || !(secs >= 0 && secs <= 3600)) {
+    lb_membw *buf = NULL;
+    if (mib < 16 || mib > ((size_t)1 << 24) || reps < 1 || !(secs >= 0 && secs <= 3600) ||
+        lb_membw_create(mib << 20, !small, &buf) != LB_OK) {
         fprintf(stderr, "roofline: bad size, reps or seconds, or out of memory\n");
         return 1;
     }
-    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)(i * 2654435761u >> 24); /* touch */
     /* per thread count: median and best GB/s */
     long tn[64];
     double med[64], best[64];
@@ -185,9 +122,9 @@ int main(int argc, char **argv) {
         if (end == s) break;
         s = end;
         if (t < 1 || t > 64) continue;
-        if (measure(buf, n, (int)t, reps, secs, &med[nt], &best[nt])) {
+        if (measure(buf, (int)t, reps, secs, &med[nt], &best[nt])) {
             fprintf(stderr, "roofline: out of memory\n");
-            munmap(buf, n);
+            lb_membw_free(buf);
             return 1;
         }
         tn[nt++] = t;
@@ -207,6 +144,6 @@ int main(int argc, char **argv) {
             printf("read bandwidth, %ld thread%s: %.2f GB/s (median pass; fastest %.2f)\n", tn[i],
                    tn[i] > 1 ? "s" : "", med[i], best[i]);
     }
-    munmap(buf, n);
+    lb_membw_free(buf);
     return 0;
 }

@@ -24,6 +24,11 @@ trap 'rm -rf "$T"' EXIT
 "$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 2 -r 1 --no-warmup --json > "$T/nowarm.json"
 grep -q '"warmup": true' "$T/mmap.json" && grep -q '"warmup": false' "$T/nowarm.json" \
   || { echo "FAIL: warmup not reported"; exit 1; }
+# --roofline: a read pass after every decoded token (tg only)
+"$LOWBIT" bench "$T/tiny.gguf" -p 8 -n 4 -r 2 -t 2 --roofline --json > "$T/roof.json"
+"$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 1 --roofline > "$T/roof.txt" 2>/dev/null
+grep -q '^tg3: decode .* of the roofline (median of 3 tokens' "$T/roof.txt" \
+  || { echo "FAIL: --roofline text"; cat "$T/roof.txt"; exit 1; }
 # llama.cpp's files: a Q4_0 whose ffn_down stayed F16 is still "Q4_0"; the
 # default pp512 + tg128 fits a 512-token model (each test alone)
 shared=${LB_SHARED:-../shared}
@@ -78,6 +83,14 @@ want([t["name"] for t in dj["tests"]] == ["pp8 @ d20", "tg3 @ d20"], f"depth nam
 want(all(t["n_depth"] == 20 for t in dj["tests"]) and dj["n_ctx"] == 28, "depth context")
 mm = json.load(open(f"{T}/mmap.json"))
 want(mm["model_type"] == "Q4_0" and [t["name"] for t in mm["tests"]] == ["pp8", "tg3"], "--mmap run")
+r = json.load(open(f"{T}/roof.json"))
+want("roofline" not in r["tests"][0], "pp test has no roofline")
+rf = r["tests"][1].get("roofline", {})
+want(rf.get("n_tokens") == 8 and rf.get("bytes_per_token") == r["model_size"], f"roofline {rf}")
+want(rf.get("read_bytes", 0) >= rf.get("bytes_per_token", 1) and rf.get("read_bytes", 1) % (2 << 20) == 0,
+     f"roofline read_bytes {rf}")
+want(rf.get("read_gbs", 0) > 0 and 0 < rf.get("frac_q1", 0) <= rf.get("frac", 0) <= rf.get("frac_q3", 0),
+     f"roofline figures {rf}")
 s260 = json.load(open(f"{T}/s260.json"))
 want(s260["model_type"] == "Q4_0", f"stories260K-Q4_0 type {s260['model_type']}")
 ts = json.load(open(f"{T}/ts512.json"))

@@ -20,6 +20,16 @@
  * pinned to distinct CPUs unless --no-pin (lb_context_params.pin_threads).
  * A GGUF file is read into memory on huge pages (lb_model_load_opts
  * .mmap_weights false) unless --mmap.
+ * --roofline: after every decoded token of the tgN test, one read pass of
+ * a buffer as large as the weights one token reads
+ * (lb_model_active_weight_bytes), in the same kind of memory, by the same
+ * threads (lb_membw_pass); each token's fraction of the roofline is
+ * (bytes / its decode time) / (buffer bytes / the read's time), the two
+ * measured milliseconds apart, so the host's memory speed, which moves by
+ * +-25% within minutes on a shared VM, moves both. Reported: the median
+ * fraction over all tokens of all repetitions (and its quartiles) and the
+ * median read bandwidth; t/s then counts the decode steps' time only. The
+ * buffer adds its size to the peak RSS.
  */
 #include "cli.h"
 
@@ -54,6 +64,10 @@ static void usage(FILE *fp) {
             "                        memory (huge pages)\n"
             "      --no-warmup       skip the untimed warm-up run of each test\n"
             "                        (a prompt pass / one decode, as llama-bench)\n"
+            "      --roofline        after each decoded token, time a read of as\n"
+            "                        many bytes as the token read (same threads,\n"
+            "                        huge pages): report decode as a fraction of\n"
+            "                        that read bandwidth, token by token\n"
             "global: --json (one JSON object), --quiet\n");
 }
 
@@ -63,7 +77,17 @@ typedef struct bench_test {
     double *samples; /* tokens/s per repetition */
     int n;
     double mean, sd;
+    double *frac, *gbs; /* --roofline: per decoded token (n_frac of them) */
+    int n_frac;
+    double f_med, f_q1, f_q3, gbs_med; /* their median / quartiles */
 } bench_test;
+
+/* --roofline: the read buffer and the bytes one decoded token reads */
+typedef struct roof {
+    lb_membw *buf;
+    lb_pool *pool;
+    double bytes;
+} roof;
 
 static uint64_t g_rng = 88172645463325252ull;
 static int32_t rand_token(int32_t n_vocab) {
@@ -85,16 +109,45 @@ static lb_status run_pp(lb_context *ctx, int32_t *toks, int p, int depth,
     return LB_OK;
 }
 
+/* n decoded tokens; with rf (--roofline) each followed by a read pass, the
+ * decode steps' seconds in *dt and each token's fraction of the roofline
+ * and read GB/s appended to t->frac / t->gbs (NULL t: not recorded) */
 static lb_status run_tg(lb_context *ctx, int n, int depth, int32_t bos,
-                        int32_t V, float *logits) {
+                        int32_t V, float *logits, const roof *rf,
+                        bench_test *t, double *dt) {
     int32_t tok = bos >= 0 && depth == 0 ? bos : rand_token(V);
+    double busy = 0;
     for (int i = 0; i < n; i++) {
+        const double t0 = lb_time_s();
         lb_status s = lb_model_forward(ctx, &tok, 1, depth + i, logits,
                                        LB_LOGITS_LAST);
+        const double td = lb_time_s() - t0;
         if (s != LB_OK) return s;
+        busy += td;
         tok = rand_token(V);
+        if (!rf) continue;
+        double tr;
+        if ((s = lb_membw_pass(rf->buf, rf->pool, &tr)) != LB_OK) return s;
+        if (t) {
+            const double gbs = (double)lb_membw_bytes(rf->buf) / tr * 1e-9;
+            t->gbs[t->n_frac] = gbs;
+            t->frac[t->n_frac++] = rf->bytes / td * 1e-9 / gbs;
+        }
     }
+    if (dt) *dt = busy;
     return LB_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* q-quantile (0..1) of v[0, n) (sorts v), nearest rank */
+static double quantile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int i = (int)(q * (n - 1) + 0.5);
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
 /* Reset the cache and fill `depth` random positions (untimed). */
@@ -136,6 +189,8 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     long p = 512, n = 128, depth = 0, threads = 0, reps = 5, n_batch = 512;
     bool warmup = true; /* --no-warmup (llama-bench's flag) skips it */
+    bool roofline = false;
+    roof rf = {0};
     lb_type kv_type = LB_TYPE_F16;
     bool pin = true;
     lb_model_load_opts lo = {0};
@@ -176,6 +231,8 @@ int cmd_bench(int argc, char **argv) {
             lo.mmap_weights = true;
         } else if (!strcmp(a, "--no-warmup")) {
             warmup = false;
+        } else if (!strcmp(a, "--roofline")) {
+            roofline = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error(cmd, "unknown option %s", a);
         } else if (!path) {
@@ -225,6 +282,14 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "lowbit bench: out of memory\n");
         goto out;
     }
+    if (roofline && n > 0) {
+        rf.bytes = (double)lb_model_active_weight_bytes(m);
+        rf.pool = lb_context_pool(ctx);
+        if ((st = lb_membw_create(lb_model_active_weight_bytes(m), true, &rf.buf)) != LB_OK) {
+            rc = cli_fail(cmd, st);
+            goto out;
+        }
+    }
     const int32_t bos = m->config.bos_token_id;
     if (p > 0) {
         bench_test *t = &tests[n_tests++];
@@ -242,6 +307,11 @@ int cmd_bench(int argc, char **argv) {
         bench_test *t = &tests[k];
         t->samples = calloc((size_t)reps, sizeof(double));
         if (!t->samples) goto out;
+        if (rf.buf && t->n_gen) {
+            t->frac = calloc((size_t)reps * (size_t)t->n_gen, sizeof(double));
+            t->gbs = calloc((size_t)reps * (size_t)t->n_gen, sizeof(double));
+            if (!t->frac || !t->gbs) goto out;
+        }
         /* warm-up, untimed (llama-bench: a prompt pass / one decode) */
         st = fill_depth(ctx, (int)depth, (int)cp.n_batch, V, bos, toks);
         for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
@@ -249,7 +319,7 @@ int cmd_bench(int argc, char **argv) {
         if (st == LB_OK && warmup)
             st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)depth,
                                       (int)cp.n_batch, logits)
-                             : run_tg(ctx, 1, (int)depth, bos, V, logits);
+                             : run_tg(ctx, 1, (int)depth, bos, V, logits, NULL, NULL, NULL);
         if (st != LB_OK) {
             rc = cli_fail(cmd, st);
             goto out;
@@ -262,11 +332,12 @@ int cmd_bench(int argc, char **argv) {
             }
             for (int32_t i = 0; i < p; i++) toks[i] = rand_token(V);
             if (p > 0 && bos >= 0 && depth == 0) toks[0] = bos;
-            double t0 = lb_time_s();
+            double t0 = lb_time_s(), dt_tg = 0;
             st = t->n_prompt ? run_pp(ctx, toks, t->n_prompt, (int)depth,
                                       (int)cp.n_batch, logits)
-                             : run_tg(ctx, t->n_gen, (int)depth, bos, V, logits);
-            double dt = lb_time_s() - t0;
+                             : run_tg(ctx, t->n_gen, (int)depth, bos, V, logits,
+                                      rf.buf ? &rf : NULL, t, &dt_tg);
+            double dt = rf.buf && t->n_gen ? dt_tg : lb_time_s() - t0;
             if (st != LB_OK) {
                 rc = cli_fail(cmd, st);
                 goto out;
@@ -282,6 +353,12 @@ int cmd_bench(int argc, char **argv) {
         for (int r = 0; r < t->n; r++)
             ss += (t->samples[r] - t->mean) * (t->samples[r] - t->mean);
         t->sd = t->n > 1 ? sqrt(ss / (t->n - 1)) : 0;
+        if (t->n_frac) {
+            t->f_med = quantile(t->frac, t->n_frac, 0.5);
+            t->f_q1 = quantile(t->frac, t->n_frac, 0.25);
+            t->f_q3 = quantile(t->frac, t->n_frac, 0.75);
+            t->gbs_med = quantile(t->gbs, t->n_frac, 0.5);
+        }
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -334,7 +411,14 @@ int cmd_bench(int argc, char **argv) {
                    t->sd);
             for (int r = 0; r < t->n; r++)
                 printf("%s%.4f", r ? ", " : "", t->samples[r]);
-            printf("]}");
+            printf("]");
+            if (t->n_frac)
+                printf(", \"roofline\": {\"bytes_per_token\": %.0f, \"read_bytes\": %zu, "
+                       "\"read_gbs\": %.2f, \"frac\": %.4f, \"frac_q1\": %.4f, "
+                       "\"frac_q3\": %.4f, \"n_tokens\": %d}",
+                       rf.bytes, lb_membw_bytes(rf.buf), t->gbs_med, t->f_med, t->f_q1,
+                       t->f_q3, t->n_frac);
+            printf("}");
         }
         printf("]}\n");
     } else {
@@ -347,6 +431,14 @@ int cmd_bench(int argc, char **argv) {
                    m->config.arch_name, (double)size / 1048576.0,
                    (double)params / 1e6, type, nth, lb_kernels_variant(), kv,
                    t->name, t->mean, t->sd);
+        }
+        for (int k = 0; k < n_tests; k++) {
+            const bench_test *t = &tests[k];
+            if (t->n_frac)
+                printf("%s: decode %.3f of the roofline (median of %d tokens, quartiles "
+                       "%.3f-%.3f; %.2f MiB read per token); read %.2f GB/s (median)\n",
+                       t->name, t->f_med, t->n_frac, t->f_q1, t->f_q3, rf.bytes / 1048576.0,
+                       t->gbs_med);
         }
         if (!g_cli.quiet)
             fprintf(stderr, "peak RSS: %.1f MiB\n",
@@ -361,7 +453,12 @@ int cmd_bench(int argc, char **argv) {
     }
     rc = 0;
 out:
-    for (int k = 0; k < n_tests; k++) free(tests[k].samples);
+    for (int k = 0; k < n_tests; k++) {
+        free(tests[k].samples);
+        free(tests[k].frac);
+        free(tests[k].gbs);
+    }
+    lb_membw_free(rf.buf);
     free(logits);
     free(toks);
     lb_context_free(ctx);

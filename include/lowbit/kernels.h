@@ -114,6 +114,36 @@ size_t lb_gram_bf16_scratch(int64_t n_rows, int64_t n);
 /* True when lb_gram_bf16 has a fast (AVX512_BF16) variant on this CPU. */
 bool lb_gram_bf16_available(void);
 
+/* ---- Memory read bandwidth: the roofline of decode ----------------------
+ * A decode step reads every weight once, so tokens/s <= read bandwidth /
+ * weight bytes. lb_membw is a buffer in the memory a loaded model's weights
+ * live in (2 MiB-aligned anonymous memory advised MADV_HUGEPAGE, as a GGUF
+ * file read into memory or a repacked tensor) whose plain read passes time
+ * that bandwidth (a read-only STREAM-style kernel; bench/roofline,
+ * `lowbit bench --roofline`). */
+typedef struct lb_membw lb_membw;
+/* A buffer of at least n bytes (rounded up to a multiple of 2 MiB), every
+ * page written once so it is resident; huge_pages false advises
+ * MADV_NOHUGEPAGE instead (4 KiB pages: the TLB cost a decode does not
+ * pay). *out owns it (lb_membw_free). Errors: LB_ERR_INVALID_ARG (n == 0,
+ * out NULL), LB_ERR_NOMEM. */
+lb_status lb_membw_create(size_t n, bool huge_pages, lb_membw **out);
+/* Bytes one pass reads (the rounded size); 0 for NULL. */
+size_t lb_membw_bytes(const lb_membw *b);
+/* The buffer's first byte (e.g. to see how much of it got huge pages). */
+const void *lb_membw_data(const lb_membw *b);
+/* One pass: the pool's nth workers (pool NULL: the caller alone) each read
+ * a contiguous slice of the buffer (lb_split_range over 128-byte lines)
+ * once, front to back, with the current kernel table's read loop (256-bit
+ * loads, four independent sums, on AVX2 machines; the scalar reference
+ * under LB_FORCE_REF=1). Every worker starts after a barrier and takes its
+ * own start and end time (a thread descheduled between the barrier and a
+ * clock read would otherwise count as reading); *seconds = the latest end
+ * minus the earliest start. Bandwidth = lb_membw_bytes / *seconds.
+ * Errors: LB_ERR_INVALID_ARG (NULL b or seconds), LB_ERR_NOMEM. */
+lb_status lb_membw_pass(lb_membw *b, lb_pool *pool, double *seconds);
+void lb_membw_free(lb_membw *b);
+
 /* Free the calling thread's activation scratch now (it is otherwise freed
  * when the thread exits). Safe to call at any time. */
 void lb_kernels_release_scratch(void);

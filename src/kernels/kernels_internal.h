@@ -183,6 +183,10 @@ typedef struct lb_vec_kernels {
      * gives the reference's bits (hadamard.c). */
     void (*hadamard)(const lb_hadamard *h, float *x, int64_t rows,
                      float *tmp);
+    /* Read p[0, n) once, front to back: the wrapping sum of its
+     * little-endian 64-bit words, plus its last n % 8 bytes one by one
+     * (lb_membw_pass's memory read; the sum keeps the loads alive). */
+    uint64_t (*read_sum)(const uint8_t *p, size_t n);
 } lb_vec_kernels;
 
 typedef struct lb_kernel_table {

@@ -223,6 +223,28 @@ static void f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
     for (; i < n; i++) dst[i] = lb_f32_to_f16(src[i]);
 }
 
+/* read_sum_ref's sum: 128 bytes a step in four independent 256-bit
+ * accumulators (each load used once: a plain stream, as bench/roofline's
+ * read; 256-bit loads read DRAM as fast as 512-bit ones on Zen 4/5,
+ * docs/model.md "where a core's decode stream stops"), then the tail */
+static uint64_t read_sum_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, a0);
+    uint64_t s = v[0] + v[1] + v[2] + v[3];
+    for (; i + 8 <= n; i += 8) s += lb_rd_u64(p + i);
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
 void lb_vec_fill_avx2(lb_kernel_table *kt) {
     kt->vec.qk = lb_vec_qk_avx2;
     kt->vec.pv = lb_vec_pv_avx2;
@@ -232,4 +254,5 @@ void lb_vec_fill_avx2(lb_kernel_table *kt) {
     kt->vec.f16_to_f32 = f16_to_f32_avx2;
     kt->vec.f32_to_f16 = f32_to_f16_avx2;
     kt->vec.hadamard = lb_hadamard_f32_avx2; /* hadamard_avx2.c */
+    kt->vec.read_sum = read_sum_avx2;
 }

@@ -67,6 +67,14 @@ static void f32_to_f16_ref(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = lb_f32_to_f16(src[i]);
 }
 
+static uint64_t read_sum_ref(const uint8_t *p, size_t n) {
+    uint64_t s = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) s += lb_rd_u64(p + i);
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
 void lb_vec_fill_ref(lb_kernel_table *kt) {
     kt->vec.qk = qk_ref;
     kt->vec.pv = pv_ref;
@@ -76,4 +84,5 @@ void lb_vec_fill_ref(lb_kernel_table *kt) {
     kt->vec.f16_to_f32 = f16_to_f32_ref;
     kt->vec.f32_to_f16 = f32_to_f16_ref;
     kt->vec.hadamard = lb_hadamard_f32_ref; /* hadamard.c */
+    kt->vec.read_sum = read_sum_ref;
 }
