@@ -34,7 +34,12 @@
 #              "paired" columns divide each run's decode by the mean of the
 #              readings just before and after it (the host's memory speed
 #              drifts by +-25% within minutes on a shared VM) and average
-#              those fractions over the rounds
+#              those fractions over the rounds. And per round one more
+#              lowbit decode run, `lowbit bench -p 0 -n N --roofline`: a
+#              read pass of as many bytes after every token, by the same
+#              threads, each token set against the read next to it; the
+#              "per token" column is the mean over rounds of each run's
+#              median (the decode t/s columns come from the plain runs)
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -55,7 +60,7 @@ while [ $# -gt 0 ]; do
     -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
     -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
     -D) D=$2; shift 2 ;; -R) ROOF=1; shift ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -96,6 +101,10 @@ for shape in $SHAPES; do
         if [ "$who" = lowbit ]; then
           out=$("$LOWBIT" bench "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" --json)
           echo "{\"tool\": \"lowbit\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $out}" >> "$RES"
+          if [ "$ROOF" = 1 ] && [ "$N" -gt 0 ]; then
+            out=$("$LOWBIT" bench "$f" -p 0 -n "$N" -d "$D" -t "$T" -r "$R" --roofline --json)
+            echo "{\"tool\": \"lowbit_roof\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $out}" >> "$RES"
+          fi
         else
           out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" -o json 2>/dev/null)
           echo "{\"tool\": \"llama\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $(echo "$out" | tr -d '\n')}" >> "$RES"
@@ -131,8 +140,14 @@ def adjacent(i):
                 near.append(rows[j]["run"]["read_gbs"][T])
                 break
     return sum(near) / len(near) if near else None
+tokfrac = {}  # (shape, type, test) -> [median per-token fraction of each --roofline run]
+for r in rows:
+    if r["tool"] == "lowbit_roof":
+        for t in r["run"]["tests"]:
+            if "roofline" in t:
+                tokfrac.setdefault((r["shape"], r["type"], t["name"]), []).append(t["roofline"]["frac"])
 for i, r in enumerate(rows):
-    if r["tool"] in ("rss", "roofline"):
+    if r["tool"] in ("rss", "roofline", "lowbit_roof"):
         continue
     if r["tool"] == "lowbit":
         size[(r["shape"], r["type"])] = r["run"]["model_size"]
@@ -169,9 +184,14 @@ if roofs:
           " model bytes\n" % (bw, T, len(roofs), " / ".join("%.2f" % x[T] for x in roofs), bb))
     print("Paired: each run against the mean of the %s-thread readings just before and after it, mean"
           " over the runs (lowbit / llama.cpp)\n" % T)
+    print("Per token: lowbit's --roofline runs, mean over rounds of each run's median token (range of the runs)\n")
     print("| shape | type | test | ceiling t/s | lowbit | lowbit / ceiling | llama.cpp | llama.cpp / ceiling |"
-          " lowbit / fastest-pass ceiling | paired lowbit / ceiling | paired llama.cpp / ceiling |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          " lowbit / fastest-pass ceiling | paired lowbit / ceiling | paired llama.cpp / ceiling |"
+          " per token lowbit / read |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    def tfrac(key):
+        v = tokfrac.get(key, [])
+        return ("%.2f (%.2f-%.2f)" % (sum(v) / len(v), min(v), max(v))) if v else "-"
     def pfrac(key, tool):
         v = [ts * size[key[:2]] / (g * 1e9) for ts, g in paired.get(key, {}).get(tool, [])]
         return ("%.2f" % (sum(v) / len(v))) if v else "-"
@@ -181,9 +201,9 @@ if roofs:
             continue
         ceil = bw * 1e9 / size[key[:2]]
         ma, mb = sum(a) / len(a), sum(b) / len(b)
-        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (key[0], key[1], key[2],
+        print("| %s | %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s | %s | %s |" % (key[0], key[1], key[2],
               ceil, ma, ma / ceil, mb, mb / ceil, ma * size[key[:2]] / (bb * 1e9),
-              pfrac(key, "lowbit"), pfrac(key, "llama")))
+              pfrac(key, "lowbit"), pfrac(key, "llama"), tfrac(key)))
 print("\nlowbit peak RSS vs file + KV cache (f16)\n")
 print("| shape | type | file MiB | KV MiB | peak RSS MiB | RSS / (file + KV) |")
 print("|---|---|---:|---:|---:|---:|")
