@@ -88,57 +88,81 @@ static long anon_huge_mib(void) {
     return kb < 0 ? -1 : kb / 1024;
 }
 
+static int usage(const char *why) {
+    if (why) fprintf(stderr, "roofline: %s\n", why);
+    fprintf(stderr, "usage: roofline [--mib M (16..16777216)] [--threads \"1 2\" (1..64 each)]"
+                    " [--seconds S (0..3600)] [--reps R (1..1000000)] [--4k] [--json]\n");
+    return 2;
+}
+
+/* the whole of s as a number in [lo, hi] */
+static bool parse_num(const char *s, double lo, double hi, double *v) {
+    char *end;
+    *v = strtod(s, &end);
+    return end != s && !*end && *v >= lo && *v <= hi;
+}
+
 int main(int argc, char **argv) {
-    size_t mib = 1024;
-    int reps = 5, json = 0, small = 0;
-    double secs = 2.0;
+    double mib = 1024, reps = 5, secs = 2.0;
+    int json = 0, small = 0;
     const char *list = "1 2";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (size_t)atol(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) list = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--4k")) small = 1;
-        else {
-            fprintf(stderr, "usage: roofline [--mib M] [--threads \"1 2\"] [--seconds S] [--reps R] [--4k]"
-                            " [--json]\n");
-            return 2;
-        }
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--4k")) small = 1;
+        else if (strcmp(a, "--mib") && strcmp(a, "--reps") && strcmp(a, "--seconds") && strcmp(a, "--threads"))
+            return usage("unknown option");
+        else if (i + 1 >= argc) return usage("missing value");
+        else if (!strcmp(a, "--mib")) {
+            if (!parse_num(argv[++i], 16, 16777216, &mib) || mib != (double)(size_t)mib)
+                return usage("--mib: a whole number of MiB, 16..16777216");
+        } else if (!strcmp(a, "--reps")) {
+            if (!parse_num(argv[++i], 1, 1e6, &reps) || reps != (double)(int)reps)
+                return usage("--reps: a whole number, 1..1000000");
+        } else if (!strcmp(a, "--seconds")) {
+            if (!parse_num(argv[++i], 0, 3600, &secs)) return usage("--seconds: 0..3600");
+        } else list = argv[++i]; /* --threads */
     }
+    /* thread counts: 1..64 each, separated by spaces, each measured once */
+    long tn[64];
+    int nt = 0;
+    for (const char *s = list;;) {
+        while (*s == ' ') s++;
+        if (!*s) break;
+        char *end;
+        const long t = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ' ') || t < 1 || t > 64)
+            return usage("--threads: thread counts 1..64 separated by spaces");
+        s = end;
+        bool dup = false;
+        for (int k = 0; k < nt; k++) dup = dup || tn[k] == t;
+        if (!dup && nt < 64) tn[nt++] = t;
+    }
+    if (nt == 0) return usage("--threads: no thread count");
     lb_membw *buf = NULL;
-    if (mib < 16 || mib > ((size_t)1 << 24) || reps < 1 || !(secs >= 0 && secs <= 3600) ||
-        lb_membw_create(mib << 20, !small, &buf) != LB_OK) {
-        fprintf(stderr, "roofline: bad size, reps or seconds, or out of memory\n");
+    lb_status st = lb_membw_create((size_t)mib << 20, !small, &buf);
+    if (st != LB_OK) {
+        fprintf(stderr, "roofline: %s\n", lb_last_error());
         return 1;
     }
     /* per thread count: median and best GB/s */
-    long tn[64];
     double med[64], best[64];
-    int nt = 0;
-    for (const char *s = list; *s && nt < 64;) {
-        char *end;
-        const long t = strtol(s, &end, 10);
-        if (end == s) break;
-        s = end;
-        if (t < 1 || t > 64) continue;
-        if (measure(buf, (int)t, reps, secs, &med[nt], &best[nt])) {
+    for (int k = 0; k < nt; k++)
+        if (measure(buf, (int)tn[k], (int)reps, secs, &med[k], &best[k])) {
             fprintf(stderr, "roofline: out of memory\n");
             lb_membw_free(buf);
             return 1;
         }
-        tn[nt++] = t;
-    }
     const long huge = anon_huge_mib();
     if (json) {
-        printf("{\"mib\": %zu, \"pages\": \"%s\", \"huge_mib\": %ld, \"seconds\": %.2f, \"read_gbs\": {", mib,
+        printf("{\"mib\": %zu, \"pages\": \"%s\", \"huge_mib\": %ld, \"seconds\": %.2f, \"read_gbs\": {", (size_t)mib,
                small ? "4k" : "huge", huge, secs);
         for (int i = 0; i < nt; i++) printf("%s\"%ld\": %.2f", i ? ", " : "", tn[i], med[i]);
         printf("}, \"best_gbs\": {");
         for (int i = 0; i < nt; i++) printf("%s\"%ld\": %.2f", i ? ", " : "", tn[i], best[i]);
         printf("}}\n");
     } else {
-        printf("buffer: %zu MiB (%s), %ld MiB of it in huge pages\n", mib,
+        printf("buffer: %zu MiB (%s), %ld MiB of it in huge pages\n", (size_t)mib,
                small ? "--4k" : "huge pages advised", huge);
         for (int i = 0; i < nt; i++)
             printf("read bandwidth, %ld thread%s: %.2f GB/s (median pass; fastest %.2f)\n", tn[i],

@@ -29,6 +29,13 @@ grep -q '"warmup": true' "$T/mmap.json" && grep -q '"warmup": false' "$T/nowarm.
 "$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 3 -r 1 --roofline > "$T/roof.txt" 2>/dev/null
 grep -q '^tg3: decode .* of the roofline (median of 3 tokens' "$T/roof.txt" \
   || { echo "FAIL: --roofline text"; cat "$T/roof.txt"; exit 1; }
+# ... and says so where its figure is not a DRAM roofline (no decode test; weights that fit the caches)
+"$LOWBIT" bench "$T/tiny.gguf" -p 4 -n 0 -r 1 --roofline > /dev/null 2> "$T/roof0.err"
+grep -q 'note: --roofline measures the decode test' "$T/roof0.err" \
+  || { echo "FAIL: --roofline -n 0 note"; cat "$T/roof0.err"; exit 1; }
+"$LOWBIT" bench "$T/tiny.gguf" -p 0 -n 1 -r 1 --roofline > /dev/null 2> "$T/roof1.err"
+grep -q 'may stay in the CPU caches' "$T/roof1.err" \
+  || { echo "FAIL: --roofline small-model note"; cat "$T/roof1.err"; exit 1; }
 # llama.cpp's files: a Q4_0 whose ffn_down stayed F16 is still "Q4_0"; the
 # default pp512 + tg128 fits a 512-token model (each test alone)
 shared=${LB_SHARED:-../shared}

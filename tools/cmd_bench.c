@@ -1,6 +1,7 @@
 /*
  * lowbit bench MODEL [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [-r REPS]
- *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--mmap] [--no-warmup] [--json]
+ *                    [-b N_BATCH] [--kv-type f16|f32] [--no-pin] [--mmap] [--no-warmup]
+ *                    [--roofline] [--json]
  *
  * Prefill and decode speed as llama-bench (llama.cpp 0.7.0
  * tools/llama-bench/llama-bench.cpp) measures them:
@@ -29,7 +30,9 @@
  * +-25% within minutes on a shared VM, moves both. Reported: the median
  * fraction over all tokens of all repetitions (and its quartiles) and the
  * median read bandwidth; t/s then counts the decode steps' time only. The
- * buffer adds its size to the peak RSS.
+ * buffer adds its size to the peak RSS. Notes on stderr where the figure
+ * is not a DRAM roofline: weights small enough for the caches (< 64 MiB),
+ * the scalar reference read loop (LB_FORCE_REF=1), no decode test (-n 0).
  */
 #include "cli.h"
 
@@ -282,7 +285,16 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "lowbit bench: out of memory\n");
         goto out;
     }
+    if (roofline && n == 0 && !g_cli.quiet)
+        fprintf(stderr, "lowbit bench: note: --roofline measures the decode test; -n 0 has none\n");
     if (roofline && n > 0) {
+        if (!g_cli.quiet && lb_model_active_weight_bytes(m) < ((size_t)64 << 20))
+            fprintf(stderr, "lowbit bench: note: %.1f MiB of weights per token may stay in the CPU "
+                    "caches: --roofline then compares cache reads, not DRAM\n",
+                    (double)lb_model_active_weight_bytes(m) / 1048576.0);
+        if (!g_cli.quiet && !strcmp(lb_kernels_variant(), "ref"))
+            fprintf(stderr, "lowbit bench: note: the scalar reference kernels (LB_FORCE_REF): "
+                    "--roofline's read loop is the scalar one, slower than memory\n");
         rf.bytes = (double)lb_model_active_weight_bytes(m);
         rf.pool = lb_context_pool(ctx);
         if ((st = lb_membw_create(lb_model_active_weight_bytes(m), true, &rf.buf)) != LB_OK) {
@@ -435,9 +447,10 @@ int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < n_tests; k++) {
             const bench_test *t = &tests[k];
             if (t->n_frac)
-                printf("%s: decode %.3f of the roofline (median of %d tokens, quartiles "
+                printf("%s: decode %.3f of the roofline (median of %d token%s, quartiles "
                        "%.3f-%.3f; %.2f MiB read per token); read %.2f GB/s (median)\n",
-                       t->name, t->f_med, t->n_frac, t->f_q1, t->f_q3, rf.bytes / 1048576.0,
+                       t->name, t->f_med, t->n_frac, t->n_frac == 1 ? "" : "s", t->f_q1, t->f_q3,
+                       rf.bytes / 1048576.0,
                        t->gbs_med);
         }
         if (!g_cli.quiet)
