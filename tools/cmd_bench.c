@@ -146,9 +146,8 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* q-quantile (0..1) of v[0, n) (sorts v), nearest rank */
-static double quantile(double *v, int n, double q) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+/* q-quantile (0..1) of the sorted v[0, n), nearest rank */
+static double quantile(const double *v, int n, double q) {
     int i = (int)(q * (n - 1) + 0.5);
     return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
@@ -366,6 +365,8 @@ int cmd_bench(int argc, char **argv) {
             ss += (t->samples[r] - t->mean) * (t->samples[r] - t->mean);
         t->sd = t->n > 1 ? sqrt(ss / (t->n - 1)) : 0;
         if (t->n_frac) {
+            qsort(t->frac, (size_t)t->n_frac, sizeof *t->frac, cmp_double);
+            qsort(t->gbs, (size_t)t->n_frac, sizeof *t->gbs, cmp_double);
             t->f_med = quantile(t->frac, t->n_frac, 0.5);
             t->f_q1 = quantile(t->frac, t->n_frac, 0.25);
             t->f_q3 = quantile(t->frac, t->n_frac, 0.75);
