@@ -243,6 +243,70 @@ static void test_pool(void) {
     TH_CHECK_INT(total, 100);
 }
 
+/* lb_steal_take: every chunk exactly once over a real pool (totals below,
+ * equal to and above nth, with a worker that starts only when the others
+ * have finished, so they must have taken its range); and, driven by hand from one thread, the order the contract gives:
+ * a worker's own range front to back, then the next ranges' fronts. */
+typedef struct steal_ctx {
+    lb_steal_ctr ctr[4];
+    int64_t total;
+    atomic_int hits[200];
+    atomic_int own[4]; /* chunks a worker took from its own range */
+    atomic_int finished;
+} steal_ctx;
+
+static void steal_job(void *p, int ith, int nth) {
+    steal_ctx *c = p;
+    if (nth > 1 && ith == nth - 1) /* the last worker starts last */
+        while (atomic_load(&c->finished) < nth - 1) usleep(100);
+    int k = 0;
+    int64_t ch;
+    while (lb_steal_take(c->ctr, c->total, ith, nth, &k, &ch)) {
+        TH_CHECK(ch >= 0 && ch < c->total);
+        if (ch >= 0 && ch < c->total) atomic_fetch_add(&c->hits[ch], 1);
+        size_t b, e;
+        lb_split_range((size_t)c->total, ith, nth, &b, &e);
+        if ((size_t)ch >= b && (size_t)ch < e) atomic_fetch_add(&c->own[ith], 1);
+    }
+    atomic_fetch_add(&c->finished, 1);
+}
+
+static void test_steal(void) {
+    static const int64_t totals[] = {0, 1, 3, 4, 7, 64, 200};
+    for (int n = 1; n <= 4; n++) {
+        lb_pool *pool = lb_pool_create(n);
+        TH_CHECK(pool != NULL);
+        for (size_t t = 0; t < LB_ARRAY_LEN(totals); t++) {
+            steal_ctx *c = calloc(1, sizeof *c);
+            c->total = totals[t];
+            lb_steal_reset(c->ctr, 4);
+            lb_pool_run(pool, steal_job, c);
+            int bad = 0;
+            for (int64_t i = 0; i < c->total; i++) bad += atomic_load(&c->hits[i]) != 1;
+            TH_CHECK_INT(bad, 0);
+            /* the late worker's range was taken by the others */
+            if (n > 1) TH_CHECK_INT(atomic_load(&c->own[n - 1]), 0);
+            free(c);
+        }
+        lb_pool_free(pool);
+    }
+    /* by hand, 3 workers, 10 chunks: ranges [0,4) [4,7) [7,10) */
+    lb_steal_ctr ctr[3];
+    lb_steal_reset(ctr, 3);
+    int k1 = 0, k2 = 0;
+    int64_t ch, got[10];
+    int ng = 0;
+    TH_CHECK(lb_steal_take(ctr, 10, 1, 3, &k1, &ch));
+    TH_CHECK_INT(ch, 4);
+    while (lb_steal_take(ctr, 10, 1, 3, &k1, &ch)) got[ng++] = ch;
+    /* worker 1: rest of its own range, then worker 2's, then worker 0's */
+    static const int64_t want[9] = {5, 6, 7, 8, 9, 0, 1, 2, 3};
+    TH_CHECK_INT(ng, 9);
+    for (int i = 0; i < 9 && i < ng; i++) TH_CHECK_INT(got[i], want[i]);
+    TH_CHECK(!lb_steal_take(ctr, 10, 2, 3, &k2, &ch));
+    TH_CHECK_INT(k2, 3);
+}
+
 static void test_files(void) {
     const char *dir = th_tmpdir();
     char *path = lb_path_join(dir, "atomic.bin");
@@ -376,6 +440,7 @@ int main(void) {
     TH_RUN(test_bf16);
     TH_RUN(test_cpu);
     TH_RUN(test_pool);
+    TH_RUN(test_steal);
     TH_RUN(test_files);
     TH_RUN(test_spill);
     return th_report();

@@ -241,8 +241,9 @@ lb_status lb_mm_plan_make_aligned(lb_mm_plan *pl, const lb_kernel_table *kt,
         if (!lb_mul_ok(pl->a_stride, (size_t)n_tokens, &bytes))
             return lb_set_error(LB_ERR_OVERFLOW, "matmul: %s: activation size overflows", name);
     }
-    /* Work split (chunks are taken dynamically by the workers, so a thread
-     * that is descheduled does not hold the others back).
+    /* Work split (each worker takes its own contiguous range of chunks,
+     * then helps the others: lb_steal_take, so a thread that is
+     * descheduled does not hold the others back).
      * Decode (few tokens): chunks of a multiple of 4 rows, about 4 per
      * thread. Prefill: a multiple of 16 rows whose weights take about
      * 64 KiB (L2-resident while all token tiles pass over them), at least
@@ -321,7 +322,7 @@ typedef struct mm_job {
     uint8_t *A_buf;
     float *Y;
     lb_pool *pool;
-    atomic_int_fast64_t next;
+    lb_steal_ctr *ctr; /* [nth] work-split counters */
 } mm_job;
 
 static void mm_worker(void *p, int ith, int nth) {
@@ -332,11 +333,9 @@ static void mm_worker(void *p, int ith, int nth) {
         lb_mm_plan_quantize(j->pl, j->X, j->A_buf, (int64_t)b, (int64_t)e);
         lb_pool_barrier(j->pool);
     }
-    for (;;) {
-        int64_t c = atomic_fetch_add(&j->next, 1);
-        if (c >= j->pl->n_chunks) break;
+    int64_t c;
+    for (int k = 0; lb_steal_take(j->ctr, j->pl->n_chunks, ith, nth, &k, &c);)
         lb_mm_plan_chunk(j->pl, j->A, j->Y, (size_t)j->pl->out, c);
-    }
 }
 
 lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_tensor *W,
@@ -353,7 +352,6 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
     j.X = X;
     j.Y = Y;
     j.pool = pool;
-    atomic_init(&j.next, 0);
     if (pl.qact) {
         j.A_buf = scratch_get(lb_mm_plan_act_bytes(&pl));
         if (!j.A_buf) return lb_error_context(LB_ERR_NOMEM, "matmul: %s", name);
@@ -361,7 +359,13 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool, const lb_ten
     } else {
         j.A = X;
     }
+    lb_steal_ctr ctr_small[8];
+    const int nth = lb_pool_size(pool);
+    j.ctr = nth <= 8 ? ctr_small : lb_calloc((size_t)nth, sizeof *j.ctr);
+    if (!j.ctr) return lb_error_context(LB_ERR_NOMEM, "matmul: %s", name);
+    lb_steal_reset(j.ctr, (size_t)nth);
     lb_pool_run(pool, mm_worker, &j);
+    if (j.ctr != ctr_small) lb_free(j.ctr);
     return LB_OK;
 }
 

@@ -8,9 +8,10 @@
  * Execution (ggml-style: one thread-pool job per forward pass, phases
  * separated by barriers, ith/nth splits; see fwd_worker):
  *   per layer  1. RMSNorm + activation quantization, rows split over threads
- *              2. q, k, v products, weight-row chunks taken dynamically
+ *              2. q, k, v products, weight-row chunks split over threads
+ *                 (lb_steal_take: a contiguous range each, then stealing)
  *              3. bias, q/k norm, RoPE, K/V written to the cache (by token)
- *              4. attention, (token, KV head) units taken dynamically; the
+ *              4. attention, (token, KV head) units split the same way; the
  *                 nh/nkv query heads sharing a KV head are done together
  *                 (GQA), keys in blocks with an online (running max)
  *                 softmax, so no buffer grows with n_ctx (attention.c)
@@ -32,9 +33,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-/* dynamic-work counters per layer and outside layers */
+/* work-split counter sets (lb_steal_take) per layer */
 #define PHASES_PER_LAYER 8
-#define PHASES_EXTRA 4
 
 struct lb_context {
     const lb_model *m;
@@ -91,7 +91,8 @@ struct lb_context {
     size_t att_scratch_per_thread;
 
     lb_mm_plan *plans; /* [n_layers][LB_LINEAR_COUNT], per forward    */
-    atomic_int_fast64_t *ctr; /* dynamic-work counters                */
+    /* [n_layers][PHASES_PER_LAYER][n_threads] work-split counters */
+    lb_steal_ctr *ctr;
     size_t n_ctr;
 
     /* lb_context_params.f16_activations: inputs of F16 weights rounded
@@ -411,8 +412,8 @@ lb_status lb_context_create(const lb_model *m, const lb_context_params *params,
     ctx->plans = calloc((size_t)c->n_layers * LB_LINEAR_COUNT,
                         sizeof *ctx->plans);
     ctx->stream = calloc((size_t)c->n_layers, sizeof *ctx->stream);
-    ctx->n_ctr = (size_t)c->n_layers * PHASES_PER_LAYER + PHASES_EXTRA;
-    ctx->ctr = calloc(ctx->n_ctr, sizeof *ctx->ctr);
+    ctx->n_ctr = (size_t)c->n_layers * PHASES_PER_LAYER * (size_t)ctx->n_threads;
+    ctx->ctr = lb_calloc(ctx->n_ctr, sizeof *ctx->ctr);
     if (!ctx->toks || !ctx->rope_cos || !ctx->rope_sin || !ctx->inv_freq ||
         !ctx->att_scratch || !ctx->plans || !ctx->stream || !ctx->ctr) {
         s = lb_set_error(LB_ERR_NOMEM, "context: out of memory");
@@ -445,7 +446,7 @@ void lb_context_free(lb_context *ctx) {
     lb_free(ctx->had_tmp);
     free(ctx->stream);
     free(ctx->plans);
-    free(ctx->ctr);
+    lb_free(ctx->ctr);
     if (ctx->own_pool) lb_pool_free(ctx->pool);
     free(ctx);
 }
@@ -550,10 +551,11 @@ typedef struct fwd_job {
     atomic_int status; /* a hook's failure */
 } fwd_job;
 
-/* Take chunks [0, total) dynamically from counter `ctr`. */
-static inline bool take(atomic_int_fast64_t *ctr, int64_t total, int64_t *c) {
-    *c = atomic_fetch_add(ctr, 1);
-    return *c < total;
+/* Take chunks [0, total) of a phase: its counter set is ctr + phase * nth
+ * (lb_steal_take); *k = 0 before the first take. */
+static inline bool take(lb_steal_ctr *ctr, int phase, int64_t total, int ith,
+                        int nth, int *k, int64_t *c) {
+    return lb_steal_take(ctr + (size_t)phase * (size_t)nth, total, ith, nth, k, c);
 }
 
 static lb_status hook_call(lb_context *ctx, int layer, lb_linear_id which,
@@ -692,7 +694,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
     for (int l = j->layer0; l < j->layer1; l++) {
         const lb_layer_weights *L = &m->layers[l];
         const lb_mm_plan *P = ctx->plans + (size_t)l * LB_LINEAR_COUNT;
-        atomic_int_fast64_t *ctr = ctx->ctr + (size_t)l * PHASES_PER_LAYER;
+        /* this layer's counter sets: 0 q, 1 attention, 2 o, 3 gate (and
+         * up when fused), 4 down, 5 k, 6 v, 7 up (not fused) */
+        lb_steal_ctr *ctr = ctx->ctr + (size_t)l * PHASES_PER_LAYER * (size_t)nth;
+        int k;
         const lb_mm_plan *pqkv[3] = {&P[LB_LINEAR_Q], &P[LB_LINEAR_K],
                                      &P[LB_LINEAR_V]};
         const void *aq[3], *ao[1], *agu[2], *ad[1];
@@ -717,20 +722,14 @@ static void fwd_worker(void *arg, int ith, int nth) {
             lb_pool_barrier(pool);
             if (!hook_phase(j, ith, l, LB_LINEAR_Q, 3, ctx->xn, dim)) return;
 
-            /* 2. q = xn Wq^T [n, nh*hd]; k, v = xn Wk^T, xn Wv^T [n, nkv*hd] */
-            {
-                const int64_t n0 = pqkv[0]->n_chunks, n1 = pqkv[1]->n_chunks,
-                              n2 = pqkv[2]->n_chunks;
-                while (take(&ctr[0], n0 + n1 + n2, &ch)) {
-                    if (ch < n0)
-                        lb_mm_plan_chunk(pqkv[0], aq[0], ctx->q, (size_t)qd, ch);
-                    else if (ch < n0 + n1)
-                        lb_mm_plan_chunk(pqkv[1], aq[1], ctx->k, (size_t)kvd, ch - n0);
-                    else
-                        lb_mm_plan_chunk(pqkv[2], aq[2], ctx->v, (size_t)kvd,
-                                         ch - n0 - n1);
-                }
-            }
+            /* 2. q = xn Wq^T [n, nh*hd]; k, v = xn Wk^T, xn Wv^T [n, nkv*hd]
+             *    (each thread its part of q, then of k, then of v) */
+            for (k = 0; take(ctr, 0, pqkv[0]->n_chunks, ith, nth, &k, &ch);)
+                lb_mm_plan_chunk(pqkv[0], aq[0], ctx->q, (size_t)qd, ch);
+            for (k = 0; take(ctr, 5, pqkv[1]->n_chunks, ith, nth, &k, &ch);)
+                lb_mm_plan_chunk(pqkv[1], aq[1], ctx->k, (size_t)kvd, ch);
+            for (k = 0; take(ctr, 6, pqkv[2]->n_chunks, ith, nth, &k, &ch);)
+                lb_mm_plan_chunk(pqkv[2], aq[2], ctx->v, (size_t)kvd, ch);
             lb_pool_barrier(pool);
             /*    + LoRA: q, k, v += s B (A xn) on this thread's token rows */
             lora_rows(ctx, l, LB_LINEAR_Q, ctx->xn, dim, ctx->q, qd, tb, te);
@@ -764,7 +763,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
             lb_pool_barrier(pool);
 
             /* 4. att = softmax(q K^T / sqrt(hd) + causal mask) V  [n, nh*hd] */
-            while (take(&ctr[1], (int64_t)n * nkv, &ch))
+            for (k = 0; take(ctr, 1, (int64_t)n * nkv, ith, nth, &k, &ch);)
                 attn_unit(ctx, kt, l, (int32_t)(ch / nkv), (int)(ch % nkv), pos,
                           scr);
             lb_pool_barrier(pool);
@@ -777,7 +776,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 const lb_mm_plan *po[1] = {&P[LB_LINEAR_O]};
                 quant_rows(ctx, po, 1, att, (int64_t)tb, (int64_t)te, ao, 0);
                 if (po[0]->qact || f16_rounded(ctx, po[0])) lb_pool_barrier(pool);
-                while (take(&ctr[2], po[0]->n_chunks, &ch))
+                for (k = 0; take(ctr, 2, po[0]->n_chunks, ith, nth, &k, &ch);)
                     lb_mm_plan_chunk(po[0], ao[0], o, (size_t)dim, ch);
             }
             lb_pool_barrier(pool);
@@ -817,7 +816,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                     float *g = ctx->mlpc + (size_t)ith * ctx->mlpc_per_thread;
                     float *u = stream ? g + gsz : g;
                     const lb_type_traits *at = lb_type_get_traits(pd->act_type);
-                    while (take(&ctr[3], pg->n_chunks, &ch)) {
+                    for (k = 0; take(ctr, 3, pg->n_chunks, ith, nth, &k, &ch);) {
                         const int64_t r0 = ch * pg->row_chunk;
                         const int64_t nr = LB_MIN(pg->row_chunk, ff - r0);
                         if (stream)
@@ -838,13 +837,10 @@ static void fwd_worker(void *arg, int ith, int nth) {
                     }
                     lb_pool_barrier(pool);
                 } else {
-                    while (take(&ctr[3], pg->n_chunks + pu->n_chunks, &ch)) {
-                        if (ch < pg->n_chunks)
-                            lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
-                        else
-                            lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff,
-                                             ch - pg->n_chunks);
-                    }
+                    for (k = 0; take(ctr, 3, pg->n_chunks, ith, nth, &k, &ch);)
+                        lb_mm_plan_chunk(pg, agu[0], ctx->gate, (size_t)ff, ch);
+                    for (k = 0; take(ctr, 7, pu->n_chunks, ith, nth, &k, &ch);)
+                        lb_mm_plan_chunk(pu, agu[1], ctx->up, (size_t)ff, ch);
                     lb_pool_barrier(pool);
                     lora_rows(ctx, l, LB_LINEAR_GATE, ctx->xn, dim, ctx->gate, ff, tb, te);
                     lora_rows(ctx, l, LB_LINEAR_UP, ctx->xn, dim, ctx->up, ff, tb, te);
@@ -875,7 +871,7 @@ static void fwd_worker(void *arg, int ith, int nth) {
                 quant_rows(ctx, pdl, 1, dx, (int64_t)tb, (int64_t)te, ad, 3);
                 if (pd->qact || f16_rounded(ctx, pd) || had) lb_pool_barrier(pool);
             }
-            while (take(&ctr[4], pd->n_chunks, &ch))
+            for (k = 0; take(ctr, 4, pd->n_chunks, ith, nth, &k, &ch);)
                 lb_mm_plan_chunk(pd, ad[0], o, (size_t)dim, ch);
         }
         lb_pool_barrier(pool);
@@ -1014,7 +1010,7 @@ static lb_status run_layers(lb_context *ctx, int l0, int l1, float *hidden,
     LB_TRY(online_hadamard_ready(ctx));
     LB_TRY(plan_layers(ctx, kt, l0, l1, n));
     rope_fill(ctx, pos + n);
-    for (size_t i = 0; i < ctx->n_ctr; i++) atomic_init(&ctx->ctr[i], 0);
+    lb_steal_reset(ctx->ctr, ctx->n_ctr);
     fwd_job j;
     memset(&j, 0, sizeof j);
     j.ctx = ctx;
