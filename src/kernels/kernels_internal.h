@@ -232,11 +232,11 @@ lb_status lb_matmul_table(const lb_kernel_table *kt, lb_pool *pool,
 /* ---- plans: one product cut into independent chunks --------------------- */
 /* A plan for Y[n_tokens, out] = X W^T (the work lb_matmul does), exposed so
  * that the model forward can run several products inside one thread-pool
- * job and take chunks dynamically. Flow: quantize activation rows
- * (lb_mm_plan_quantize, rows split over threads; skipped for f32
- * activations, where A is X itself), then run chunks 0..n_chunks-1 in any
- * order on any threads (each writes rows [c*row_chunk, ...) of every
- * token). Results do not depend on the split. */
+ * job and split the chunks over threads (lb_steal_take). Flow: quantize
+ * activation rows (lb_mm_plan_quantize, rows split over threads; skipped
+ * for f32 activations, where A is X itself), then run chunks
+ * 0..n_chunks-1 in any order on any threads (each writes rows
+ * [c*row_chunk, ...) of every token). Results do not depend on the split. */
 typedef struct lb_mm_plan {
     lb_mm_fn mm;
     lb_qact_fn qact;   /* NULL: f32 activations, pass X as A            */
