@@ -245,8 +245,9 @@ static void test_pool(void) {
 
 /* lb_steal_take: every chunk exactly once over a real pool (totals below,
  * equal to and above nth, with a worker that starts only when the others
- * have finished, so they must have taken its range); and, driven by hand from one thread, the order the contract gives:
- * a worker's own range front to back, then the next ranges' fronts. */
+ * have finished, so they must have taken its range); and, driven by hand
+ * from one thread, the order the contract gives: a worker's own range
+ * front to back, then the next ranges' fronts. */
 typedef struct steal_ctx {
     lb_steal_ctr ctr[4];
     int64_t total;
@@ -277,7 +278,9 @@ static void test_steal(void) {
         lb_pool *pool = lb_pool_create(n);
         TH_CHECK(pool != NULL);
         for (size_t t = 0; t < LB_ARRAY_LEN(totals); t++) {
-            steal_ctx *c = calloc(1, sizeof *c);
+            steal_ctx *c = lb_calloc(1, sizeof *c); /* 64-byte aligned counters */
+            TH_CHECK(c != NULL);
+            if (!c) break;
             c->total = totals[t];
             lb_steal_reset(c->ctr, 4);
             lb_pool_run(pool, steal_job, c);
@@ -286,7 +289,7 @@ static void test_steal(void) {
             TH_CHECK_INT(bad, 0);
             /* the late worker's range was taken by the others */
             if (n > 1) TH_CHECK_INT(atomic_load(&c->own[n - 1]), 0);
-            free(c);
+            lb_free(c);
         }
         lb_pool_free(pool);
     }
@@ -298,7 +301,7 @@ static void test_steal(void) {
     int ng = 0;
     TH_CHECK(lb_steal_take(ctr, 10, 1, 3, &k1, &ch));
     TH_CHECK_INT(ch, 4);
-    while (lb_steal_take(ctr, 10, 1, 3, &k1, &ch)) got[ng++] = ch;
+    while (ng < 10 && lb_steal_take(ctr, 10, 1, 3, &k1, &ch)) got[ng++] = ch;
     /* worker 1: rest of its own range, then worker 2's, then worker 0's */
     static const int64_t want[9] = {5, 6, 7, 8, 9, 0, 1, 2, 3};
     TH_CHECK_INT(ng, 9);
