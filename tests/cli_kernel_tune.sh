@@ -30,7 +30,7 @@ if [ ! -f "$1" ]; then
   exit 77
 fi
 f=$1
-head -n 1 "$f" | grep -q "kernel choice v2 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
+head -n 1 "$f" | grep -q "kernel choice v3 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
 grep -q '^Q4_0 mm_q4_0_x16_' "$f" || fail "no Q4_0 choice in the cache"
 cp "$f" "$T/orig"
 ino=$(stat -c %i "$f")
@@ -66,7 +66,7 @@ LB_TUNE=1 "$LOWBIT" version > /dev/null
 [ "$(stat -c %i "$f")" != "$ino" ] || fail "LB_TUNE=1 did not measure again and replace the cache"
 printf 'garbage\n\001\002' > "$f"
 "$LOWBIT" version > /dev/null
-head -n 1 "$f" | grep -q "kernel choice v2" || fail "a corrupt cache was not replaced"
+head -n 1 "$f" | grep -q "kernel choice v3" || fail "a corrupt cache was not replaced"
 # an unwritable cache directory: the choice is still made, nothing fails
 LB_CACHE_DIR=/proc/lowbit-no-such-dir "$LOWBIT" version | grep -q "^kernels: $fam" || fail "unwritable cache dir"
 echo "ok: kernel choice cached, read, overridden, same bytes ($fam)"

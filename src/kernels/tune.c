@@ -14,10 +14,20 @@
  *
  * Decode, per X16 type with two or more distinct candidates (the X16
  * kernels of the usable SIMD families up to the one in use, same
- * activation type): each multiplies a synthetic 256 x 4096 matrix
- * (0.6-1.1 MB: from L2/L3, so the figure is the kernel's own rate, not
- * this moment's DRAM contention) by one token, 4 calls per sample, 5
- * samples in turns. The result fills lb_wkernel.mm_x16_dec (used for
+ * activation type): each multiplies a synthetic matrix of 1024 columns
+ * and ~16 MiB (in huge pages, as a loaded model's weights) by one token,
+ * streamed from memory as decode streams its weights: every line of the
+ * matrix is flushed from the caches (clflush) before each timed call; one
+ * call per sample, 7 samples in turns. From memory, not from L2/L3 (until
+ * 2026-12-06: 256 x 4096, L2/L3-resident): on a Zen 5 VM the AVX-512 VNNI
+ * Q4_K / Q5_K / Q6_K passes run faster from cache than the AVX2 ones but
+ * slower from memory (bench_kernels --dram, 1 thread, 4096 x 1024: 32.0 /
+ * 28.6 / 35.1 against 38.8 / 32.5 / 39.2 GB/s), and whole decodes follow
+ * memory (Llama-3.2-1B Q4_K_M, per token: 0.87 -> 0.92 of the read
+ * roofline at 1 thread, 0.84 -> 0.89 at 2). 1024 columns: the two Q4_0
+ * kernels stream alike at 4096 (36.5 / 36.8 GB/s) but the AVX-512 one
+ * leads by 10% at 896-2048 (Qwen2.5-0.5B, Llama-3.2-1B); the K-quant gaps
+ * are widest at 1024. The result fills lb_wkernel.mm_x16_dec (used for
  * n_tokens < LB_X16_DEC_MAX).
  * Prefill, per type whose family has a batch kernel (mm_batch /
  * mm_x16_batch: AMX's Q4_0/Q8_0), in each layout: the batch kernel
@@ -61,12 +71,15 @@
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <emmintrin.h>
 #endif
+#include <sys/mman.h>
 
 #define TUNE_ROWS 256
 #define TUNE_COLS 4096
-#define TUNE_CALLS 4
-#define TUNE_SAMPLES 5
+#define TUNE_DEC_COLS 1024
+#define TUNE_DEC_BYTES (16u << 20) /* decode: weights streamed from memory */
+#define TUNE_SAMPLES 7
 #define PRE_TOKENS 128 /* prefill measurement: tokens per call */
 #define PRE_SAMPLES 3
 
@@ -156,36 +169,62 @@ static int candidates(const lb_kernel_table *base, const lb_kernel_table *const 
 
 /* seconds per call of the fastest sample of each candidate kernel fns[c]
  * (one activation type, act): nt tokens per call, calls calls per sample */
+/* Evict [p, p + n) from every cache level (the decode measurement's
+ * weights then come from memory, whatever the size of this CPU's L3). */
+static void flush_lines(const uint8_t *p, size_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+    for (size_t i = 0; i < n; i += 64) _mm_clflush(p + i);
+    _mm_mfence();
+#else
+    (void)p, (void)n;
+#endif
+}
+
+/* Time each of fns[0..nc) on a synthetic weight matrix of type t times nt
+ * tokens: best[c] = the fastest sample's seconds per call. dram (decode):
+ * TUNE_DEC_COLS columns, ~TUNE_DEC_BYTES in huge pages, flushed from the
+ * caches before each sample; else TUNE_ROWS x TUNE_COLS (L2/L3-resident),
+ * `calls` calls per sample. */
 static bool measure(lb_type t, lb_type act, const lb_kernel_table *base, lb_mm_fn const *fns,
-                    int nc, int64_t nt, int calls, int samples, double *best) {
+                    int nc, int64_t nt, int calls, int samples, bool dram, double *best) {
+    const int cols = dram ? TUNE_DEC_COLS : TUNE_COLS;
     size_t ws, as;
-    if (!lb_row_size(t, TUNE_COLS, &ws) || !lb_row_size(act, TUNE_COLS, &as) || !base->qact[act])
+    if (!lb_row_size(t, cols, &ws) || !lb_row_size(act, cols, &as) || !base->qact[act])
         return false;
-    uint8_t *w = lb_alloc(ws * TUNE_ROWS), *a = lb_alloc(as * (size_t)nt);
-    float *x = lb_alloc(sizeof(float) * TUNE_COLS);
-    float *y = lb_alloc(sizeof(float) * TUNE_ROWS * (size_t)nt);
+    /* rows: a multiple of 16 (X16 groups) */
+    const int64_t rows = dram ? LB_MAX(16, (int64_t)(TUNE_DEC_BYTES / ws) / 16 * 16) : TUNE_ROWS;
+    const size_t wbytes = ws * (size_t)rows;
+    uint8_t *w = dram ? lb_map_huge(wbytes) : lb_alloc(wbytes), *a = lb_alloc(as * (size_t)nt);
+    float *x = lb_alloc(sizeof(float) * (size_t)cols);
+    float *y = lb_alloc(sizeof(float) * (size_t)rows * (size_t)nt);
     const bool ok = w && a && x && y;
     if (ok) {
         /* 0x31 in every byte: codes, and fp16 scales of 0.16 (normal), in
          * either layout */
-        memset(w, 0x31, ws * TUNE_ROWS);
+        memset(w, 0x31, wbytes);
         for (int64_t k = 0; k < nt; k++) {
-            for (int i = 0; i < TUNE_COLS; i++) x[i] = (float)((i * 37 + (int)k * 11) % 101 - 50) / 50.0f;
-            base->qact[act](x, a + (size_t)k * as, TUNE_COLS);
+            for (int i = 0; i < cols; i++) x[i] = (float)((i * 37 + (int)k * 11) % 101 - 50) / 50.0f;
+            base->qact[act](x, a + (size_t)k * as, cols);
         }
         for (int c = 0; c < nc; c++) {
-            fns[c](TUNE_COLS, w, ws, TUNE_ROWS, a, as, nt, y, TUNE_ROWS); /* warm-up */
+            fns[c](cols, w, ws, rows, a, as, nt, y, rows); /* warm-up */
             best[c] = 1e30;
         }
         for (int s = 0; s < samples; s++)
             for (int c = 0; c < nc; c++) {
+                if (dram) flush_lines(w, wbytes);
                 const double t0 = thread_seconds();
-                for (int k = 0; k < calls; k++) fns[c](TUNE_COLS, w, ws, TUNE_ROWS, a, as, nt, y, TUNE_ROWS);
+                for (int k = 0; k < calls; k++) fns[c](cols, w, ws, rows, a, as, nt, y, rows);
                 const double dt = (thread_seconds() - t0) / calls;
                 if (dt < best[c]) best[c] = dt;
             }
     }
-    lb_free(w), lb_free(a), lb_free(x), lb_free(y);
+    if (dram) {
+        if (w) munmap(w, wbytes);
+    } else {
+        lb_free(w);
+    }
+    lb_free(a), lb_free(x), lb_free(y);
     return ok;
 }
 
@@ -202,7 +241,7 @@ static void cache_key(const lb_kernel_table *base, char *key, size_t cap) {
     char brand[49], mc[32];
     cpu_brand(brand);
     cpu_microcode(mc);
-    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v2 | cpu %s | microcode %s | family %s",
+    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v3 | cpu %s | microcode %s | family %s",
              LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name);
 }
 
@@ -286,7 +325,8 @@ static void tune_prefill(lb_kernel_table *tuned, const lb_kernel_table *const *t
         if (nm[c] && strcmp(nm[c], chosen) == 0) pick = c;
     if (pick < 0) {
         double sec[LB_KV_COUNT + 1];
-        if (!measure(t, tuned->w[t].act_type, tuned, fn, nc, PRE_TOKENS, 1, PRE_SAMPLES, sec)) return;
+        if (!measure(t, tuned->w[t].act_type, tuned, fn, nc, PRE_TOKENS, 1, PRE_SAMPLES, false, sec))
+            return;
         /* the batch kernel only when clearly faster than the best other */
         int alt = 1;
         for (int c = 2; c < nc; c++)
@@ -349,7 +389,7 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
                 fn[c] = cand[c]->mm_x16;
                 if (fn[c] == wk->mm_x16) own = c;
             }
-            if (!measure((lb_type)t, wk->act_type, tuned, fn, nc, 1, TUNE_CALLS, TUNE_SAMPLES, sec))
+            if (!measure((lb_type)t, wk->act_type, tuned, fn, nc, 1, 1, TUNE_SAMPLES, true, sec))
                 continue;
             pick = fastest(sec, nc, own);
             snprintf(chosen[t][CH_DEC], 64, "%s", cand[pick]->x16_name);
