@@ -167,8 +167,6 @@ static int candidates(const lb_kernel_table *base, const lb_kernel_table *const 
     return n;
 }
 
-/* seconds per call of the fastest sample of each candidate kernel fns[c]
- * (one activation type, act): nt tokens per call, calls calls per sample */
 /* Evict [p, p + n) from every cache level (the decode measurement's
  * weights then come from memory, whatever the size of this CPU's L3). */
 static void flush_lines(const uint8_t *p, size_t n) {
@@ -180,11 +178,11 @@ static void flush_lines(const uint8_t *p, size_t n) {
 #endif
 }
 
-/* Time each of fns[0..nc) on a synthetic weight matrix of type t times nt
- * tokens: best[c] = the fastest sample's seconds per call. dram (decode):
- * TUNE_DEC_COLS columns, ~TUNE_DEC_BYTES in huge pages, flushed from the
- * caches before each sample; else TUNE_ROWS x TUNE_COLS (L2/L3-resident),
- * `calls` calls per sample. */
+/* Time each of fns[0..nc) (one activation type, act) on a synthetic weight
+ * matrix of type t times nt tokens: best[c] = the fastest sample's seconds
+ * per call. dram (decode): TUNE_DEC_COLS columns, ~TUNE_DEC_BYTES in huge
+ * pages, flushed from the caches before each sample; else TUNE_ROWS x
+ * TUNE_COLS (L2/L3-resident). `calls` calls per sample. */
 static bool measure(lb_type t, lb_type act, const lb_kernel_table *base, lb_mm_fn const *fns,
                     int nc, int64_t nt, int calls, int samples, bool dram, double *best) {
     const int cols = dram ? TUNE_DEC_COLS : TUNE_COLS;
