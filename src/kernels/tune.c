@@ -182,9 +182,9 @@ static void flush_lines(const uint8_t *p, size_t n) {
  * matrix of type t times nt tokens: best[c] = the fastest sample's seconds
  * per call. dram (decode): TUNE_DEC_COLS columns, ~TUNE_DEC_BYTES in huge
  * pages, flushed from the caches before each sample; else TUNE_ROWS x
- * TUNE_COLS (L2/L3-resident). `calls` calls per sample. */
+ * TUNE_COLS (L2/L3-resident). One call per sample. */
 static bool measure(lb_type t, lb_type act, const lb_kernel_table *base, lb_mm_fn const *fns,
-                    int nc, int64_t nt, int calls, int samples, bool dram, double *best) {
+                    int nc, int64_t nt, int samples, bool dram, double *best) {
     const int cols = dram ? TUNE_DEC_COLS : TUNE_COLS;
     size_t ws, as;
     if (!lb_row_size(t, cols, &ws) || !lb_row_size(act, cols, &as) || !base->qact[act])
@@ -212,8 +212,8 @@ static bool measure(lb_type t, lb_type act, const lb_kernel_table *base, lb_mm_f
             for (int c = 0; c < nc; c++) {
                 if (dram) flush_lines(w, wbytes);
                 const double t0 = thread_seconds();
-                for (int k = 0; k < calls; k++) fns[c](cols, w, ws, rows, a, as, nt, y, rows);
-                const double dt = (thread_seconds() - t0) / calls;
+                fns[c](cols, w, ws, rows, a, as, nt, y, rows);
+                const double dt = thread_seconds() - t0;
                 if (dt < best[c]) best[c] = dt;
             }
     }
@@ -323,7 +323,7 @@ static void tune_prefill(lb_kernel_table *tuned, const lb_kernel_table *const *t
         if (nm[c] && strcmp(nm[c], chosen) == 0) pick = c;
     if (pick < 0) {
         double sec[LB_KV_COUNT + 1];
-        if (!measure(t, tuned->w[t].act_type, tuned, fn, nc, PRE_TOKENS, 1, PRE_SAMPLES, false, sec))
+        if (!measure(t, tuned->w[t].act_type, tuned, fn, nc, PRE_TOKENS, PRE_SAMPLES, false, sec))
             return;
         /* the batch kernel only when clearly faster than the best other */
         int alt = 1;
@@ -387,7 +387,7 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
                 fn[c] = cand[c]->mm_x16;
                 if (fn[c] == wk->mm_x16) own = c;
             }
-            if (!measure((lb_type)t, wk->act_type, tuned, fn, nc, 1, 1, TUNE_SAMPLES, true, sec))
+            if (!measure((lb_type)t, wk->act_type, tuned, fn, nc, 1, TUNE_SAMPLES, true, sec))
                 continue;
             pick = fastest(sec, nc, own);
             snprintf(chosen[t][CH_DEC], 64, "%s", cand[pick]->x16_name);
