@@ -487,16 +487,19 @@ LB_UNROLL(4)
     for (int u = 0; u < U; u++) acc[u] = xq_start(k, kb0, y + (size_t)u * ldy);
     const uint8_t *p = gp + (size_t)kb0 * bb;
     for (int i = 0; i < kbn; i++, p += bb) {
-        /* software prefetch ~3.3 KiB ahead: 12 Q4_0 / 6 blocks of the
-         * others (Q4_0: 8 before: bench_kernels --dram, medians of 5-6
-         * alternated runs on the Zen 5 VM, Q4_0 GEMV +6..14% at 1 thread,
-         * +3..6% at 2). Q8_0 (544-byte blocks): none, the hardware
+        /* software prefetch 12 blocks (3.4-4.5 KiB) ahead (Q4_0: 8 before:
+         * bench_kernels --dram, medians of 5-6 alternated runs on the Zen 5
+         * VM, Q4_0 GEMV +6..14% at 1 thread, +3..6% at 2; Q5_0 / Q4_1 / Q5_1:
+         * 6 before: Qwen2.5-0.5B Q4_K_M, Q5_0 matrices, decode per token
+         * 0.88-0.90 -> 0.92-0.93 of the read roofline at 1 thread, `lowbit
+         * bench F -p 0 -n 64 -t 1 -r 2 --roofline`, A/B/B/A, 2026-12-06;
+         * Q4_0 at 24: no change). Q8_0 (544-byte blocks): none, the hardware
          * prefetchers alone stream it faster (Zen 5 VM, 2026-12-06, `lowbit
          * bench F -p 0 -n 64 -t T -r 3`, 3 alternated rounds, uniform Q8_0
          * files: Qwen2.5-0.5B / Llama-3.2-1B decode 1 thread -2..+17% /
          * +8..+18%, 2 threads +6..+10% / +8..+16%) */
         if (k != XQ8_0) {
-            const uint8_t *pf = p + (k == XQ4_0 ? 12 : 6) * bb;
+            const uint8_t *pf = p + 12 * bb;
 LB_UNROLL(9)
             for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)(pf + l), _MM_HINT_T0);
         }

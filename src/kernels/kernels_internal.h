@@ -44,8 +44,10 @@ extern "C" {
  * for DRAM (Zen 3, AVX2 Q6_K X16 GEMV from DRAM at 1 thread: 10.6-12.0 GB/s
  * with the burst one super-block ahead, 14-17 spread 13-80 KB ahead). The
  * small-block kernels (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1: 5-9 lines per block) keep
- * their per-block prefetches (Q4_0/Q8_0: no distance from 4 to 32 KB
- * measured better than their 8 blocks). */
+ * their per-block prefetches (on the Zen 3 VM no distance from 4 to 32 KB
+ * measured better than 8 blocks for Q4_0/Q8_0; on a Zen 5 VM, with twice its
+ * bandwidth, Q4_0 24 blocks and Q5_0/Q4_1/Q5_1 16: kernels_avx2.c,
+ * kx16_avx2.c). */
 #define LB_PF_AHEAD 16384
 
 /* Quantize one activation row of n f32 values into the vec_dot_type. */
