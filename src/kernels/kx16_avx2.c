@@ -518,12 +518,12 @@ LB_AI void x5_pass(const int U, const int kind, const uint8_t *gp, int64_t kb0, 
             acc[u][h] = kb0 ? _mm256_loadu_ps(y + (size_t)u * ldy + 8 * h) : _mm256_setzero_ps();
     const uint8_t *p = gp + (size_t)kb0 * BB;
     for (int i = 0; i < kbn; i++, p += BB) {
-#pragma GCC unroll 8
-        /* prefetch 16 blocks (5.1-6 KiB) ahead; 6 before: Zen 5 VM,
+        /* prefetch 16 blocks (5-6 KiB) ahead; 6 before: Zen 5 VM,
          * LB_KERNELS=avx2, Qwen2.5-0.5B Q4_K_M (Q5_0 matrices) decode per
          * token 0.83 -> 0.88-0.89 of the read roofline at 1 thread (`lowbit
          * bench F -p 0 -n 64 -t 1 -r 2 --roofline`, A/B/B/A), 0.92 -> 0.93-0.94
          * at 2 */
+#pragma GCC unroll 8
         for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + 16 * BB + l), _MM_HINT_T0);
         const uint8_t *ab = at + (size_t)(kb0 + i) * AB + (AB - 32); /* token 0's codes of block i */
         __m256i s[4][2]; /* Q4_1: int16 pair sums, Q5_0 / Q5_1: int32 lane sums */
