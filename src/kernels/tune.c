@@ -25,9 +25,12 @@
  * 28.6 / 35.1 against 38.8 / 32.5 / 39.2 GB/s), and whole decodes follow
  * memory (Llama-3.2-1B Q4_K_M, per token: 0.87 -> 0.92 of the read
  * roofline at 1 thread, 0.84 -> 0.89 at 2). 1024 columns: the two Q4_0
- * kernels stream alike at 4096 (36.5 / 36.8 GB/s) but the AVX-512 one
- * leads by 10% at 896-2048 (Qwen2.5-0.5B, Llama-3.2-1B); the K-quant gaps
- * are widest at 1024. The result fills lb_wkernel.mm_x16_dec (used for
+ * kernels streamed alike at 4096 (36.5 / 36.8 GB/s) but the AVX-512 one
+ * led by 10% at 896-2048 (Qwen2.5-0.5B, Llama-3.2-1B); the K-quant gaps
+ * are widest at 1024. (Since the AVX2 Q4_0 pass prefetches further ahead,
+ * 73d1ba5, the two Q4_0 passes stream within +-4% of each other at 896 to
+ * 8192 columns on that VM: a near-tie the 5% bias below gives to the
+ * family's own.) The result fills lb_wkernel.mm_x16_dec (used for
  * n_tokens < LB_X16_DEC_MAX).
  * Prefill, per type whose family has a batch kernel (mm_batch /
  * mm_x16_batch: AMX's Q4_0/Q8_0), in each layout: the batch kernel
