@@ -4,7 +4,7 @@
 #
 #   bench/vs_llamacpp.sh [-d DIR] [-t THREADS] [-p 512] [-n 128] [-r REPS]
 #                        [-k ROUNDS] [-s "SHAPES"] [-y "TYPES"] [-b BUILD_DIR]
-#                        [-D DEPTH] [-R]
+#                        [-D DEPTH] [-R] [-V VARIANT]
 #
 #   -d DIR     where the GGUF files are made / found (default /tmp/lowbit-bench)
 #   -t N       threads for both tools (default 2)
@@ -40,6 +40,15 @@
 #              threads, each token set against the read next to it; the
 #              "per token" column is the mean over rounds of each run's
 #              median (the decode t/s columns come from the plain runs)
+#   -V VARIANT llama.cpp CPU backend variant (haswell, skylakex, icelake,
+#              zen4, sapphirerapids, ...: the chroot's
+#              ggml/backends0/libggml-cpu-VARIANT.so): llama-bench runs with
+#              that library alone visible (a bind mount in a private mount
+#              namespace), instead of the best one for this CPU that it
+#              would load. With LB_KERNELS set for lowbit (e.g.
+#              `LB_KERNELS=avx2 ... -V haswell`) both tools run one x86
+#              family's kernels: how an AVX2-only CPU is compared on an
+#              AVX-512 machine (same memory, the other family's code)
 #
 # Prints one row per (shape, type, test): tokens/s of each tool (mean over
 # rounds of each run's mean, and the best run), the ratio lowbit/llama.cpp
@@ -52,14 +61,14 @@
 # under /tmp or the project for the same reason).
 set -eu
 DIR=/tmp/lowbit-bench T=2 P=512 N=128 R=3 K=3 D=0 ROOF=0
-SHAPES="qwen2.5-0.5b llama3.2-1b" TYPES="q4_0 q8_0"
+SHAPES="qwen2.5-0.5b llama3.2-1b" TYPES="q4_0 q8_0" VARIANT=""
 B=${LB_BUILD_DIR:-./build}
 while [ $# -gt 0 ]; do
   case "$1" in
     -d) DIR=$2; shift 2 ;; -t) T=$2; shift 2 ;; -p) P=$2; shift 2 ;;
     -n) N=$2; shift 2 ;; -r) R=$2; shift 2 ;; -k) K=$2; shift 2 ;;
     -s) SHAPES=$2; shift 2 ;; -y) TYPES=$2; shift 2 ;; -b) B=$2; shift 2 ;;
-    -D) D=$2; shift 2 ;; -R) ROOF=1; shift ;;
+    -D) D=$2; shift 2 ;; -R) ROOF=1; shift ;; -V) VARIANT=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -70,6 +79,23 @@ LOWBIT=$B/lowbit MAKE=$B/make_random_gguf
 sh "$REFENV" has llama-bench || { echo "no reference chroot with llama-bench ($REFENV setup)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON" >&2; exit 1; }
 mkdir -p "$DIR"
+# llama_bench ARGS...: the chroot's llama-bench, with only $VARIANT's CPU
+# backend visible when -V is given
+llama_bench() {
+  if [ -z "$VARIANT" ]; then sh "$REFENV" run llama-bench "$@"; return; fi
+  unshare --mount --propagation private sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh \
+    "$VDIR" "$BACKENDS" sh "$REFENV" run llama-bench "$@"
+}
+if [ -n "$VARIANT" ]; then
+  BACKENDS=$(dirname "$(find "$(sh "$REFENV" path)/usr/lib" -path '*/backends*/libggml-cpu-*.so' | head -n 1)")
+  [ -s "$BACKENDS/libggml-cpu-$VARIANT.so" ] || { echo "no llama.cpp CPU variant '$VARIANT' in $BACKENDS:" \
+    "$(ls "$BACKENDS" | sed -n 's/^libggml-cpu-\(.*\)\.so$/\1/p' | tr '\n' ' ')" >&2; exit 1; }
+  VDIR=$DIR/ggml-cpu-$VARIANT
+  mkdir -p "$VDIR"
+  cp "$BACKENDS/libggml-cpu-$VARIANT.so" "$VDIR/"
+  llama_bench --list-devices 2>&1 | grep -q "loaded CPU backend from .*libggml-cpu-$VARIANT.so" ||
+    { echo "llama-bench did not load the $VARIANT backend" >&2; exit 1; }
+fi
 RES=$DIR/results.jsonl
 : > "$RES"
 # roof [THREADS]: one roofline reading (default "1 $T") appended to $RES
@@ -106,7 +132,7 @@ for shape in $SHAPES; do
             echo "{\"tool\": \"lowbit_roof\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $out}" >> "$RES"
           fi
         else
-          out=$(sh "$REFENV" run llama-bench -m "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" -o json 2>/dev/null)
+          out=$(llama_bench -m "$f" -p "$P" -n "$N" -d "$D" -t "$T" -r "$R" -o json 2>/dev/null)
           echo "{\"tool\": \"llama\", \"shape\": \"$shape\", \"type\": \"$type\", \"run\": $(echo "$out" | tr -d '\n')}" >> "$RES"
         fi
         roof "$T"
@@ -122,10 +148,13 @@ for shape in $SHAPES; do
   done
 done
 
-python3 - "$RES" "$T" <<'EOF'
+python3 - "$RES" "$T" "$VARIANT" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 T = sys.argv[2]
+kern = sorted({r["run"]["kernels"] for r in rows if r["tool"] == "lowbit"})
+print("\nlowbit kernels: %s; llama.cpp CPU backend: %s" % (" / ".join(kern) or "-",
+      ("libggml-cpu-%s.so (-V)" % sys.argv[3]) if sys.argv[3] else "the one it picks for this CPU"))
 res = {}
 roofs = [r["run"]["read_gbs"] for r in rows if r["tool"] == "roofline"]
 bests = [r["run"]["best_gbs"] for r in rows if r["tool"] == "roofline"]
