@@ -87,14 +87,16 @@ llama_bench() {
     "$VDIR" "$BACKENDS" sh "$REFENV" run llama-bench "$@"
 }
 if [ -n "$VARIANT" ]; then
-  BACKENDS=$(dirname "$(find "$(sh "$REFENV" path)/usr/lib" -path '*/backends*/libggml-cpu-*.so' | head -n 1)")
+  lib=$(find "$(sh "$REFENV" path)/usr/lib" -path '*/backends*/libggml-cpu-*.so' | head -n 1)
+  [ -n "$lib" ] || { echo "the chroot's llama.cpp has no loadable CPU backend variants" >&2; exit 1; }
+  BACKENDS=$(dirname "$lib")
   [ -s "$BACKENDS/libggml-cpu-$VARIANT.so" ] || { echo "no llama.cpp CPU variant '$VARIANT' in $BACKENDS:" \
     "$(ls "$BACKENDS" | sed -n 's/^libggml-cpu-\(.*\)\.so$/\1/p' | tr '\n' ' ')" >&2; exit 1; }
   VDIR=$DIR/ggml-cpu-$VARIANT
   mkdir -p "$VDIR"
   cp "$BACKENDS/libggml-cpu-$VARIANT.so" "$VDIR/"
   llama_bench --list-devices 2>&1 | grep -q "loaded CPU backend from .*libggml-cpu-$VARIANT.so" ||
-    { echo "llama-bench did not load the $VARIANT backend" >&2; exit 1; }
+    { echo "llama-bench did not load the $VARIANT backend (does this CPU have its instructions?)" >&2; exit 1; }
 fi
 RES=$DIR/results.jsonl
 : > "$RES"
