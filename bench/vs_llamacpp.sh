@@ -87,6 +87,7 @@ llama_bench() {
     "$VDIR" "$BACKENDS" sh "$REFENV" run llama-bench "$@"
 }
 if [ -n "$VARIANT" ]; then
+  case $VARIANT in *[!a-z0-9_]*) echo "-V: a variant name (letters, digits, _): $VARIANT" >&2; exit 2 ;; esac
   lib=$(find "$(sh "$REFENV" path)/usr/lib" -path '*/backends*/libggml-cpu-*.so' | head -n 1)
   [ -n "$lib" ] || { echo "the chroot's llama.cpp has no loadable CPU backend variants" >&2; exit 1; }
   BACKENDS=$(dirname "$lib")
