@@ -929,8 +929,14 @@ q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
      * bursts), whole decodes on the Zen 5 VM (`lowbit bench F -p 0 -n 64
      * -r 3`, A/B/B/A 3 rounds): llama-quantize's Llama-3.2-1B Q3_K_M (64
      * Q3_K, 45 Q4_K matrices) +6.3% at 1 thread, +0% at 2; its Q2_K mix
-     * (32 Q3_K) with Q2_K's the same way +6.7% / +2.9% */
-    const size_t BB = 16 * 110, PF = KX_PF_AHEAD;
+     * (32 Q3_K) with Q2_K's the same way +6.7% / +2.9%. Now half that
+     * distance, 16 KiB: `bench_kernels --only Q3_K --dram --prefill 0`, 1
+     * thread, 8192x2048 / 2048x8192, 2 rounds: 28-34 -> 36-38 GB/s (8 / 4
+     * KiB: 33-34 / 25-28); whole decodes (`lowbit bench F -p 0 -n 64 -r 2
+     * --roofline`, A/B/B/A, 2026-12-07) of llama-quantize's Llama-3.2-1B
+     * Q3_K_M: 1 thread 51.8 -> 54.5-54.9 tokens/s, per token 0.852 ->
+     * 0.886-0.890 of the read; 2 threads 0.873-0.878 -> 0.895-0.898 */
+    const size_t BB = 16 * 110, PF = KX_PF_AHEAD / 2;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30),
                   m3 = _mm512_set1_epi8(0x03), c32 = _mm512_set1_epi32(32);
     __m512 acc[4];
@@ -1026,7 +1032,11 @@ static inline int32_t kx_pair2(const uint8_t *bs, int k0, int k1) { /* bsums k0,
 LB_KINLINE void
 q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
               size_t ldy) {
-    const size_t BB = 16 * 84, PF = KX_PF_AHEAD; /* prefetch: as Q3_K's */
+    /* prefetch: KX_PF_AHEAD, Q3_K's before its halving; 16 KiB measured no
+     * better here (Llama-3.2-1B Q2_K mix, `lowbit bench F -p 0 -n 64 -r 2
+     * --roofline`, B/A/A/B: 1 thread 0.871-0.889 against 0.874-0.885 of
+     * the read per token, 2 threads 0.906-0.912 against 0.900-0.902) */
+    const size_t BB = 16 * 84, PF = KX_PF_AHEAD;
     const __m512i m3 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F),
                   mw = _mm512_set1_epi32(0x00FF00FF);
     __m512 acc[4];

@@ -212,16 +212,34 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
 
 /* Q4_K / Q5_K, one token (decode and the tiles' last 1-3 tokens): the
  * sums of q4_K_x16_pass with both 8-row halves in the inner loop, so one
- * broadcast of each activation dword serves both (with one token the int
- * sums of both halves fit in registers; the scale pairs are made from the
- * scale bytes where they are used, not held) */
+ * broadcast of each activation dword serves both. Each super-block's
+ * scale pairs (kx_w16 of the 8 sub-blocks' scales, both halves) and min
+ * pairs are made once at its start into scw / mpw, which vpmaddwd then
+ * reads as memory operands (16 + 8 vectors: more than the registers the
+ * loop leaves). Made at each vpmaddwd instead, the 6-bit scale unpacking
+ * ran 8 times per half and super-block for Q5_K, 4 for Q4_K: Zen 5 VM,
+ * `bench_kernels --only T --shape 8192x2048 --prefill 0`, 1 thread, from
+ * cache, 3 alternated rounds: Q5_K 33.1-33.9 -> 34.6-35.7 GB/s, Q4_K
+ * 50.7-50.8 -> 53.7-54.5; whole decodes with LB_KERNELS=avx2 (`lowbit
+ * bench F -p 0 -n 64 -t 1 -r 2 --roofline`, A/B/B/A) of llama-quantize's
+ * Llama-3.2-1B Q5_K_M per token 0.812-0.818 -> 0.840-0.858 of the read,
+ * its Q4_K_M 0.921-0.922 both (memory-bound already) */
 LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uint8_t *a, float *y) {
     const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256i scw[2][8], mpw[2][4]; /* [half][sub-block]: scale pairs; [half]: k4_min_pairs */
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *p = gp + (size_t)i * BB;
         const uint8_t *ab = a + (size_t)i * Q8K_BYTES;
         for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, dmin, scales */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i sc03, mn03, sc47, mn47;
+            k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
+#pragma GCC unroll 8
+            for (int sb = 0; sb < 8; sb++) scw[h][sb] = kx_w16(sb < 4 ? sc03 : sc47, sb % 4);
+            k4_min_pairs(mn03, mn47, mpw[h]);
+        }
         __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int g = 0; g < 4; g++) {
             const uint8_t *q = p + QS + (size_t)g * 512;
@@ -243,12 +261,8 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
                 if (m == 7 || (q5 && m == 3)) { /* scale * sum by vpmaddwd, exact */
 #pragma GCC unroll 2
                     for (int h = 0; h < 2; h++) {
-                        __m256i sc03, mn03, sc47, mn47;
-                        k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
-                        const __m256i scv = g < 2 ? sc03 : sc47;
-                        const __m256i sl = kx_w16(scv, 2 * (g % 2)), sh = kx_w16(scv, 2 * (g % 2) + 1);
-                        isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(_mm256_madd_epi16(s[h], sl),
-                                                                             _mm256_madd_epi16(t[h], sh)));
+                        isum[h] = _mm256_add_epi32(isum[h], _mm256_add_epi32(_mm256_madd_epi16(s[h], scw[h][2 * g]),
+                                                                             _mm256_madd_epi16(t[h], scw[h][2 * g + 1])));
                         s[h] = t[h] = _mm256_setzero_si256();
                     }
                 }
@@ -258,10 +272,7 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
         for (int h = 0; h < 2; h++) {
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
             const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
-            __m256i sc03, mn03, sc47, mn47, mp[4];
-            k4_scale_min(p + 32 * h, &sc03, &mn03, &sc47, &mn47);
-            k4_min_pairs(mn03, mn47, mp);
-            acc[h] = k4_acc(acc[h], dv, mv, mp, ab, isum[h]);
+            acc[h] = k4_acc(acc[h], dv, mv, mpw[h], ab, isum[h]);
         }
     }
     _mm256_storeu_ps(y, acc[0]);
