@@ -720,7 +720,8 @@ LB_KINLINE void pf_here(const uint8_t *p) {
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p) : "memory");
 }
 /* how far ahead the K-quant passes prefetch with pf_here (bytes; whole
- * decodes: see q4_K_x16_pass, q6_K_x16_pass) */
+ * decodes: see q4_K_x16_pass, q6_K_x16_pass; Q3_K's pass: half, see
+ * q3_K_x16_pass) */
 #define KX_PF_AHEAD 32768
 
 LB_KINLINE void
@@ -1032,7 +1033,7 @@ static inline int32_t kx_pair2(const uint8_t *bs, int k0, int k1) { /* bsums k0,
 LB_KINLINE void
 q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as, float *y,
               size_t ldy) {
-    /* prefetch: KX_PF_AHEAD, Q3_K's before its halving; 16 KiB measured no
+    /* prefetch: KX_PF_AHEAD (Q3_K's pass uses half); 16 KiB measured no
      * better here (Llama-3.2-1B Q2_K mix, `lowbit bench F -p 0 -n 64 -r 2
      * --roofline`, B/A/A/B: 1 thread 0.871-0.889 against 0.874-0.885 of
      * the read per token, 2 threads 0.906-0.912 against 0.900-0.902) */
