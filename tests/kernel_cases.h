@@ -478,20 +478,31 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
         return p;
     }
     if (wt == LB_TYPE_Q3_K || wt == LB_TYPE_Q2_K) {
-        /* Q3_K: d (16 halves), scales (3 x 64), hmask (8 x 64), qs (16 x 64);
+        /* Q3_K: d (16 halves), scales (3 x 64), codes (24 x 64, below);
          * Q2_K: d, dmin (16 halves each), scales (4 x 64), qs (16 x 64) */
         const int q2 = wt == LB_TYPE_Q2_K;
         const size_t bb = q2 ? 84 : 110;
-        const int f3[4][2] = {{108, 2}, {96, 12}, {0, 32}, {32, 64}};
+        const int f3[3][2] = {{108, 2}, {96, 12}, {0, 96}};
         const int f2[4][2] = {{80, 2}, {82, 2}, {0, 16}, {16, 64}};
         const int (*ff)[2] = q2 ? f2 : f3;
         for (int64_t g = 0; g < out / 16; g++)
             for (int64_t b = 0; b < in / 256; b++) {
                 uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
-                for (int f = 0; f < 4; f++) {
+                for (int f = 0; f < (q2 ? 4 : 3); f++) {
                     for (int n = 0; n < 16; n++) {
                         const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + ff[f][0];
                         if (ff[f][1] == 2) memcpy(dst + 2 * n, src, 2);
+                        else if (ff[f][1] == 96) /* Q3_K element 32s + l (s = 4k + j) of row n: */
+                            for (int l = 0; l < 32; l++) {
+                                int u[8]; /* 3-bit code 0..7: qs bits 2j, 2j+1 | hmask bit s << 2 */
+                                for (int sl = 0; sl < 8; sl++)
+                                    u[sl] = ((src[32 + 32 * (sl / 4) + l] >> (2 * (sl % 4))) & 3) |
+                                            (((src[l] >> sl) & 1) << 2);
+                                uint8_t *o = dst + 64 * 3 * (l / 4) + 4 * n + l % 4;
+                                o[0] = (uint8_t)(u[0] | u[1] << 3 | (u[2] & 3) << 6);
+                                o[64] = (uint8_t)(u[4] | u[5] << 3 | (u[6] & 3) << 6);
+                                o[128] = (uint8_t)(u[3] | u[7] << 3 | (u[2] >> 2) << 6 | (u[6] >> 2) << 7);
+                            }
                         else
                             for (int k = 0; k < ff[f][1]; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
                     }

@@ -908,18 +908,24 @@ LB_UNROLL(4)
 
 /* Q3_K: 16 sub-blocks of 16 with 6-bit scales (sc - 32), codes u = 2 low
  * bits | hmask bit << 2 (0..7, value u - 4). Layout (kernels_internal.h):
- * d at 0, scale dwords D0, D1, D2 at 32 / 96 / 160, hmask at 224 (8
- * vectors), qs at 736 (16 vectors). Scales of sub-blocks 4q..4q+3 in the
- * bytes of SC[q] (lb_q3_K_scales for 16 rows at once: low nibbles from
- * D0 / D1, 2 high bits from D2). For half k, shift j (sub-blocks 8k + 2j,
- * 8k + 2j + 1), dword m < 8: u = (qs vector 8k + m >> 2j) & 3 | hmask
- * vector m's bit 4k + j moved within each byte to bit 2; two chains per
- * sub-block start at -4 * bsums[is] and 0; isum = sum (sc - 32) * s by
+ * d at 0, scale dwords D0, D1, D2 at 32 / 96 / 160, codes at 224 (24
+ * vectors, 3 per dword m). Scales of sub-blocks 4q..4q+3 in the bytes of
+ * SC[q] (lb_q3_K_scales for 16 rows at once: low nibbles from D0 / D1, 2
+ * high bits from D2). For half k, shift j (sub-blocks 8k + 2j, 8k + 2j +
+ * 1), dword m < 8: u = k3_code(code vectors 3m + k, 3m + 2); two chains
+ * per sub-block start at -4 * bsums[is] and 0; isum = sum (sc - 32) * s by
  * vpmulld; acc = acc + (d * da) * isum (lb_vec_dot_q3_K_q8_K_ref's order). */
-LB_KINLINE __m512i k3_hbit(__m512i H, int bit) {
-    const __m512i h = bit < 2 ? _mm512_slli_epi32(H, (unsigned)(2 - bit))
-                    : bit > 2 ? _mm512_srli_epi32(H, (unsigned)(bit - 2)) : H;
-    return _mm512_and_si512(h, _mm512_set1_epi8(0x04));
+/* code u(k, j) of each byte from code vectors V = 3m + k and V2 = 3m + 2
+ * (kernels_internal.h: V = u(k,0) | u(k,1) << 3 | (u(k,2) & 3) << 6, V2 =
+ * u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7):
+ * 1, 2, 5, 1-2 ops for j = 0..3 (k, j constants where inlined) */
+LB_KINLINE __m512i k3_code(__m512i V, __m512i V2, int k, int j) {
+    const __m512i m7 = _mm512_set1_epi8(0x07);
+    if (j == 0) return _mm512_and_si512(V, m7);
+    if (j == 1) return _mm512_and_si512(_mm512_srli_epi32(V, 3), m7);
+    if (j == 3) return _mm512_and_si512(k ? _mm512_srli_epi32(V2, 3) : V2, m7);
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(V, 6), _mm512_set1_epi8(0x03)),
+                           _mm512_and_si512(_mm512_srli_epi32(V2, (unsigned)(4 + k)), _mm512_set1_epi8(0x04)));
 }
 
 LB_KINLINE void
@@ -936,10 +942,16 @@ q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
      * KiB: 33-34 / 25-28); whole decodes (`lowbit bench F -p 0 -n 64 -r 2
      * --roofline`, A/B/B/A, 2026-12-07) of llama-quantize's Llama-3.2-1B
      * Q3_K_M: 1 thread 51.8 -> 54.5-54.9 tokens/s, per token 0.852 ->
-     * 0.886-0.890 of the read; 2 threads 0.873-0.878 -> 0.895-0.898 */
+     * 0.886-0.890 of the read; 2 threads 0.873-0.878 -> 0.895-0.898.
+     * With the merged codes (k3_code: one token 38-40 -> 52-53 GB/s from
+     * cache, 36-38 from DRAM either way) the 28 lines of a super-block are
+     * prefetched one every other (j, m) step of each half (line 16k + (8j
+     * + m) / 2), not 3-4 per step in the first 8: --dram 8192x2048 /
+     * 2048x8192 165-167 / 166 -> 169-179 / 181-185 GFLOP/s (the file's
+     * planes: 176-177 / 170-171); whole decodes of the Q3_K_M mix alike
+     * (per token 0.87-0.91 both, 1 thread; 0.84-0.85 both, 2 threads) */
     const size_t BB = 16 * 110, PF = KX_PF_AHEAD / 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30),
-                  m3 = _mm512_set1_epi8(0x03), c32 = _mm512_set1_epi32(32);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi32(32);
     __m512 acc[4];
 LB_UNROLL(4)
     for (int u = 0; u < U; u++) acc[u] = _mm512_setzero_ps();
@@ -979,15 +991,10 @@ LB_UNROLL(4)
                 }
 LB_UNROLL(8)
                 for (int m = 0; m < 8; m++) {
-                    if (j == 0) { /* this qs line; in half 0 the hmask and header lines */
-                        if (k == 0 && m < 4) pf_here(p + PF + 64 * m);
-                        if (k == 0) pf_here(p + PF + 224 + 64 * m);
-                        pf_here(p + PF + 736 + 64 * (8 * k + m));
-                    }
-                    const __m512i Q = _mm512_loadu_si512(p + 736 + 64 * (8 * k + m));
-                    const __m512i H = _mm512_loadu_si512(p + 224 + 64 * m);
-                    const __m512i q = j ? _mm512_srli_epi32(Q, (unsigned)(2 * j)) : Q;
-                    const __m512i uq = _mm512_or_si512(_mm512_and_si512(q, m3), k3_hbit(H, 4 * k + j));
+                    const uint8_t *cm = p + 224 + 64 * 3 * m;
+                    if ((8 * j + m) % 2 == 0 && 16 * k + (8 * j + m) / 2 < 28) /* line 16k + (8j + m) / 2 */
+                        pf_here(p + PF + 64 * (16 * k + (8 * j + m) / 2));
+                    const __m512i uq = k3_code(_mm512_loadu_si512(cm + 64 * k), _mm512_loadu_si512(cm + 128), k, j);
 LB_UNROLL(4)
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m;

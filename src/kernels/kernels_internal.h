@@ -117,8 +117,16 @@ typedef struct lb_wkernel {
  *         is the fifth bit of the low / high nibbles of qs vector 8g + m),
  *         qs[128] (32 vectors, as Q4_K's)
  *   Q3_K: d, scales[12] (3 vectors: the 16 six-bit scales decoded for 16
- *         rows at once with 12 vector ops), hmask[32] (8 vectors), qs[64]
- *         (16 vectors)
+ *         rows at once with 12 vector ops), then hmask[32] and qs[64]
+ *         merged into whole 3-bit codes (24 vectors, 3 per dword m < 8):
+ *         with u(k,j) = (qs[32k + l] >> 2j & 3) | (hmask[l] >> (4k + j) &
+ *         1) << 2 the code (value u - 4) of element 128k + 32j + l, byte
+ *         b of row n's dword in vector 3m + c (l = 4m + b) holds
+ *           c = 0, 1 (k = c): u(k,0) | u(k,1) << 3 | (u(k,2) & 3) << 6
+ *           c = 2: u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7
+ *         so each code is 1-5 vector ops away (and, shift + and; the
+ *         split u(k,2) five) instead of the file's 2-bit plane + bit plane
+ *         (5); the same 96 bytes a row
  *   Q2_K: d, dmin, scales[16] (4 vectors: scale | min << 4 per byte),
  *         qs[64] (16 vectors)
  *   Q6_K: d, scales[16] (4 vectors), then 48 code vectors in the order

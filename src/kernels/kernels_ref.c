@@ -286,7 +286,8 @@ LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
  * Fills f (64 entries at most), returns the count (0: not an X16 type). */
 typedef struct {
     uint16_t off, size;
-    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed (below) */
+    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed; 0xFE: Q3_K's
+                  * hmask + qs, stored as whole codes (below) */
 } x16_field;
 static int x16_fields(lb_type t, x16_field *f) {
     switch (t) {
@@ -314,10 +315,10 @@ static int x16_fields(lb_type t, x16_field *f) {
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
         f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 32, 0}, f[4] = (x16_field){48, 128, 0};
         return 5;
-    case LB_TYPE_Q3_K: /* d, scales, hmask (8 vectors), qs (16 vectors) */
+    case LB_TYPE_Q3_K: /* d, scales, hmask + qs as 3-bit codes (24 vectors, below) */
         f[0] = (x16_field){108, 2, 0}, f[1] = (x16_field){96, 12, 0};
-        f[2] = (x16_field){0, 32, 0}, f[3] = (x16_field){32, 64, 0};
-        return 4;
+        f[2] = (x16_field){0, 96, 0xFE};
+        return 3;
     case LB_TYPE_Q2_K: /* d, dmin, scales (4 vectors), qs (16 vectors) */
         f[0] = (x16_field){80, 2, 0}, f[1] = (x16_field){82, 2, 0};
         f[2] = (x16_field){0, 16, 0}, f[3] = (x16_field){16, 64, 0};
@@ -347,6 +348,34 @@ bool lb_x16_type(lb_type t) { /* the types x16_fields knows (matmul's hot path) 
            t == LB_TYPE_Q3_K || t == LB_TYPE_Q2_K;
 }
 
+/* Q3_K codes (kernels_internal.h): u(k, j, l) = (qs[32k + l] >> 2j & 3) |
+ * (hmask[l] >> (4k + j) & 1) << 2 for half k, shift j, l < 32 (element
+ * 128k + 32j + l); byte b of dword 3m + c of t (l = 4m + b):
+ *   c = 0, 1 (k = c): u(k,0) | u(k,1) << 3 | (u(k,2) & 3) << 6
+ *   c = 2:            u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7
+ * dir 0: hq (hmask[32], qs[64] of the row-form block) -> t; 1: back. */
+static void q3_K_codes(uint8_t *hq, uint8_t t[96], int dir) {
+    if (dir) memset(hq, 0, 96);
+    for (int l = 0; l < 32; l++) {
+        uint8_t *v = t + 12 * (l / 4) + l % 4; /* v[0], v[4], v[8]: c = 0, 1, 2 */
+        int u[2][4];
+        for (int k = 0; k < 2; k++)
+            if (dir) {
+                u[k][0] = v[4 * k] & 7, u[k][1] = v[4 * k] >> 3 & 7;
+                u[k][2] = (v[4 * k] >> 6) | (v[8] >> (6 + k) & 1) << 2, u[k][3] = v[8] >> (3 * k) & 7;
+                for (int j = 0; j < 4; j++) {
+                    hq[32 + 32 * k + l] |= (uint8_t)((u[k][j] & 3) << (2 * j));
+                    hq[l] |= (uint8_t)((u[k][j] >> 2) << (4 * k + j));
+                }
+            } else {
+                for (int j = 0; j < 4; j++)
+                    u[k][j] = (hq[32 + 32 * k + l] >> (2 * j) & 3) | (hq[l] >> (4 * k + j) & 1) << 2;
+                v[4 * k] = (uint8_t)(u[k][0] | u[k][1] << 3 | (u[k][2] & 3) << 6);
+            }
+        if (!dir) v[8] = (uint8_t)(u[0][3] | u[1][3] << 3 | (u[0][2] >> 2) << 6 | (u[1][2] >> 2) << 7);
+    }
+}
+
 /* dir 0: row n's block blk -> its place in the X16 block p; 1: back */
 static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
     x16_field f[64];
@@ -371,12 +400,18 @@ static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
             p += 64;
             continue;
         }
+        uint8_t cw[96]; /* Q3_K: the codes of row n, dword j at 4j */
+        const bool q3 = f[i].xor == 0xFE;
+        uint8_t *rf = q3 ? cw : blk + f[i].off;
+        const uint8_t xr = q3 ? 0 : f[i].xor;
+        if (q3 && !dir) q3_K_codes(blk + f[i].off, cw, 0);
         for (int j = 0; j < f[i].size / 4; j++)
             for (int k = 0; k < 4; k++) {
-                uint8_t *x = p + 64 * j + 4 * n + k, *r = blk + f[i].off + 4 * j + k;
-                if (dir) *r = *x ^ f[i].xor;
-                else *x = *r ^ f[i].xor;
+                uint8_t *x = p + 64 * j + 4 * n + k, *r = rf + 4 * j + k;
+                if (dir) *r = *x ^ xr;
+                else *x = *r ^ xr;
             }
+        if (q3 && dir) q3_K_codes(blk + f[i].off, cw, 1);
         p += 16 * (size_t)f[i].size;
     }
 }

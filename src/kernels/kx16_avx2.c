@@ -657,12 +657,13 @@ void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
 /* ---- Q3_K / Q2_K ---------------------------------------------------------
  * The AVX-512 VNNI kernels' layout walk (kernels_avx512vnni.c, "X16
  * K-quants": half k, shift j, sub-blocks 8k + 2j + r, code dwords m = 4r..
- * 4r + 3 of qs vector 8k + m), both 8-row halves in the inner loop (one
- * broadcast of each activation dword serves both: with the halves in an
- * outer loop GCC kept a super-block's 64 broadcasts live across them and
- * spilled, Q2_K decode 13 instead of 17-19 GB/s from cache; the k and j
- * loops stay rolled for the same reason, 4-token tiles 12-16% faster
- * so). The 4 vpmaddubsw of a
+ * 4r + 3: Q2_K's qs vector 8k + m, Q3_K's code vectors 3m + k and 3m + 2),
+ * both 8-row halves in the inner loop (one broadcast of each activation
+ * dword serves both: with the halves in an outer loop GCC kept a
+ * super-block's 64 broadcasts live across them and spilled, Q2_K decode 13
+ * instead of 17-19 GB/s from cache; the k and j loops stay rolled for the
+ * same reason, 4-token tiles 12-16% faster so; Q3_K's j loop is unrolled
+ * for one token, see q3_K_x16_pass). The 4 vpmaddubsw of a
  * sub-block add up in int16 (Q3_K: |pair| <= 2 * 7 * 128, Q2_K: <= 2 * 3
  * * 128; Q3_K's chain also starts at -4 * bsums in the low int16 of each
  * lane, |-4 * bsums| <= 8192: at most 15360 < 2^15, no saturation), and
@@ -672,10 +673,17 @@ void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
  * reference's): Q3_K acc = acc + (d * da) * isum; Q2_K acc = acc + ((d *
  * da) * isum + (dmin * -da) * imin). */
 
-/* Q3_K: bit `bit` of each byte of the hmask vector moved to bit 2 */
-LB_AI __m256i k3_hbit(__m256i H, int bit) {
-    const __m256i h = bit < 2 ? _mm256_slli_epi32(H, 2 - bit) : bit > 2 ? _mm256_srli_epi32(H, bit - 2) : H;
-    return _mm256_and_si256(h, _mm256_set1_epi8(0x04));
+/* Q3_K: code u(k, j) of each byte from code vectors V = 3m + k and V2 =
+ * 3m + 2 (kernels_internal.h: V = u(k,0) | u(k,1) << 3 | (u(k,2) & 3) <<
+ * 6, V2 = u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7):
+ * 1, 2, 5, 1-2 ops for j = 0..3 (j a constant where inlined) */
+LB_AI __m256i k3_code(__m256i V, __m256i V2, int k, int j) {
+    const __m256i m7 = _mm256_set1_epi8(0x07);
+    if (j == 0) return _mm256_and_si256(V, m7);
+    if (j == 1) return _mm256_and_si256(_mm256_srli_epi32(V, 3), m7);
+    if (j == 3) return _mm256_and_si256(_mm256_srli_epi32(V2, 3 * k), m7);
+    return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(V, 6), _mm256_set1_epi8(0x03)),
+                           _mm256_and_si256(_mm256_srli_epi32(V2, 4 + k), _mm256_set1_epi8(0x04)));
 }
 /* Q3_K: the scale dwords D0 / D1 / D2 of 8 rows (at ph + 32 / 96 / 160) ->
  * the 6-bit scales (0..63, before the -32) of sub-blocks 4q + b in byte b
@@ -691,14 +699,61 @@ LB_AI void k3_scales(const uint8_t *ph, __m256i SC[4]) {
     SC[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(D1, 4), m4),
                             _mm256_and_si256(_mm256_srli_epi32(D2, 2), m30));
 }
-/* Q3_K: d at 0, scale dwords D0 / D1 / D2 at 32 / 96 / 160, hmask at 224
- * (8 vectors), qs at 736 (16 vectors); codes u = 2 low bits | hmask bit
+/* q3_K_x16_pass's half k, shift j (sub-blocks 8k + 2j, 8k + 2j + 1) */
+LB_AI void q3_K_x16_kj(const int U, const int k, const int j, const uint8_t *p, const uint8_t *ab,
+                       size_t as, const __m256i SC[2][4], __m256i isum[4][2]) {
+    const __m256i c32 = _mm256_set1_epi16(32);
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) {
+        const int is = 8 * k + 2 * j + r;
+        __m256i s[4][2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
+            s[u][0] = s[u][1] = _mm256_set1_epi32((int)(uint16_t)(-4 * bs[is]));
+        }
+#pragma GCC unroll 4
+        for (int m = 4 * r; m < 4 * r + 4; m++) {
+            const uint8_t *cm = p + 224 + 64 * 3 * m;
+            __m256i uq[2];
+            if (j == 0 && k == 0)
+                for (int c = 0; c < 3; c++) kpf(cm + 64 * c);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                uq[h] = k3_code(_mm256_loadu_si256((const __m256i *)(cm + 32 * h + 64 * k)),
+                                _mm256_loadu_si256((const __m256i *)(cm + 32 * h + 128)), k, j);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
+                s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
+                s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i scw = _mm256_sub_epi16(kx_w16(SC[h][is / 4], is % 4), c32);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++)
+                isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], scw));
+        }
+    }
+}
+
+/* Q3_K: d at 0, scale dwords D0 / D1 / D2 at 32 / 96 / 160, codes at 224
+ * (24 vectors, 3 per dword m: k3_code); codes u = 2 low bits | hmask bit
  * 4k + j << 2 (0..7, value u - 4); scale (sc - 32) of sub-block 4q + b in
  * byte b of SC[q] (lb_q3_K_scales for 8 rows at once). */
 LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, size_t as,
                          float *y, size_t ldy) {
+    /* The merged codes (k3_code) against the file's planes (2026-12-07,
+     * Zen 5 VM, `LB_KERNELS=avx2 bench_kernels --only Q3_K --prefill P
+     * --quick [--dram]`, 1 thread, 8192x2048, GB/s of weights or GFLOP/s):
+     * one token 19.1-19.8 -> 26.7-28.4 GB/s from cache, 18.7-19.2 ->
+     * 26.5-27.6 from DRAM; 2 / 3 / 15 tokens 92 / 96 / 132-158 -> 141-146 /
+     * 148-155 / 210-215 GFLOP/s; 4 tokens 174-187 -> 227-234 with j rolled
+     * at U = 4 (k3_code's branches on j run, well predicted; unrolled:
+     * 154-163, more vectors live than registers). */
     const size_t BB = 16 * 110;
-    const __m256i m3 = _mm256_set1_epi8(0x03), c32 = _mm256_set1_epi16(32);
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -714,46 +769,13 @@ LB_AI void q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
         for (int u = 0; u < U; u++) isum[u][0] = isum[u][1] = _mm256_setzero_si256();
 #pragma GCC unroll 1
         for (int k = 0; k < 2; k++)
+            if (U == 1) { /* j unrolled: k3_code's ops for each j (4 tokens: rolled, above) */
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) q3_K_x16_kj(U, k, j, p, ab, as, SC, isum);
+            } else {
 #pragma GCC unroll 1
-            for (int j = 0; j < 4; j++)
-#pragma GCC unroll 2
-                for (int r = 0; r < 2; r++) {
-                    const int is = 8 * k + 2 * j + r;
-                    __m256i s[4][2];
-#pragma GCC unroll 4
-                    for (int u = 0; u < U; u++) {
-                        const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
-                        s[u][0] = s[u][1] = _mm256_set1_epi32((int)(uint16_t)(-4 * bs[is]));
-                    }
-#pragma GCC unroll 4
-                    for (int m = 4 * r; m < 4 * r + 4; m++) {
-                        __m256i uq[2];
-                        if (j == 0) {
-                            kpf(p + 736 + 64 * (8 * k + m));
-                            if (k == 0) kpf(p + 224 + 64 * m);
-                        }
-#pragma GCC unroll 2
-                        for (int h = 0; h < 2; h++) {
-                            const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 736 + 64 * (8 * k + m)));
-                            const __m256i H = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 224 + 64 * m));
-                            const __m256i q = j ? _mm256_srli_epi32(Q, 2 * j) : Q;
-                            uq[h] = _mm256_or_si256(_mm256_and_si256(q, m3), k3_hbit(H, 4 * k + j));
-                        }
-#pragma GCC unroll 4
-                        for (int u = 0; u < U; u++) {
-                            const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
-                            s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
-                            s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
-                        }
-                    }
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        const __m256i scw = _mm256_sub_epi16(kx_w16(SC[h][is / 4], is % 4), c32);
-#pragma GCC unroll 4
-                        for (int u = 0; u < U; u++)
-                            isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], scw));
-                    }
-                }
+                for (int j = 0; j < 4; j++) q3_K_x16_kj(U, k, j, p, ab, as, SC, isum);
+            }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
@@ -940,7 +962,7 @@ LB_AI void kx_decode_q6(const uint8_t *p, kx_tile *o) {
  * sub-block 8k + 2j + m / 4; scales sc - 32; the -4 offset is added per
  * token from bsums) */
 LB_AI void kx_decode_q3(const uint8_t *p, kx_tile *o) {
-    const __m256i m3 = _mm256_set1_epi8(0x03), c32 = _mm256_set1_epi16(32);
+    const __m256i c32 = _mm256_set1_epi16(32);
     for (int l = 0; l < 4; l++) kpf(p + 64 * l);
     for (int h = 0; h < 2; h++) {
         const uint8_t *ph = p + 32 * h;
@@ -948,18 +970,16 @@ LB_AI void kx_decode_q3(const uint8_t *p, kx_tile *o) {
         __m256i SC[4];
         k3_scales(ph, SC);
         for (int is = 0; is < 16; is++) o->sc[h][is] = _mm256_sub_epi16(kx_w16(SC[is / 4], is % 4), c32);
-        for (int k = 0; k < 2; k++)
-            for (int m = 0; m < 8; m++) {
-                if (h == 0) {
-                    kpf(p + 736 + 64 * (8 * k + m));
-                    if (k == 0) kpf(p + 224 + 64 * m);
-                }
-                const __m256i Q = _mm256_loadu_si256((const __m256i *)(ph + 736 + 64 * (8 * k + m)));
-                const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 224 + 64 * m));
-                for (int j = 0; j < 4; j++)
-                    o->c[h][32 * k + 8 * j + m] = _mm256_or_si256(
-                        _mm256_and_si256(j ? _mm256_srli_epi32(Q, 2 * j) : Q, m3), k3_hbit(H, 4 * k + j));
+        for (int m = 0; m < 8; m++) {
+            const uint8_t *cm = ph + 224 + 64 * 3 * m;
+            if (h == 0)
+                for (int c = 0; c < 3; c++) kpf(cm + 64 * c);
+            const __m256i V2 = _mm256_loadu_si256((const __m256i *)(cm + 128));
+            for (int k = 0; k < 2; k++) {
+                const __m256i V = _mm256_loadu_si256((const __m256i *)(cm + 64 * k));
+                for (int j = 0; j < 4; j++) o->c[h][32 * k + 8 * j + m] = k3_code(V, V2, k, j);
             }
+        }
     }
 }
 
