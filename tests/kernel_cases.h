@@ -514,9 +514,9 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     const int q6 = wt == LB_TYPE_Q6_K, q5k = wt == LB_TYPE_Q5_K;
     const size_t bb = q6 ? 210 : q5k ? 176 : 144;
     /* (offset in the row-form block, bytes) in X16 order; Q5_K: d, dmin,
-     * scales, qh (as in the file), qs */
+     * scales, qh + qs as 5-bit codes (40 x 64, below) */
     const int f4[4][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 128}};
-    const int f5[5][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 32}, {48, 128}};
+    const int f5[4][2] = {{0, 2}, {2, 2}, {4, 12}, {16, 160}};
     int f6[50][2] = {{208, 2}, {192, 16}};
     for (int k = 0; k < 16; k++) { /* ql at 0, qh at 128 in the row-form block */
         const int h = k / 8, m = k % 8;
@@ -527,12 +527,26 @@ static inline uint8_t *kc_pack_kx16(lb_type wt, const uint8_t *w, int64_t out, i
     for (int64_t g = 0; g < out / 16; g++)
         for (int64_t b = 0; b < in / 256; b++) {
             uint8_t *dst = p + (size_t)g * 16 * rb + (size_t)b * 16 * bb;
-            for (int f = 0; f < (q6 ? 50 : q5k ? 5 : 4); f++) {
+            for (int f = 0; f < (q6 ? 50 : 4); f++) {
                 const int off = q6 ? f6[f][0] : q5k ? f5[f][0] : f4[f][0];
                 const int sz = q6 ? f6[f][1] : q5k ? f5[f][1] : f4[f][1];
                 for (int n = 0; n < 16; n++) {
                     const uint8_t *src = w + (size_t)(16 * g + n) * rb + (size_t)b * bb + off;
                     if (sz == 2) memcpy(dst + 2 * n, src, 2);
+                    else if (sz == 160) /* Q5_K element 32s + l of row n (sub-block s): */
+                        for (int l = 0; l < 32; l++) {
+                            int u[8]; /* 5-bit code 0..31: qs nibble | qh bit s << 4 */
+                            for (int sb = 0; sb < 8; sb++)
+                                u[sb] = ((src[32 + 32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15) |
+                                        (((src[l] >> sb) & 1) << 4);
+                            uint8_t *o = dst + 4 * n + l % 4;
+                            const int m = l / 4;
+                            o[64 * (32 + m)] = 0;
+                            for (int c = 0; c < 4; c++) {
+                                o[64 * (16 * (c / 2) + 2 * m + c % 2)] = (uint8_t)(u[c] | (u[4 + c] & 7) << 5);
+                                o[64 * (32 + m)] |= (uint8_t)((u[4 + c] >> 3) << (2 * c));
+                            }
+                        }
                     else
                         for (int k = 0; k < sz; k++) dst[64 * (k / 4) + 4 * n + k % 4] = src[k];
                 }

@@ -700,15 +700,19 @@ static inline int32_t kx_pair(const uint8_t *bs, int k0, int k1) { /* bsums pair
     return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
 }
 
-/* Q5_K (q5): the same with the fifth bits merged: qh vector m (at 256,
- * the file's bits) shifted within each byte so that bit 2g / 2g + 1 lands
- * on bit 4, masked, or'd into the low / high nibbles of qs vector 8g + m
- * (at 768): u = q in 0..31, the reference's integers and float order
- * (lb_vec_dot_q5_K_q8_K_ref is Q4_K's with these codes). */
-LB_KINLINE __m512i k5_hbit(__m512i H, int bit) {
-    const __m512i h = bit < 4 ? _mm512_slli_epi32(H, (unsigned)(4 - bit))
-                    : bit > 4 ? _mm512_srli_epi32(H, (unsigned)(bit - 4)) : H;
-    return _mm512_and_si512(h, _mm512_set1_epi8(0x10));
+/* Q5_K (q5): the same with whole 5-bit codes u = q in 0..31 (the
+ * reference's integers and float order: lb_vec_dot_q5_K_q8_K_ref is Q4_K's
+ * with these codes), from code vectors W(c, m) at 256 (kernels_internal.h):
+ * sub-block c < 4 the low 5 bits of W(c, m), sub-block 4 + c the high 3
+ * bits | bits 2c, 2c + 1 of W(4, m) at bits 3, 4 (k5_code) */
+LB_KINLINE __m512i k5_code(const uint8_t *p, int sb, int m) {
+    const int c = sb % 4;
+    const __m512i W = _mm512_loadu_si512(p + 256 + 64 * (16 * (c / 2) + 2 * m + c % 2));
+    if (sb < 4) return _mm512_and_si512(W, _mm512_set1_epi8(0x1F));
+    const __m512i W4 = _mm512_loadu_si512(p + 256 + 64 * (32 + m));
+    const __m512i t = c < 2 ? _mm512_slli_epi32(W4, (unsigned)(3 - 2 * c)) : _mm512_srli_epi32(W4, (unsigned)(2 * c - 3));
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(W, 5), _mm512_set1_epi8(0x07)),
+                           _mm512_and_si512(t, _mm512_set1_epi8(0x18)));
 }
 
 /* prefetch the line of p into L1 here: an asm statement with a memory
@@ -727,14 +731,19 @@ LB_KINLINE void pf_here(const uint8_t *p) {
 LB_KINLINE void
 q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
               size_t as, float *y, size_t ldy) {
-    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
+    const size_t BB = q5 ? 16 * 176 : 16 * 144;
     /* prefetch: each line 32 KiB ahead, issued where that line is read
      * (pf_here). Whole decodes on the Zen 5 VM (`lowbit bench F -p 0 -n 64
      * -r 3`, A/B/B/A) against one super-block ahead (+ 1 KiB for Q4_K, the
      * choice of bench_kernels --dram) in bursts: Llama-3.2-1B Q4_K_M +8.4%
      * at 1 thread, +4.0% at 2 (4 rounds; 3 more: +9.7% / +2.7%), Q5_K_M
      * +9.1% / +9.5% (3 rounds). As _mm_prefetch (GCC: one burst per
-     * super-block) 32 KiB gave Q4_K +0..1%, 16 KiB +5%. */
+     * super-block) 32 KiB gave Q4_K +0..1%, 16 KiB +5%. Q5_K's lines in
+     * line order (2026-12-07, merged codes; before, lines 32..39 were
+     * prefetched in step g = 0): `bench_kernels --only Q5_K --dram
+     * --prefill 0` 1 thread 26.7-28.2 -> 29.0-34.7 GB/s, 2 threads 38-52
+     * -> 58-64 (the tuner still takes the AVX2 pass here: whole decodes
+     * at 1 thread 0.887-0.903 per token with this one, 0.926-0.938) */
     const size_t PF = KX_PF_AHEAD;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F),
                   m30 = _mm512_set1_epi8(0x30), mw = _mm512_set1_epi32(0x00FF00FF);
@@ -758,23 +767,30 @@ LB_UNROLL(4)
         for (int u = 0; u < U; u++) isum[u] = _mm512_setzero_si512();
 LB_UNROLL(4)
         for (int g = 0; g < 4; g++) {
-            const uint8_t *q = p + QS + (size_t)g * 512;
+            const uint8_t *q = p + 256 + (size_t)g * 512; /* Q4_K's qs vectors 8g.. */
             const __m512i scv = g < 2 ? sc03 : sc47;
             const __m512i sl = kx_byte(scv, 2 * (g % 2)), sh = kx_byte(scv, 2 * (g % 2) + 1);
             __m512i lo[8], hi[8];
 LB_UNROLL(8)
             for (int m = 0; m < 8; m++) {
-                /* this code line's; in group 0 a header line's and Q5_K's qh line's */
+                /* in line order: in group 0 a header line; Q4_K code line 8g + m,
+                 * Q5_K's 40 two a step in group 0, then one */
                 if (g == 0 && m < 4) pf_here(p + PF + 64 * m);
-                if (q5 && g == 0) pf_here(p + PF + 256 + 64 * m);
-                pf_here(q + PF + 64 * m);
-                const __m512i v = _mm512_loadu_si512(q + 64 * m);
-                lo[m] = _mm512_and_si512(v, m4);
-                hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                if (!q5) {
+                    pf_here(q + PF + 64 * m);
+                } else if (g == 0) {
+                    pf_here(p + PF + 256 + 128 * m);
+                    pf_here(p + PF + 256 + 128 * m + 64);
+                } else {
+                    pf_here(p + PF + 256 + 64 * (8 * g + m + 8));
+                }
                 if (q5) {
-                    const __m512i H = _mm512_loadu_si512(p + 256 + 64 * m);
-                    lo[m] = _mm512_or_si512(lo[m], k5_hbit(H, 2 * g));
-                    hi[m] = _mm512_or_si512(hi[m], k5_hbit(H, 2 * g + 1));
+                    lo[m] = k5_code(p, 2 * g, m);
+                    hi[m] = k5_code(p, 2 * g + 1, m);
+                } else {
+                    const __m512i v = _mm512_loadu_si512(q + 64 * m);
+                    lo[m] = _mm512_and_si512(v, m4);
+                    hi[m] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
                 }
             }
 LB_UNROLL(4)

@@ -111,11 +111,18 @@ typedef struct lb_wkernel {
  *         packed -- 16 x 6 bits fill the 12 bytes, there is no room to
  *         store them decoded in place -- and are decoded for 16 rows at
  *         once with 8 vector ops), qs[128] (32 vectors)
- *   Q5_K: d, dmin, scales[12] (3 vectors, as Q4_K's), qh[32] (8 vectors,
- *         the file's bits: no transposition is needed, since vector m's
- *         bit 2g / 2g + 1 of each byte, shifted within the byte to bit 4,
- *         is the fifth bit of the low / high nibbles of qs vector 8g + m),
- *         qs[128] (32 vectors, as Q4_K's)
+ *   Q5_K: d, dmin, scales[12] (3 vectors, as Q4_K's), then qh[32] and
+ *         qs[128] merged into whole 5-bit codes (40 vectors): with u(s) =
+ *         (qs[32(s/2) + l] >> 4(s%2) & 15) | (qh[l] >> s & 1) << 4 the code
+ *         of element 32s + l (sub-block s < 8), byte b of row n's dword in
+ *         vector W(c, m) (l = 4m + b; W(c, m) = 16(c/2) + 2m + c%2 for c <
+ *         4, 32 + m for c = 4) holds
+ *           c < 4: u(c) | (u(4+c) & 7) << 5
+ *           c = 4: u(4) >> 3 | (u(5) >> 3) << 2 | (u(6) >> 3) << 4 | (u(7) >> 3) << 6
+ *         so a code of sub-blocks 0-3 costs one vector op, of 4-7 five
+ *         (the file's nibble + bit plane: 4-5 each); the pass over
+ *         sub-blocks 2g, 2g + 1 reads vectors 16(g%2) + 0..15 in order
+ *         (and W(4, m) for g >= 2)
  *   Q3_K: d, scales[12] (3 vectors: the 16 six-bit scales decoded for 16
  *         rows at once with 12 vector ops), then hmask[32] and qs[64]
  *         merged into whole 3-bit codes (24 vectors, 3 per dword m < 8):

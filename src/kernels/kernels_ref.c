@@ -286,8 +286,9 @@ LB_REF_MM(mm_bf16_ref, lb_vec_dot_bf16_f32_ref)
  * Fills f (64 entries at most), returns the count (0: not an X16 type). */
 typedef struct {
     uint16_t off, size;
-    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed; 0xFE: Q3_K's
-                  * hmask + qs, stored as whole codes (below) */
+    uint8_t xor; /* 0xFF: Q5_0/Q5_1 qh, stored bit-transposed; 0xFE / 0xFD:
+                  * Q3_K's hmask + qs / Q5_K's qh + qs, stored as whole
+                  * codes (below) */
 } x16_field;
 static int x16_fields(lb_type t, x16_field *f) {
     switch (t) {
@@ -311,10 +312,10 @@ static int x16_fields(lb_type t, x16_field *f) {
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
         f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 128, 0};
         return 4;
-    case LB_TYPE_Q5_K: /* d, dmin, scales, qh (8 vectors, bits as in the file), qs */
+    case LB_TYPE_Q5_K: /* d, dmin, scales, qh + qs as 5-bit codes (40 vectors, below) */
         f[0] = (x16_field){0, 2, 0}, f[1] = (x16_field){2, 2, 0};
-        f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 32, 0}, f[4] = (x16_field){48, 128, 0};
-        return 5;
+        f[2] = (x16_field){4, 12, 0}, f[3] = (x16_field){16, 160, 0xFD};
+        return 4;
     case LB_TYPE_Q3_K: /* d, scales, hmask + qs as 3-bit codes (24 vectors, below) */
         f[0] = (x16_field){108, 2, 0}, f[1] = (x16_field){96, 12, 0};
         f[2] = (x16_field){0, 96, 0xFE};
@@ -354,7 +355,7 @@ bool lb_x16_type(lb_type t) { /* the types x16_fields knows (matmul's hot path) 
  *   c = 0, 1 (k = c): u(k,0) | u(k,1) << 3 | (u(k,2) & 3) << 6
  *   c = 2:            u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7
  * dir 0: hq (hmask[32], qs[64] of the row-form block) -> t; 1: back. */
-static void q3_K_codes(uint8_t *hq, uint8_t t[96], int dir) {
+static void q3_K_codes(uint8_t *hq, uint8_t *t, int dir) {
     if (dir) memset(hq, 0, 96);
     for (int l = 0; l < 32; l++) {
         uint8_t *v = t + 12 * (l / 4) + l % 4; /* v[0], v[4], v[8]: c = 0, 1, 2 */
@@ -373,6 +374,40 @@ static void q3_K_codes(uint8_t *hq, uint8_t t[96], int dir) {
                 v[4 * k] = (uint8_t)(u[k][0] | u[k][1] << 3 | (u[k][2] & 3) << 6);
             }
         if (!dir) v[8] = (uint8_t)(u[0][3] | u[1][3] << 3 | (u[0][2] >> 2) << 6 | (u[1][2] >> 2) << 7);
+    }
+}
+
+/* Q5_K codes (kernels_internal.h): u(s) = (qs[32(s/2) + l] >> 4(s%2) & 15)
+ * | (qh[l] >> s & 1) << 4 for sub-block s < 8, l < 32 (element 32s + l);
+ * byte b of dword W(c, m) of t (l = 4m + b), W(c, m) = 16(c/2) + 2m + c%2
+ * for c < 4 and 32 + m for c = 4:
+ *   c < 4: u(c) | (u(4+c) & 7) << 5;   c = 4: sum_c (u(4+c) >> 3) << 2c
+ * dir 0: hq (qh[32], qs[128] of the row-form block) -> t; 1: back. */
+static void q5_K_codes(uint8_t *hq, uint8_t *t, int dir) {
+    if (dir) memset(hq, 0, 160);
+    for (int l = 0; l < 32; l++) {
+        const int m = l / 4, b = l % 4;
+        uint8_t *w4 = t + 4 * (32 + m) + b;
+        int u[8];
+        if (!dir) *w4 = 0;
+        for (int c = 0; c < 4; c++) {
+            uint8_t *w = t + 4 * (16 * (c / 2) + 2 * m + c % 2) + b;
+            if (dir) {
+                u[c] = *w & 31, u[4 + c] = *w >> 5 | (*w4 >> (2 * c) & 3) << 3;
+            } else {
+                for (int h = 0; h < 2; h++) {
+                    const int sb = 4 * h + c;
+                    u[sb] = (hq[32 + 32 * (sb / 2) + l] >> (4 * (sb % 2)) & 15) | (hq[l] >> sb & 1) << 4;
+                }
+                *w = (uint8_t)(u[c] | (u[4 + c] & 7) << 5);
+                *w4 |= (uint8_t)((u[4 + c] >> 3) << (2 * c));
+            }
+        }
+        if (dir)
+            for (int sb = 0; sb < 8; sb++) {
+                hq[32 + 32 * (sb / 2) + l] |= (uint8_t)((u[sb] & 15) << (4 * (sb % 2)));
+                hq[l] |= (uint8_t)((u[sb] >> 4) << sb);
+            }
     }
 }
 
@@ -400,18 +435,19 @@ static void x16_move(lb_type t, uint8_t *p, int n, uint8_t *blk, int dir) {
             p += 64;
             continue;
         }
-        uint8_t cw[96]; /* Q3_K: the codes of row n, dword j at 4j */
-        const bool q3 = f[i].xor == 0xFE;
-        uint8_t *rf = q3 ? cw : blk + f[i].off;
-        const uint8_t xr = q3 ? 0 : f[i].xor;
-        if (q3 && !dir) q3_K_codes(blk + f[i].off, cw, 0);
+        uint8_t cw[160]; /* Q3_K / Q5_K: the codes of row n, dword j at 4j */
+        void (*codes)(uint8_t *, uint8_t *, int) = f[i].xor == 0xFE ? q3_K_codes
+                                                 : f[i].xor == 0xFD ? q5_K_codes : NULL;
+        uint8_t *rf = codes ? cw : blk + f[i].off;
+        const uint8_t xr = codes ? 0 : f[i].xor;
+        if (codes && !dir) codes(blk + f[i].off, cw, 0);
         for (int j = 0; j < f[i].size / 4; j++)
             for (int k = 0; k < 4; k++) {
                 uint8_t *x = p + 64 * j + 4 * n + k, *r = rf + 4 * j + k;
                 if (dir) *r = *x ^ xr;
                 else *x = *r ^ xr;
             }
-        if (q3 && dir) q3_K_codes(blk + f[i].off, cw, 1);
+        if (codes && dir) codes(blk + f[i].off, cw, 1);
         p += 16 * (size_t)f[i].size;
     }
 }

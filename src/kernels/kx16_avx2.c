@@ -73,7 +73,8 @@ LB_AI __m256i kx_w16(__m256i v, int b) {
         _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008, 0x000C000C));
     return _mm256_shuffle_epi8(v, idx);
 }
-/* Q5_K: bit `bit` of each byte of the qh vector moved to bit 4 */
+/* Q5_0 / Q5_1: bit `bit` of each byte of the (transposed) qh vector moved
+ * to bit 4 */
 LB_AI __m256i k5_hbit(__m256i H, int bit) {
     const __m256i h = bit < 4 ? _mm256_slli_epi32(H, 4 - bit) : bit > 4 ? _mm256_srli_epi32(H, bit - 4) : H;
     return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
@@ -110,18 +111,44 @@ LB_AI __m256i k4_imin(const __m256i m[4], const uint8_t *bs) {
                                              _mm256_madd_epi16(m[3], _mm256_set1_epi32(kx_pair(bs, 5, 7)))));
 }
 
-/* Q4_K / Q5_K: the codes of sub-blocks 2g (lo) and 2g + 1 (hi) in the
- * half-vector at q (one dword of 8 rows); Q5_K: their fifth bits from the
- * qh half-vector at qh */
-LB_AI void k4_codes(const int q5, const uint8_t *q, const uint8_t *qh, int g, __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
-    *lo = _mm256_and_si256(v, m4);
-    *hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
-    if (q5) {
-        const __m256i H = _mm256_loadu_si256((const __m256i *)qh);
-        *lo = _mm256_or_si256(*lo, k5_hbit(H, 2 * g));
-        *hi = _mm256_or_si256(*hi, k5_hbit(H, 2 * g + 1));
+/* Q4_K / Q5_K: the codes of sub-blocks 2g (lo) and 2g + 1 (hi), dword m,
+ * 8 rows (ph = the super-block + 32 * half). Q4_K: the nibbles of qs
+ * vector 8g + m (at 256). Q5_K (kernels_internal.h): code vectors W(c, m)
+ * at 256, c = 2(g % 2) and c + 1: sub-blocks 0-3 their low 5 bits (1 op),
+ * sub-blocks 4-7 their high 3 bits | 2 bits of W(4, m) (5 ops) */
+LB_AI void k4_codes(const int q5, const uint8_t *ph, int g, int m, __m256i *lo, __m256i *hi) {
+    if (!q5) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(ph + 256 + 512 * g + 64 * m));
+        *lo = _mm256_and_si256(v, m4);
+        *hi = _mm256_and_si256(_mm256_srli_epi32(v, 4), m4);
+        return;
+    }
+    const uint8_t *w = ph + 256 + 64 * (16 * (g % 2) + 2 * m);
+    const __m256i L = _mm256_loadu_si256((const __m256i *)w), H = _mm256_loadu_si256((const __m256i *)(w + 64));
+    if (g < 2) {
+        const __m256i m31 = _mm256_set1_epi8(0x1F);
+        *lo = _mm256_and_si256(L, m31);
+        *hi = _mm256_and_si256(H, m31);
+        return;
+    }
+    /* bits 2c, 2c + 1 of W(4, m) to bits 3, 4: shift left 3 - 2c (c = 0..3) */
+    const __m256i W4 = _mm256_loadu_si256((const __m256i *)(ph + 256 + 64 * (32 + m)));
+    const __m256i m7 = _mm256_set1_epi8(0x07), m18 = _mm256_set1_epi8(0x18);
+    const __m256i t0 = g == 2 ? _mm256_slli_epi32(W4, 3) : _mm256_srli_epi32(W4, 1);
+    const __m256i t1 = g == 2 ? _mm256_slli_epi32(W4, 1) : _mm256_srli_epi32(W4, 3);
+    *lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(L, 5), m7), _mm256_and_si256(t0, m18));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(H, 5), m7), _mm256_and_si256(t1, m18));
+}
+/* Q4_K / Q5_K: the prefetches of step (g, m) of super-block p, in line
+ * order: Q4_K code line 8g + m; Q5_K's 40 code lines two a step for g =
+ * 0, then one */
+LB_AI void k4_pf(const int q5, const uint8_t *p, int g, int m) {
+    if (q5 && g == 0) {
+        kpf(p + 256 + 128 * m);
+        kpf(p + 256 + 128 * m + 64);
+    } else {
+        kpf(p + 256 + 64 * (8 * g + m + (q5 ? 8 : 0)));
     }
 }
 /* Q4_K / Q5_K: one token's super-block into an 8-row half's accumulator,
@@ -146,12 +173,12 @@ LB_AI void store_tiles(const int U, __m256 (*acc)[2], float *y, size_t ldy) {
 
 /* Q4_K (q5 = 0) / Q5_K (q5 = 1): one group, U tokens. Super-block fields
  * (bytes from its start p): d at 0, dmin at 32 (16 halves each), the 12
- * scale bytes as 3 vectors at 64, [Q5_K: qh as 8 vectors at 256], codes
- * as 32 vectors at QS (vector 8g + m: sub-blocks 2g (low nibbles) and
- * 2g + 1 (high nibbles), dword m). */
+ * scale bytes as 3 vectors at 64, codes at 256 (Q4_K: 32 vectors, vector
+ * 8g + m: sub-blocks 2g (low nibbles) and 2g + 1 (high nibbles), dword m;
+ * Q5_K: 40 vectors, k4_codes). */
 LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t nb, const uint8_t *at,
                          size_t as, float *y, size_t ldy) {
-    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
+    const size_t BB = q5 ? 16 * 176 : 16 * 144;
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
@@ -170,19 +197,15 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) isum[u] = _mm256_setzero_si256();
             for (int g = 0; g < 4; g++) {
-                const uint8_t *q = ph + QS + (size_t)g * 512;
                 const __m256i scv = g < 2 ? sc03 : sc47;
                 __m256i s[4], t[4]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) s[u] = t[u] = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int m = 0; m < 8; m++) {
-                    if (h == 0) {
-                        kpf(q + 64 * m);
-                        if (q5 && g == 0) kpf(ph + 256 + 64 * m);
-                    }
+                    if (h == 0) k4_pf(q5, p, g, m);
                     __m256i lo, hi;
-                    k4_codes(q5, q + 64 * m, ph + 256 + 64 * m, g, &lo, &hi);
+                    k4_codes(q5, ph, g, m, &lo, &hi);
 #pragma GCC unroll 4
                     for (int u = 0; u < U; u++) {
                         const uint8_t *a8 = ab + (size_t)u * as + 4 + 64 * g + 4 * m;
@@ -223,9 +246,15 @@ LB_AI void q4_K_x16_pass(const int U, const int q5, const uint8_t *gp, int64_t n
  * 50.7-50.8 -> 53.7-54.5; whole decodes with LB_KERNELS=avx2 (`lowbit
  * bench F -p 0 -n 64 -t 1 -r 2 --roofline`, A/B/B/A) of llama-quantize's
  * Llama-3.2-1B Q5_K_M per token 0.812-0.818 -> 0.840-0.858 of the read,
- * its Q4_K_M 0.921-0.922 both (memory-bound already) */
+ * its Q4_K_M 0.921-0.922 both (memory-bound already). Q5_K's merged codes
+ * (kernels_internal.h) then: 31.1-34.2 -> 38.1-38.9 GB/s from cache;
+ * whole decodes of that Q5_K_M mix, default kernels (this pass), per token
+ * 0.833-0.844 -> 0.898-0.904 at 1 thread; with k4_pf's prefetches in line
+ * order (the merged layout's W(4, m) lines had been prefetched in step g =
+ * 0, before lines 8..39) 0.910-0.914, and at 2 threads 0.878-0.936 ->
+ * 0.882-0.976 (3 rounds, bandwidth levels moving) */
 LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uint8_t *a, float *y) {
-    const size_t BB = q5 ? 16 * 176 : 16 * 144, QS = q5 ? 768 : 256;
+    const size_t BB = q5 ? 16 * 176 : 16 * 144;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256i scw[2][8], mpw[2][4]; /* [half][sub-block]: scale pairs; [half]: k4_min_pairs */
     for (int64_t i = 0; i < nb; i++) {
@@ -242,19 +271,17 @@ LB_AI void q4_K_x16_pass1(const int q5, const uint8_t *gp, int64_t nb, const uin
         }
         __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int g = 0; g < 4; g++) {
-            const uint8_t *q = p + QS + (size_t)g * 512;
             __m256i s[2], t[2]; /* int16 pair sums: Q4_K 8 steps, Q5_K 4 (<= 31744) */
             s[0] = s[1] = t[0] = t[1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++) {
-                kpf(q + 64 * m);
-                if (q5 && g == 0) kpf(p + 256 + 64 * m);
+                k4_pf(q5, p, g, m);
                 const uint8_t *a8 = ab + 4 + 64 * g + 4 * m;
                 const __m256i al = kbc(a8), ah = kbc(a8 + 32);
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     __m256i lo, hi;
-                    k4_codes(q5, q + 64 * m + 32 * h, p + 256 + 64 * m + 32 * h, g, &lo, &hi);
+                    k4_codes(q5, p + 32 * h, g, m, &lo, &hi);
                     s[h] = _mm256_add_epi16(s[h], _mm256_maddubs_epi16(lo, al));
                     t[h] = _mm256_add_epi16(t[h], _mm256_maddubs_epi16(hi, ah));
                 }
@@ -906,12 +933,10 @@ typedef struct {
     __m256 d[2], dmin[2];
 } kx_tile;
 
-/* Q5_K super-block p -> o (fields as q4_K_x16_pass with q5 = 1: codes
- * vector 8g + m holds dword m of sub-blocks 2g (low nibbles) and 2g + 1
- * (high nibbles), their fifth bits in qh vector m) */
+/* Q5_K super-block p -> o (fields as q4_K_x16_pass with q5 = 1: the codes
+ * of sub-blocks 2g and 2g + 1, dword m, by k4_codes) */
 LB_AI void kx_decode_q5(const uint8_t *p, kx_tile *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int l = 0; l < 12; l++) kpf(p + 64 * l); /* d, dmin, scales, qh */
+    for (int l = 0; l < 4; l++) kpf(p + 64 * l); /* d, dmin, scales */
     for (int h = 0; h < 2; h++) {
         const uint8_t *ph = p + 32 * h;
         o->d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
@@ -922,13 +947,8 @@ LB_AI void kx_decode_q5(const uint8_t *p, kx_tile *o) {
         k4_min_pairs(mn03, mn47, o->mn[h]);
         for (int g = 0; g < 4; g++)
             for (int m = 0; m < 8; m++) {
-                const uint8_t *q = ph + 768 + (size_t)g * 512 + 64 * m;
-                if (h == 0) kpf(q);
-                const __m256i v = _mm256_loadu_si256((const __m256i *)q);
-                const __m256i H = _mm256_loadu_si256((const __m256i *)(ph + 256 + 64 * m));
-                o->c[h][16 * g + m] = _mm256_or_si256(_mm256_and_si256(v, m4), k5_hbit(H, 2 * g));
-                o->c[h][16 * g + 8 + m] =
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4), m4), k5_hbit(H, 2 * g + 1));
+                if (h == 0) k4_pf(1, p, g, m);
+                k4_codes(1, ph, g, m, &o->c[h][16 * g + m], &o->c[h][16 * g + 8 + m]);
             }
     }
 }
