@@ -700,6 +700,16 @@ void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
  * reference's): Q3_K acc = acc + (d * da) * isum; Q2_K acc = acc + ((d *
  * da) * isum + (dmin * -da) * imin). */
 
+/* Q3_K / Q2_K: s[u][h] += the int16 pair sums of codes uq[h] (8-row half h)
+ * times token u's activation dword at a8 + u * as, broadcast */
+LB_AI void k2_madd(const int U, const __m256i uq[2], const uint8_t *a8, size_t as, __m256i s[4][2]) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        const __m256i A = kbc(a8 + (size_t)u * as);
+        s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
+        s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
+    }
+}
 /* Q3_K: code u(k, j) of each byte from code vectors V = 3m + k and V2 =
  * 3m + 2 (kernels_internal.h: V = u(k,0) | u(k,1) << 3 | (u(k,2) & 3) <<
  * 6, V2 = u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7):
@@ -749,12 +759,7 @@ LB_AI void q3_K_x16_kj(const int U, const int k, const int j, const uint8_t *p, 
             for (int h = 0; h < 2; h++)
                 uq[h] = k3_code(_mm256_loadu_si256((const __m256i *)(cm + 32 * h + 64 * k)),
                                 _mm256_loadu_si256((const __m256i *)(cm + 32 * h + 128)), k, j);
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
-                s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
-                s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
-            }
+            k2_madd(U, uq, ab + 4 + 128 * k + 32 * j + 4 * m, as, s);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -856,12 +861,7 @@ LB_AI void q2_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8
                             const __m256i Q = _mm256_loadu_si256((const __m256i *)(p + 32 * h + 320 + 64 * (8 * k + m)));
                             uq[h] = _mm256_and_si256(j ? _mm256_srli_epi32(Q, 2 * j) : Q, m3);
                         }
-#pragma GCC unroll 4
-                        for (int u = 0; u < U; u++) {
-                            const __m256i A = kbc(ab + (size_t)u * as + 4 + 128 * k + 32 * j + 4 * m);
-                            s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(uq[0], A));
-                            s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(uq[1], A));
-                        }
+                        k2_madd(U, uq, ab + 4 + 128 * k + 32 * j + 4 * m, as, s);
                     }
 #pragma GCC unroll 2
                     for (int h = 0; h < 2; h++) {
