@@ -959,8 +959,8 @@ q3_K_x16_pass(const int U, const uint8_t *gp, int64_t nb, const uint8_t *at, siz
      * --roofline`, A/B/B/A, 2026-12-07) of llama-quantize's Llama-3.2-1B
      * Q3_K_M: 1 thread 51.8 -> 54.5-54.9 tokens/s, per token 0.852 ->
      * 0.886-0.890 of the read; 2 threads 0.873-0.878 -> 0.895-0.898.
-     * With the merged codes (k3_code: one token 38-40 -> 52-53 GB/s from
-     * cache, 36-38 from DRAM either way) the 28 lines of a super-block are
+     * With the merged codes (k3_code: one token 37.5-41.3 -> 47.4-52.9
+     * GB/s from cache, 36-38 from DRAM either way) the 28 lines of a super-block are
      * prefetched one every other (j, m) step of each half (line 16k + (8j
      * + m) / 2), not 3-4 per step in the first 8: --dram 8192x2048 /
      * 2048x8192 165-167 / 166 -> 169-179 / 181-185 GFLOP/s (the file's

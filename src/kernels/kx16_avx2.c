@@ -713,7 +713,8 @@ LB_AI void k2_madd(const int U, const __m256i uq[2], const uint8_t *a8, size_t a
 /* Q3_K: code u(k, j) of each byte from code vectors V = 3m + k and V2 =
  * 3m + 2 (kernels_internal.h: V = u(k,0) | u(k,1) << 3 | (u(k,2) & 3) <<
  * 6, V2 = u(0,3) | u(1,3) << 3 | (u(0,2) >> 2) << 6 | (u(1,2) >> 2) << 7):
- * 1, 2, 5, 1-2 ops for j = 0..3 (j a constant where inlined) */
+ * 1, 2, 5, 1-2 ops for j = 0..3 (j a constant in the one-token pass and
+ * the tile decoder; the 4-token pass branches on it at run time) */
 LB_AI __m256i k3_code(__m256i V, __m256i V2, int k, int j) {
     const __m256i m7 = _mm256_set1_epi8(0x07);
     if (j == 0) return _mm256_and_si256(V, m7);
