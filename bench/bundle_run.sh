@@ -61,7 +61,7 @@ say roofline; "$lb" roofline --threads "1 2 4 8 16" 2>&1 | tee -a "$L"
 for sy in qwen2.5-0.5b:q4_0 qwen2.5-0.5b:q8_0 llama3.2-1b:q4_0; do
   "$lb" make_random_gguf --shape "${sy%:*}" --type "${sy#*:}" -o "$M/${sy%:*}-${sy#*:}.gguf" --threads "$(nproc)" >> "$L" 2>&1
 done
-for k in avx2 avx512 avx512_vnni amx; do
+for k in avx2 avx_vnni avx512 avx512_vnni amx; do
   left || break
   say "LB_KERNELS=$k"
   LB_KERNELS=$k "$lb" lowbit bench "$M/qwen2.5-0.5b-q4_0.gguf" -p 64 -n 64 -t 1 -r 2 2>&1 | grep "^| [a-z]" | tee -a "$L"

@@ -8,7 +8,7 @@
 # log-probabilities (every X16 kernel of a type gives the same bits);
 # LB_TUNE=0 ignores the choice, LB_TUNE=1 measures again, a corrupt file is
 # replaced, LB_KERNELS pins the family (no choice). The choice exists only
-# where two families have different X16 kernels (avx512_vnni, amx); on other
+# where two families have different X16 kernels (avx_vnni, avx512_vnni, amx); on other
 # machines this checks that no file is written and reports SKIPPED.
 set -eu
 : "${LOWBIT:?set LOWBIT to the lowbit binary}"
@@ -25,12 +25,12 @@ export LB_CACHE_DIR="$T/cache"
 fam=$(sed -n 's/^kernels: //p' "$T/v1.txt")
 set -- "$LB_CACHE_DIR"/kernels-*.txt
 if [ ! -f "$1" ]; then
-  case $fam in avx512_vnni|amx) fail "no kernel-choice cache written on $fam" ;; esac
+  case $fam in avx_vnni|avx512_vnni|amx) fail "no kernel-choice cache written on $fam" ;; esac
   echo "SKIPPED: kernel family $fam has no second X16 decode kernel to choose (no cache file: right)"
   exit 77
 fi
 f=$1
-head -n 1 "$f" | grep -q "kernel choice v3 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
+head -n 1 "$f" | grep -q "kernel choice v4 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
 grep -q '^Q4_0 mm_q4_0_x16_' "$f" || fail "no Q4_0 choice in the cache"
 cp "$f" "$T/orig"
 ino=$(stat -c %i "$f")
@@ -45,7 +45,7 @@ own_dec=${own% *}
 # the prefill kernel of the measuring run (AMX machines: AMX's or the one
 # that measured faster)
 tuned_pre=$(sed -n 's/^  Q4_0  decode [^,]*, prefill \(.*\)$/\1/p' "$T/v1.txt")
-case $own_dec in mm_q4_0_x16_avx512*) ;; *) fail "family $fam decodes Q4_0 with '$own_dec'" ;; esac
+case $own_dec in mm_q4_0_x16_avx512*|mm_q4_0_x16_avx_vnni) ;; *) fail "family $fam decodes Q4_0 with '$own_dec'" ;; esac
 # a cached choice of the AVX2 decode kernel: decode named so, prefill as before
 sed 's/^Q4_0 .*/Q4_0 mm_q4_0_x16_avx2/' "$T/orig" > "$f"
 "$LOWBIT" version | grep -q "^  Q4_0  decode mm_q4_0_x16_avx2, prefill $tuned_pre\$" \
@@ -66,7 +66,7 @@ LB_TUNE=1 "$LOWBIT" version > /dev/null
 [ "$(stat -c %i "$f")" != "$ino" ] || fail "LB_TUNE=1 did not measure again and replace the cache"
 printf 'garbage\n\001\002' > "$f"
 "$LOWBIT" version > /dev/null
-head -n 1 "$f" | grep -q "kernel choice v3" || fail "a corrupt cache was not replaced"
+head -n 1 "$f" | grep -q "kernel choice v4" || fail "a corrupt cache was not replaced"
 # an unwritable cache directory: the choice is still made, nothing fails
 LB_CACHE_DIR=/proc/lowbit-no-such-dir "$LOWBIT" version | grep -q "^kernels: $fam" || fail "unwritable cache dir"
 echo "ok: kernel choice cached, read, overridden, same bytes ($fam)"

@@ -384,7 +384,7 @@ static void test_tune_prefill(void) {
         snprintf(want, sizeof want, "\nQ4_0:x16 %s\n", avx2->w[LB_TYPE_Q4_0].x16_name);
         TH_CHECK(strstr(text, want) != NULL);
         TH_CHECK(strstr(text, "\nQ8_0:rows ") != NULL);
-        TH_CHECK(strstr(text, "kernel choice v3 |") != NULL);
+        TH_CHECK(strstr(text, "kernel choice v4 |") != NULL);
     }
     free(text);
     unsetenv("LB_TUNE");

@@ -216,6 +216,23 @@ static void test_emu_dpbusd_vs_scalar(void) {
     const __m512i r = _mm512_dpbusd_epi32(src, a, b);
     TH_CHECK_INT(r.i32[0], (int32_t)(uint32_t)((uint64_t)INT32_MAX + 4 * 255 * 127));
     TH_CHECK_MSG(bad == 0, "_mm512_dpbusd_epi32: %d lanes differ from the scalar formula", bad);
+    /* the 256-bit VEX form (AVX-VNNI), the same formula on 8 lanes */
+    bad = 0;
+    for (int it = 0; it < ITERS; it++) {
+        uint8_t sb[32], ab[32], bb[32];
+        rnd_bytes(sb, 32), rnd_bytes(ab, 32), rnd_bytes(bb, 32);
+        __m256i s8, a8, b8;
+        memcpy(&s8, sb, 32), memcpy(&a8, ab, 32), memcpy(&b8, bb, 32);
+        const __m256i r8 = _mm256_dpbusd_avx_epi32(s8, a8, b8);
+        int32_t src32[8], r32[8];
+        memcpy(src32, sb, 32), memcpy(r32, &r8, 32);
+        for (int j = 0; j < 8; j++) {
+            int64_t v = src32[j];
+            for (int i = 0; i < 4; i++) v += (int64_t)ab[4 * j + i] * (int64_t)(int8_t)bb[4 * j + i];
+            bad += (uint32_t)r32[j] != (uint32_t)(uint64_t)v;
+        }
+    }
+    TH_CHECK_MSG(bad == 0, "_mm256_dpbusd_avx_epi32: %d lanes differ from the scalar formula", bad);
 }
 
 static void test_emu_float_vs_avx2(void) {
@@ -483,14 +500,17 @@ static void test_emu_faults(void) {
 /* ---------------------------------------------------------------------- */
 /* 2. The emulated tables with the kernel cases                            */
 
-enum { E_VNNI, E_AMX, E_COUNT };
+enum { E_AVXVNNI, E_VNNI, E_AMX, E_COUNT };
 static lb_kernel_table g_emu[E_COUNT];
-static const int g_real_v[E_COUNT] = {LB_KV_AVX512_VNNI, LB_KV_AMX};
+static const int g_real_v[E_COUNT] = {LB_KV_AVX_VNNI, LB_KV_AVX512_VNNI, LB_KV_AMX};
 static int n_cases[E_COUNT];
 
 /* As matmul.c's init_tables: each table is the one below it plus the
  * ISA's fill function (here the emulated build's). */
 static void build_emu_tables(void) {
+    g_emu[E_AVXVNNI] = *lb_kernels_table(LB_KV_AVX2);
+    g_emu[E_AVXVNNI].name = "avx_vnni(emu)";
+    lb_kernels_fill_avx_vnni_emu(&g_emu[E_AVXVNNI]);
     g_emu[E_VNNI] = *lb_kernels_table(LB_KV_AVX2); /* the avx512 table adds nothing */
     g_emu[E_VNNI].name = "avx512_vnni(emu)";
     lb_kernels_fill_avx512_vnni_emu(&g_emu[E_VNNI]);
@@ -505,8 +525,10 @@ static void test_emu_tables_wired(void) {
     for (int e = 0; e < E_COUNT; e++)
         for (int k = 0; k < 2; k++) {
             const lb_type wt = k ? LB_TYPE_Q8_0 : LB_TYPE_Q4_0;
-            TH_CHECK_MSG(g_emu[e].w[wt].mm != avx2->w[wt].mm, "%s %s", g_emu[e].name,
-                         lb_type_name(wt));
+            /* AVX-VNNI replaces the X16 kernels only */
+            TH_CHECK_MSG(e == E_AVXVNNI ? g_emu[e].w[wt].mm_x16 != avx2->w[wt].mm_x16
+                                        : g_emu[e].w[wt].mm != avx2->w[wt].mm,
+                         "%s %s", g_emu[e].name, lb_type_name(wt));
             TH_CHECK_INT(g_emu[e].w[wt].mm_batch != NULL, e == E_AMX);
         }
     TH_CHECK_INT(g_emu[E_AMX].w[LB_TYPE_Q4_0].batch_min, 16);
@@ -624,27 +646,31 @@ static void test_emu_vs_hardware(void) {
                 for (int64_t i = 0; i < in; i++) x[i] = rng_f(-2, 2);
                 lb_quantize_row(LB_TYPE_Q8_0, x, a + t * arb, in);
             }
-            for (int batch = 0; batch < 2; batch++) {
-                lb_mm_fn fe = batch ? g_emu[e].w[wt].mm_batch : g_emu[e].w[wt].mm;
-                lb_mm_fn fr = batch ? real->w[wt].mm_batch : real->w[wt].mm;
+            uint8_t *wx = kc_pack_x16(wt, w, out, in);
+            /* mode 0: row form, 1: row-form batch kernel, 2: X16 */
+            for (int mode = 0; mode < 3; mode++) {
+                const lb_wkernel *ke = &g_emu[e].w[wt], *kr = &real->w[wt];
+                lb_mm_fn fe = mode == 0 ? ke->mm : mode == 1 ? ke->mm_batch : ke->mm_x16;
+                lb_mm_fn fr = mode == 0 ? kr->mm : mode == 1 ? kr->mm_batch : kr->mm_x16;
                 if (!fe || !fr) continue;
+                const uint8_t *wm = mode == 2 ? wx : w;
                 /* nt tokens (prefill tiles) and one token (decode) */
                 for (int one = 0; one < 2; one++) {
                     const int64_t k_nt = one ? 1 : nt;
-                    fe(in, w, wrb, out, a, arb, k_nt, y0, (size_t)out);
-                    fr(in, w, wrb, out, a, arb, k_nt, y1, (size_t)out);
+                    fe(in, wm, wrb, out, a, arb, k_nt, y0, (size_t)out);
+                    fr(in, wm, wrb, out, a, arb, k_nt, y1, (size_t)out);
                     TH_CHECK_MSG(memcmp(y0, y1, sizeof(float) * out * k_nt) == 0,
                                  "%s %s%s nt=%lld: emulated and real kernels differ",
-                                 g_emu[e].name, lb_type_name(wt), batch ? " (batch)" : "",
-                                 (long long)k_nt);
+                                 g_emu[e].name, lb_type_name(wt),
+                                 mode == 1 ? " (batch)" : mode == 2 ? " (X16)" : "", (long long)k_nt);
                     compared++;
                 }
             }
-            free(w), free(a), free(x), free(y0), free(y1);
+            free(w), free(wx), free(a), free(x), free(y0), free(y1);
         }
     }
     fprintf(stderr, "  emulated vs real hardware kernels compared: %d%s\n", compared,
-            compared ? "" : " (this CPU has no AVX-512/AMX)");
+            compared ? "" : " (this CPU has no AVX-VNNI/AVX-512/AMX)");
 }
 
 /* ---------------------------------------------------------------------- */

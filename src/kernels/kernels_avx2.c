@@ -952,158 +952,30 @@ void lb_quantize_q8_K_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* X16 weights on AVX2, decode and prefill: a group of 16 rows
- * is one sequential stream, read as two 8-row halves (bytes 0-31 of each
- * 64-byte vector: rows 0-7, bytes 32-63: rows 8-15), lane n of a 256-bit
- * load = 4 codes of row n. Per block and half: Q4_0, vpmaddubsw of the
- * nibbles (0..15) with the broadcast activation dwords, the 8 int16 pair
- * sums added (|sum| <= 8 * 2 * 15 * 128 < 2^15), one vpmaddwd, minus
- * 8 * sum a; Q8_0, w = u XOR 0x80 and vpmaddubsw(|w|, sign(a, w)) (|a| <=
- * 127: pairs <= 2 * 128 * 127 < 2^15) then vpmaddwd per dword. Exact
- * integer sums, scaled as the row-form kernel does (part = fma(dw * da,
- * isum, part) per 256-block K-chunk, y = part or y + part): the same bits.
- * U tokens (1..4) share each block's loads, and both halves share each
- * activation broadcast (dword j of the block, outer; tokens inner: the
- * int sums of U tokens x 2 halves and the codes of one dword live in
- * registers, nothing else is held over the block). */
-LB_AI void x16_pass_avx2(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn,
-                         const uint8_t *at, size_t as, int32_t (*corr)[Q4_KB],
-                         float (*da)[Q4_KB], float *y, size_t ldy) {
-    const size_t bb = q4 ? 16 * 18 : 16 * 34;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), x80 = _mm256_set1_epi8((char)0x80),
-                  ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2];
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
-    const uint8_t *p = gp + (size_t)kb0 * bb;
-    for (int i = 0; i < kbn; i++, p += bb) {
-        /* prefetch: Q4_0 24 blocks (6.8 KiB) ahead, Q8_0 8 blocks (4.3
-         * KiB). Q4_0 had 8 (2.3 KiB): Zen 5 VM, `bench_kernels --dram`, 1
-         * thread, 4864x896 / 8192x2048 / 2048x8192 GEMV 33.7-35.0 /
-         * 34.2-34.9 / 31.6-33.5 -> 39.9-40.3 / 39.9-40.3 / 34.6-37.4 GB/s
-         * (2 rounds; 12 / 16 / 32 / 48 blocks: 36 / 38-39 / 38-40 / 37-40);
-         * whole decodes with LB_KERNELS=avx2 (`lowbit bench F -p 0 -n 64 -t
-         * 1 -r 2 --roofline`, A/B/B/A) per token 0.82-0.83 -> 0.91 of the
-         * read roofline (Qwen2.5-0.5B Q4_0), 0.83 -> 0.93 (Llama-3.2-1B).
-         * Q8_0: no distance measured better (Zen 5, the same whole decodes:
-         * 16 blocks 0.91-0.95 as 8, none 0.82-0.85) */
-        for (int l = 0; l < (q4 ? 5 : 9); l++)
-            _mm_prefetch((const char *)(p + (q4 ? 24 : 8) * bb + 64 * l), _MM_HINT_T0);
-        const uint8_t *ab = at + (size_t)(kb0 + i) * 34 + 2; /* token 0's codes of block i */
-        __m256i s[4][2]; /* Q4_0: int16 pair sums, Q8_0: int32 lane sums */
-#pragma GCC unroll 4
-        for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
-        if (q4) {
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) { /* vector j: elements 4j..4j+3 low, 4j+16.. high */
-                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j)),
-                              v1 = _mm256_loadu_si256((const __m256i *)(p + 64 + 64 * j));
-                const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4),
-                              h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
-                              h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const uint8_t *ap = ab + (size_t)u * as;
-                    const __m256i al = _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)),
-                                  ah = _mm256_set1_epi32((int)lb_rd_u32(ap + 16 + 4 * j));
-                    s[u][0] = _mm256_add_epi16(s[u][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
-                                                                         _mm256_maddubs_epi16(h0, ah)));
-                    s[u][1] = _mm256_add_epi16(s[u][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
-                                                                         _mm256_maddubs_epi16(h1, ah)));
-                }
-            }
-        } else {
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) {
-                const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 32 + 64 * j)), x80),
-                              w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 64 + 64 * j)), x80);
-                const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const __m256i av = _mm256_set1_epi32((int)lb_rd_u32(ab + (size_t)u * as + 4 * j));
-                    s[u][0] = _mm256_add_epi32(
-                        s[u][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(av, w0)), ones));
-                    s[u][1] = _mm256_add_epi32(
-                        s[u][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(av, w1)), ones));
-                }
-            }
-        }
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const __m256i is = q4 ? _mm256_sub_epi32(_mm256_madd_epi16(s[u][h], ones),
-                                                         _mm256_set1_epi32(corr[u][i]))
-                                      : s[u][h];
-                acc[u][h] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, _mm256_set1_ps(da[u][i])),
-                                            _mm256_cvtepi32_ps(is), acc[u][h]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++)
-        for (int h = 0; h < 2; h++) {
-            float *yu = y + (size_t)u * ldy + 8 * h;
-            const __m256 v = kb0 ? _mm256_add_ps(_mm256_loadu_ps(yu), acc[u][h]) : acc[u][h];
-            _mm256_storeu_ps(yu, v);
-        }
-}
-
-/* one group's K-chunk for tn tokens, 4 at a time (q4 a constant where
- * inlined, so each pass is compiled for its type) */
-LB_AI void x16_tokens_avx2(const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
-                           size_t as, int64_t tn, int32_t (*corr)[Q4_KB], float (*da)[Q4_KB],
-                           float *yg, size_t ldy) {
-    int64_t t = 0;
-    for (; t + 4 <= tn; t += 4)
-        x16_pass_avx2(4, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                      yg + (size_t)t * ldy, ldy);
-    for (; t < tn; t++)
-        x16_pass_avx2(1, q4, gp, kb0, kbn, at + (size_t)t * as, as, corr + t, da + t,
-                      yg + (size_t)t * ldy, ldy);
-}
-
-/* K-chunks of Q4_KB blocks, tiles of 16 tokens (their corrections and
- * scales computed once per chunk), then each group's chunk for 4 tokens at
- * a time, as Q5_0's X16 kernel (kx16_avx2.c) */
-static void mm_x16_fast(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
-                        size_t as, int64_t nt, float *y, size_t ldy) {
-    const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / 32, ng = nr / 16;
-    int32_t corr[16][Q4_KB];
-    float da[16][Q4_KB];
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += Q4_KB) {
-        const int kbn = (int)LB_MIN(Q4_KB, nb - kb0);
-        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
-            const int64_t tn = LB_MIN(16, nt - t0);
-            const uint8_t *at = a + (size_t)t0 * as;
-            for (int64_t t = 0; t < tn; t++)
-                for (int i = 0; i < kbn; i++) {
-                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * 34;
-                    corr[t][i] = q4 ? 8 * lb_q8_0_sum_avx2(ap) : 0;
-                    da[t][i] = h2f(ap);
-                }
-            for (int64_t g = 0; g < ng; g++) {
-                const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + (size_t)t0 * ldy + 16 * g;
-                if (q4) x16_tokens_avx2(1, gp, kb0, kbn, at, as, tn, corr, da, yg, ldy);
-                else x16_tokens_avx2(0, gp, kb0, kbn, at, as, tn, corr, da, yg, ldy);
-            }
-        }
-    }
-    if (nr > 16 * ng) /* rows after the last whole group: row form */
-        (q4 ? lb_mm_q4_0_avx2 : lb_mm_q8_0_avx2)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a,
-                                                  as, nt, y + 16 * ng, ldy);
-}
+/* X16 Q4_0 / Q8_0 / Q5_0 / Q4_1 / Q5_1, decode and prefill
+ * (x16_b32_avx2.h; its AVX-VNNI build: kernels_avx_vnni.c) */
+#define X16_VNNI 0
+#include "x16_b32_avx2.h"
 
 void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16_fast(1, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_x16(1, n, w, ws, nr, a, as, nt, y, ldy);
 }
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy) {
-    mm_x16_fast(0, n, w, ws, nr, a, as, nt, y, ldy);
+    mm_x16(0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_x5(X5_Q5_0, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q4_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_x5(X5_Q4_1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
+                         int64_t nt, float *y, size_t ldy) {
+    mm_x5(X5_Q5_1, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 void lb_kernels_fill_avx2(lb_kernel_table *kt) {

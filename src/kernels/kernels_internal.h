@@ -216,6 +216,7 @@ typedef struct lb_kernel_table {
 enum {
     LB_KV_REF = 0,
     LB_KV_AVX2,
+    LB_KV_AVX_VNNI, /* AVX2 + VEX vpdpbusd (kernels_avx_vnni.c) */
     LB_KV_AVX512,
     LB_KV_AVX512_VNNI,
     LB_KV_AMX,
@@ -363,14 +364,16 @@ void lb_mm_q4_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void
 void lb_mm_q8_0_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                      size_t as, int64_t nt, float *y, size_t ldy);
 /* X16 twins of the two above (same bits): one sequential stream per
- * 16-row group, 1-4 tokens per pass, decode and prefill. */
+ * 16-row group, 1-4 tokens per pass, decode and prefill (x16_b32_avx2.h,
+ * instantiated in kernels_avx2.c with its Q5_0 / Q4_1 / Q5_1 kernels below). */
 void lb_mm_q4_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q8_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
-/* X16 Q4_K / Q5_K / Q6_K / Q5_0 / Q3_K / Q2_K / Q4_1 / Q5_1 on AVX2
- * (kx16_avx2.c): the reference's bits, any n_tokens (4-token tiles), rows
- * after the last whole group by the reference dot. */
+/* X16 Q4_K / Q5_K / Q6_K / Q3_K / Q2_K (kx16_avx2.c) and Q5_0 / Q4_1 /
+ * Q5_1 (x16_b32_avx2.h, kernels_avx2.c) on AVX2: the reference's bits, any
+ * n_tokens (4-token tiles), rows after the last whole group by the
+ * reference dot. */
 void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                          size_t as, int64_t nt, float *y, size_t ldy);
 void lb_mm_q5_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
@@ -421,6 +424,22 @@ void lb_vec_pv_avx2(int G, int hd, const float *p, int64_t ldp, const float *V,
 #define LB_UNROLL(n) LB_PRAGMA_(GCC unroll n)
 #define LB_KINLINE static inline __attribute__((always_inline))
 #endif
+
+/* ---- AVX-VNNI (kernels_avx_vnni.c) -------------------------------------- */
+/* The AVX2 table with X16 Q4_0 / Q8_0 / Q5_0 / Q4_1 / Q5_1 kernels (any
+ * n_tokens; rows after the last whole group in row form) whose int32 block
+ * sums come from VEX vpdpbusd: the AVX2 X16 kernels' bits (x16_b32_avx2.h). */
+void LB_KSYM(lb_mm_q4_0_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q8_0_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q5_0_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q4_1_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q5_1_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_kernels_fill_avx_vnni)(lb_kernel_table *kt);
 
 /* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */
 /* The avx512 (F/BW/VL/DQ, no VNNI) table keeps the AVX2 kernels: without

@@ -1,7 +1,7 @@
 /*
- * X16 kernels on AVX2 for the types whose X16 bits are the reference's:
- * Q2_K..Q6_K against Q8_K activations, Q5_0 against Q8_0 and Q4_1 / Q5_1
- * against Q8_1 (compiled with -mavx2 -mfma -mf16c).
+ * X16 kernels on AVX2 for the K-quants, whose X16 bits are the
+ * reference's: Q2_K..Q6_K against Q8_K activations (compiled with -mavx2
+ * -mfma -mf16c). Q5_0 / Q4_1 / Q5_1: x16_b32_avx2.h (with Q4_0 / Q8_0).
  *
  * Layout: kernels_internal.h ("X16"): a group of 16 whole rows is one
  * sequential stream of super-blocks, each field stored as the 16 rows'
@@ -12,9 +12,8 @@
  * once, front to back.
  *
  * Arithmetic: the AVX-512 VNNI kernels' (kernels_avx512vnni.c, "X16
- * K-quants", "X16 Q5_0", "X16 Q4_1 / Q5_1"; Q3_K / Q2_K / Q4_1 / Q5_1:
- * their sections below), which are the scalar reference's (kernels_ref.c
- * lb_vec_dot_qN_K_q8_K_ref), float order included, with vpdpbusd replaced by
+ * K-quants"; Q3_K / Q2_K: their section below), which are the scalar
+ * reference's (kernels_ref.c lb_vec_dot_qN_K_q8_K_ref), float order included, with vpdpbusd replaced by
  * vpmaddubsw + vpmaddwd(1): the unsigned codes (Q4_K 0..15, Q5_K 0..31,
  * Q6_K q + 32 in 0..63) times the signed activation bytes, adjacent pairs
  * summed in int16 (|pair| <= 2 * 63 * 128 = 16128 < 2^15: no saturation),
@@ -25,7 +24,6 @@
  * each lane (kx_w16) gives scale * sum (no vpmulld). Per super-block:
  *   Q4_K / Q5_K: acc = acc + (d * da) * isum;  acc = acc + (dmin * -da) * imin
  *   Q6_K:        acc = acc + (d * da) * isum
- *   Q5_0 (per 32-block): acc = acc + (d * da) * isum
  * with the same exact integers as the reference (isum = sum over
  * sub-blocks of scale * code sums; imin = sum_j bsums[j] * min[j / 2]), so
  * the outputs are the reference's bits, as every X16 K-quant kernel's are
@@ -72,12 +70,6 @@ LB_AI __m256i kx_w16(__m256i v, int b) {
         _mm256_set1_epi32((int)(0x80008000u | (uint32_t)b | (uint32_t)b << 16)),
         _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008, 0x000C000C));
     return _mm256_shuffle_epi8(v, idx);
-}
-/* Q5_0 / Q5_1: bit `bit` of each byte of the (transposed) qh vector moved
- * to bit 4 */
-LB_AI __m256i k5_hbit(__m256i H, int bit) {
-    const __m256i h = bit < 4 ? _mm256_slli_epi32(H, 4 - bit) : bit > 4 ? _mm256_srli_epi32(H, bit - 4) : H;
-    return _mm256_and_si256(h, _mm256_set1_epi8(0x10));
 }
 
 /* Q4_K / Q5_K: the 12 scale bytes of 8 rows (3 vectors at ph + 64) ->
@@ -504,181 +496,6 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
     if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
         (kind == 1 ? lb_mm_q6_K_x16_ref : kind == 2 ? lb_mm_q5_K_x16_ref : lb_mm_q4_K_x16_ref)(
             n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
-}
-
-/* ---- Q5_0 / Q4_1 / Q5_1 -------------------------------------------------
- * Blocks of 16 rows, fields at (bytes from the block's start):
- *   Q5_0 (22 bytes a row, against Q8_0 activations): d (16 halves) at 0,
- *     the bit-transposed qh vector at 32, the nibble vectors at 96;
- *   Q4_1 (20 bytes, against Q8_1): d, m (16 halves each) at 0 / 32, the
- *     nibble vectors at 64;
- *   Q5_1 (24 bytes, against Q8_1): d, m at 0 / 32, qh at 64, nibbles at 128.
- * Nibble vector j: elements 4j..4j+3 in its low nibbles, 4j+16..4j+19 in
- * its high ones, lane n = row n (bytes 0-31: rows 0-7, 32-63: rows 8-15);
- * k5_hbit(H, k) puts the fifth bits of elements 4k..4k+3 at bit 4 of bytes
- * 0..3. A Q8_0 activation block is d (f16), qs[32]; a Q8_1 block d, s (=
- * d * sum a, f16), qs[32].
- * Q5_0: u = q + 16 in 0..31, isum = sum u * a - 16 * sum a,
- *   acc = acc + (dw * da) * isum;
- * Q4_1 / Q5_1: unsigned codes (0..15 / 0..31), isum = sum u * a,
- *   acc = acc + ((dw * da) * isum + mw * sa)
- * (the references' orders, lb_vec_dot_q5_0_q8_0_ref and
- * lb_vec_dot_q{4,5}_1_q8_1_ref, block after block; a K-chunk of KB blocks
- * continues from the stored y). Per block, dword j of the activations is
- * the outer loop and the U tokens the inner one (as x16_pass_avx2 in
- * kernels_avx2.c): each broadcast serves both 8-row halves and only the int
- * sums of U tokens x 2 halves live across j. Per dword, the low- and
- * high-nibble vpmaddubsw add up in int16 (|2 pair sums| <= 2 * 2 * 31 * 128
- * < 2^15); Q5_0 / Q5_1 widen them by one vpmaddwd per dword (8 in int16
- * could overflow), Q4_1 keeps all 8 in int16 (8 * 2 * 15 * 128 < 2^15), one
- * vpmaddwd per block. */
-#define KB 256
-
-enum { X5_Q5_0, X5_Q4_1, X5_Q5_1 };
-
-/* per-block activation terms of one K-chunk, 16 tokens */
-typedef struct {
-    int32_t corr[16][KB]; /* Q5_0: 16 * sum a */
-    float da[16][KB];     /* d of the activation block */
-    float sa[16][KB];     /* Q8_1: s */
-} x5_terms;
-
-LB_AI void x5_pass(const int U, const int kind, const uint8_t *gp, int64_t kb0, int kbn,
-                   const uint8_t *at, size_t as, const x5_terms *tm, int t0, float *y, size_t ldy) {
-    const size_t BB = kind == X5_Q5_0 ? 16 * 22 : kind == X5_Q4_1 ? 16 * 20 : 16 * 24;
-    const size_t QS = kind == X5_Q5_0 ? 96 : kind == X5_Q4_1 ? 64 : 128, QH = kind == X5_Q5_0 ? 32 : 64;
-    const size_t AB = kind == X5_Q5_0 ? 34 : 36; /* activation block bytes, codes at AB - 32 */
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2];
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++)
-        for (int h = 0; h < 2; h++)
-            acc[u][h] = kb0 ? _mm256_loadu_ps(y + (size_t)u * ldy + 8 * h) : _mm256_setzero_ps();
-    const uint8_t *p = gp + (size_t)kb0 * BB;
-    for (int i = 0; i < kbn; i++, p += BB) {
-        /* prefetch 16 blocks (5-6 KiB) ahead; 6 before: Zen 5 VM,
-         * LB_KERNELS=avx2, Qwen2.5-0.5B Q4_K_M (Q5_0 matrices) decode per
-         * token 0.83 -> 0.88-0.89 of the read roofline at 1 thread (`lowbit
-         * bench F -p 0 -n 64 -t 1 -r 2 --roofline`, A/B/B/A), 0.92 -> 0.93-0.94
-         * at 2 */
-#pragma GCC unroll 8
-        for (size_t l = 0; l < BB; l += 64) _mm_prefetch((const char *)(p + 16 * BB + l), _MM_HINT_T0);
-        const uint8_t *ab = at + (size_t)(kb0 + i) * AB + (AB - 32); /* token 0's codes of block i */
-        __m256i s[4][2]; /* Q4_1: int16 pair sums, Q5_0 / Q5_1: int32 lane sums */
-#pragma GCC unroll 4
-        for (int u = 0; u < U; u++) s[u][0] = s[u][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + QS + 64 * j)),
-                          v1 = _mm256_loadu_si256((const __m256i *)(p + QS + 32 + 64 * j));
-            __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4),
-                    h0 = _mm256_and_si256(_mm256_srli_epi32(v0, 4), m4),
-                    h1 = _mm256_and_si256(_mm256_srli_epi32(v1, 4), m4);
-            if (kind != X5_Q4_1) {
-                const __m256i H0 = _mm256_loadu_si256((const __m256i *)(p + QH)),
-                              H1 = _mm256_loadu_si256((const __m256i *)(p + QH + 32));
-                l0 = _mm256_or_si256(l0, k5_hbit(H0, j));
-                l1 = _mm256_or_si256(l1, k5_hbit(H1, j));
-                h0 = _mm256_or_si256(h0, k5_hbit(H0, j + 4));
-                h1 = _mm256_or_si256(h1, k5_hbit(H1, j + 4));
-            }
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const uint8_t *ap = ab + (size_t)u * as;
-                const __m256i al = kbc(ap + 4 * j), ah = kbc(ap + 16 + 4 * j);
-                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)),
-                              p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah));
-                if (kind == X5_Q4_1) {
-                    s[u][0] = _mm256_add_epi16(s[u][0], p0);
-                    s[u][1] = _mm256_add_epi16(s[u][1], p1);
-                } else {
-                    s[u][0] = _mm256_add_epi32(s[u][0], _mm256_madd_epi16(p0, ones));
-                    s[u][1] = _mm256_add_epi32(s[u][1], _mm256_madd_epi16(p1, ones));
-                }
-            }
-        }
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256 dwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h)));
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const __m256 dd = _mm256_mul_ps(dwv, _mm256_set1_ps(tm->da[t0 + u][i]));
-                if (kind == X5_Q5_0) {
-                    const __m256i is = _mm256_sub_epi32(s[u][h], _mm256_set1_epi32(tm->corr[t0 + u][i]));
-                    acc[u][h] = _mm256_add_ps(acc[u][h], _mm256_mul_ps(dd, _mm256_cvtepi32_ps(is)));
-                } else {
-                    const __m256 mwv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 32 + 16 * h)));
-                    const __m256i is = kind == X5_Q4_1 ? _mm256_madd_epi16(s[u][h], ones) : s[u][h];
-                    const __m256 t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(is));
-                    acc[u][h] = _mm256_add_ps(
-                        acc[u][h], _mm256_add_ps(t, _mm256_mul_ps(mwv, _mm256_set1_ps(tm->sa[t0 + u][i]))));
-                }
-            }
-        }
-    }
-    store_tiles(U, acc, y, ldy);
-}
-
-/* one group's K-chunk for tn tokens, 4 at a time */
-LB_AI void x5_tokens(const int kind, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
-                     size_t as, int64_t tn, const x5_terms *tm, float *yg, size_t ldy) {
-    int t = 0;
-    for (; t + 4 <= tn; t += 4)
-        x5_pass(4, kind, gp, kb0, kbn, at + (size_t)t * as, as, tm, t, yg + (size_t)t * ldy, ldy);
-    for (; t < tn; t++)
-        x5_pass(1, kind, gp, kb0, kbn, at + (size_t)t * as, as, tm, t, yg + (size_t)t * ldy, ldy);
-}
-
-/* K-chunks of KB blocks, tiles of 16 tokens (their activation terms made
- * once per chunk), then each group's chunk (inlined into each type's entry
- * below with kind a constant, so every pass is compiled for its type) */
-LB_AI void mm_x5(const int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
-                  int64_t nt, float *y, size_t ldy) {
-    const uint8_t *w = vw, *a = va;
-    const int64_t nb = n / 32, ng = nr / 16;
-    const size_t AB = kind == X5_Q5_0 ? 34 : 36;
-    x5_terms tm; /* 48 KB */
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-        const int kbn = (int)LB_MIN(KB, nb - kb0);
-        for (int64_t t0 = 0; t0 < nt; t0 += 16) {
-            const int64_t tn = LB_MIN(16, nt - t0);
-            const uint8_t *at = a + (size_t)t0 * as;
-            for (int64_t t = 0; t < tn; t++)
-                for (int i = 0; i < kbn; i++) {
-                    const uint8_t *ap = at + (size_t)t * as + (size_t)(kb0 + i) * AB;
-                    uint16_t hd, hs;
-                    memcpy(&hd, ap, 2);
-                    tm.da[t][i] = _cvtsh_ss(hd);
-                    if (kind == X5_Q5_0) {
-                        tm.corr[t][i] = 16 * lb_q8_0_sum_avx2(ap);
-                    } else {
-                        memcpy(&hs, ap + 2, 2);
-                        tm.sa[t][i] = _cvtsh_ss(hs);
-                    }
-                }
-            for (int64_t g = 0; g < ng; g++) {
-                const uint8_t *gp = w + (size_t)g * 16 * ws;
-                float *yg = y + (size_t)t0 * ldy + 16 * g;
-                x5_tokens(kind, gp, kb0, kbn, at, as, tn, &tm, yg, ldy);
-            }
-        }
-    }
-    if (nr > 16 * ng) /* rows after the last whole group (row form): the reference */
-        (kind == X5_Q5_0 ? lb_mm_q5_0_x16_ref : kind == X5_Q4_1 ? lb_mm_q4_1_x16_ref : lb_mm_q5_1_x16_ref)(
-            n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
-}
-
-void lb_mm_q5_0_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_x5(X5_Q5_0, n, w, ws, nr, a, as, nt, y, ldy);
-}
-void lb_mm_q4_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_x5(X5_Q4_1, n, w, ws, nr, a, as, nt, y, ldy);
-}
-void lb_mm_q5_1_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
-                         int64_t nt, float *y, size_t ldy) {
-    mm_x5(X5_Q5_1, n, w, ws, nr, a, as, nt, y, ldy);
 }
 
 /* ---- Q3_K / Q2_K ---------------------------------------------------------

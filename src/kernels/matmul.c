@@ -29,21 +29,27 @@ static lb_kernel_table g_tuned; /* g_tables[g_current] + measured decode kernels
 static bool g_usable[LB_KV_COUNT];
 static int g_current = LB_KV_REF;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static const char *const g_names[LB_KV_COUNT] = {"ref", "avx2", "avx512", "avx512_vnni",
-                                                 "amx"};
+static const char *const g_names[LB_KV_COUNT] = {"ref", "avx2", "avx_vnni", "avx512",
+                                                 "avx512_vnni", "amx"};
+/* the table each family's fill functions start from: AVX-VNNI and AVX-512
+ * (F/BW/VL/DQ) are both AVX2 plus their own kernels (Skylake-X has AVX-512
+ * without AVX-VNNI, Alder Lake the reverse) */
+static const int g_base[LB_KV_COUNT] = {LB_KV_REF, LB_KV_REF, LB_KV_AVX2, LB_KV_AVX2,
+                                        LB_KV_AVX512, LB_KV_AVX512_VNNI};
 
 static void init_tables(void) {
     const lb_cpu_features *f = lb_cpu_get();
     g_usable[LB_KV_REF] = true;
     g_usable[LB_KV_AVX2] = f->avx2 && f->fma && f->f16c;
+    g_usable[LB_KV_AVX_VNNI] = g_usable[LB_KV_AVX2] && f->avx_vnni;
     g_usable[LB_KV_AVX512] = g_usable[LB_KV_AVX2] && f->avx512f && f->avx512bw &&
                              f->avx512vl && f->avx512dq;
     g_usable[LB_KV_AVX512_VNNI] = g_usable[LB_KV_AVX512] && f->avx512_vnni;
     g_usable[LB_KV_AMX] = g_usable[LB_KV_AVX512_VNNI] && f->amx_tile && f->amx_int8;
-    /* Each table starts as a copy of the one below it; ISA-specific fill
+    /* Each table starts as a copy of its base (g_base); ISA-specific fill
      * functions run only when the CPU supports them. */
     for (int v = 0; v < LB_KV_COUNT; v++) {
-        if (v > 0) g_tables[v] = g_tables[v - 1];
+        if (v > 0) g_tables[v] = g_tables[g_base[v]];
         g_tables[v].name = g_names[v];
         if (!g_usable[v]) continue;
         switch (v) {
@@ -59,6 +65,7 @@ static void init_tables(void) {
             lb_kernels_fill_fp8_avx2(&g_tables[v]); /* fp8_avx2.c */
             lb_kernels_fill_bnb_avx2(&g_tables[v]); /* bnb_avx2.c */
             break;
+        case LB_KV_AVX_VNNI: lb_kernels_fill_avx_vnni(&g_tables[v]); break;
         case LB_KV_AVX512: /* the AVX2 kernels (kernels_internal.h), but: */
             lb_kernels_fill_fp8_avx512(&g_tables[v]); /* fp8_avx512.c */
             lb_kernels_fill_bnb_avx512(&g_tables[v]); /* bnb_avx512.c */

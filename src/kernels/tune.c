@@ -237,12 +237,13 @@ static int fastest(const double *sec, int nc, int own) {
     return pick;
 }
 
-/* the cache's header line: what the choice depends on */
+/* the cache's header line: what the choice depends on (v4: the avx_vnni
+ * family's kernels are candidates) */
 static void cache_key(const lb_kernel_table *base, char *key, size_t cap) {
     char brand[49], mc[32];
     cpu_brand(brand);
     cpu_microcode(mc);
-    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v3 | cpu %s | microcode %s | family %s",
+    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v4 | cpu %s | microcode %s | family %s",
              LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name);
 }
 

@@ -1,7 +1,7 @@
 /*
  * emu_avx512.h — portable C emulation of the AVX-512 (F/BW/VL/DQ), AVX-512
- * VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512vnni.c,
- * kernels_amx.c, fp8_avx512.c and bnb_avx512.c use, so the same kernel source runs (in tests only) on a CPU
+ * VNNI, AVX-VNNI and AMX-INT8 intrinsics that src/kernels/kernels_avx512vnni.c,
+ * kernels_amx.c, kernels_avx_vnni.c, fp8_avx512.c and bnb_avx512.c use, so the same kernel source runs (in tests only) on a CPU
  * without those instructions. Test code: never part of the library.
  *
  * Use: a translation unit compiled with -mavx2 -mfma -mf16c (no -mavx512*,
@@ -323,6 +323,23 @@ LB_EMU_FN lb_emu_m512i lb_emu_mm512_madd_epi16(lb_emu_m512i a, lb_emu_m512i b) {
     return r;
 }
 
+/* ---- AVX-VNNI (VEX, 256-bit; kernels_avx_vnni.c) ------------------------------ */
+/* vpdpbusd ymm ({vex}): as the 512-bit form on 8 dword lanes. The vectors
+ * are real __m256i (AVX2 types), copied through byte arrays. */
+LB_EMU_FN __m256i lb_emu_mm256_dpbusd_avx_epi32(__m256i src, __m256i a, __m256i b) {
+    uint32_t s[8];
+    uint8_t ua[32];
+    int8_t sb[32];
+    memcpy(s, &src, 32);
+    memcpy(ua, &a, 32);
+    memcpy(sb, &b, 32);
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 4; i++) s[j] += (uint32_t)((int32_t)ua[4 * j + i] * (int32_t)sb[4 * j + i]);
+    __m256i r;
+    memcpy(&r, s, 32);
+    return r;
+}
+
 /* ---- AVX-512 VNNI ---------------------------------------------------------- */
 /* vpdpbusd: dst.i32[j] = src[j] + sum_{i<4} u8(a[4j+i]) * s8(b[4j+i]),
  * wrapping (no saturation; that is vpdpbusds). */
@@ -524,6 +541,8 @@ void lb_emu_tile_counts(long *n_loadconfig, long *n_release);
 #define _mm512_madd_epi16 lb_emu_mm512_madd_epi16
 #undef _mm512_dpbusd_epi32
 #define _mm512_dpbusd_epi32 lb_emu_mm512_dpbusd_epi32
+#undef _mm256_dpbusd_avx_epi32
+#define _mm256_dpbusd_avx_epi32 lb_emu_mm256_dpbusd_avx_epi32
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps lb_emu_mm512_cvtepi32_ps
 #undef _mm512_add_ps
