@@ -505,13 +505,16 @@ static lb_kernel_table g_emu[E_COUNT];
 static const int g_real_v[E_COUNT] = {LB_KV_AVX_VNNI, LB_KV_AVX512_VNNI, LB_KV_AMX};
 static int n_cases[E_COUNT];
 
-/* As matmul.c's init_tables: each table is the one below it plus the
- * ISA's fill function (here the emulated build's). */
+/* As matmul.c's init_tables: each table is its base plus the ISA's fill
+ * function (here the emulated build's): avx2 for avx_vnni, avx2 for
+ * avx512_vnni too (the avx512 table in between adds the FP8 / bitsandbytes /
+ * F16 / F32 / attention kernels, emulated and tested further below),
+ * avx512_vnni for amx. */
 static void build_emu_tables(void) {
     g_emu[E_AVXVNNI] = *lb_kernels_table(LB_KV_AVX2);
     g_emu[E_AVXVNNI].name = "avx_vnni(emu)";
     lb_kernels_fill_avx_vnni_emu(&g_emu[E_AVXVNNI]);
-    g_emu[E_VNNI] = *lb_kernels_table(LB_KV_AVX2); /* the avx512 table adds nothing */
+    g_emu[E_VNNI] = *lb_kernels_table(LB_KV_AVX2);
     g_emu[E_VNNI].name = "avx512_vnni(emu)";
     lb_kernels_fill_avx512_vnni_emu(&g_emu[E_VNNI]);
     g_emu[E_AMX] = g_emu[E_VNNI];
