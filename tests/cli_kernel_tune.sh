@@ -30,7 +30,8 @@ if [ ! -f "$1" ]; then
   exit 77
 fi
 f=$1
-head -n 1 "$f" | grep -q "kernel choice v4 | cpu .* | family $fam\$" || fail "cache header: $(head -n 1 "$f")"
+head -n 1 "$f" | grep -q "kernel choice v4 | cpu .* | family $fam | candidates [0-9a-f]\{16\}\$" \
+  || fail "cache header: $(head -n 1 "$f")"
 grep -q '^Q4_0 mm_q4_0_x16_' "$f" || fail "no Q4_0 choice in the cache"
 cp "$f" "$T/orig"
 ino=$(stat -c %i "$f")

@@ -53,9 +53,10 @@
  *
  * Cache: the choice is kept in $LB_CACHE_DIR, else $XDG_CACHE_HOME/lowbit,
  * else $HOME/.cache/lowbit, file kernels-<hash>.txt, where the hash covers
- * the CPU brand string, the microcode revision (/proc/cpuinfo), the family
- * and lowbit's version; the file repeats them and is used only when they
- * match; one line "TYPE kernel" per decode choice, "TYPE:rows kernel" /
+ * the CPU brand string, the microcode revision (/proc/cpuinfo), the family,
+ * lowbit's version and a hash of the candidate kernels' names (a build with
+ * other candidates measures again); the file repeats them and is used only
+ * when they match; one line "TYPE kernel" per decode choice, "TYPE:rows kernel" /
  * "TYPE:x16 kernel" per prefill choice. Written atomically
  * (lb_write_file_in); every failure to read or write it only means
  * measuring again. LB_TUNE=0 turns the
@@ -237,14 +238,17 @@ static int fastest(const double *sec, int nc, int own) {
     return pick;
 }
 
-/* the cache's header line: what the choice depends on (v4: the avx_vnni
- * family's kernels are candidates) */
-static void cache_key(const lb_kernel_table *base, char *key, size_t cap) {
+/* the cache's header line: what the choice depends on, the candidates'
+ * names included (cand: candidates_hash), so a build that adds or renames
+ * a kernel measures again (v4: since the avx_vnni family) */
+static void cache_key(const lb_kernel_table *base, uint64_t cand, char *key, size_t cap) {
     char brand[49], mc[32];
     cpu_brand(brand);
     cpu_microcode(mc);
-    snprintf(key, cap, "lowbit %d.%d.%d kernel choice v4 | cpu %s | microcode %s | family %s",
-             LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name);
+    snprintf(key, cap,
+             "lowbit %d.%d.%d kernel choice v4 | cpu %s | microcode %s | family %s | candidates %016llx",
+             LB_VERSION_MAJOR, LB_VERSION_MINOR, LB_VERSION_PATCH, brand, mc, base->name,
+             (unsigned long long)cand);
 }
 
 /* Choices, per type: [0] decode, [1] prefill in row form, [2] prefill in
@@ -349,6 +353,31 @@ static void tune_prefill(lb_kernel_table *tuned, const lb_kernel_table *const *t
     }
 }
 
+/* FNV-1a of every candidate's name, type by type (decode, then prefill in
+ * row form and in X16), in candidate order */
+static uint64_t candidates_hash(const lb_kernel_table *tuned, const lb_kernel_table *const *tables,
+                                int ntab) {
+    char names[8192];
+    size_t n = 0;
+    names[0] = 0;
+    for (int t = 0; t < LB_TYPE_COUNT_; t++) {
+        const lb_wkernel *cand[LB_KV_COUNT];
+        lb_mm_fn fn[LB_KV_COUNT + 1];
+        const char *nm[LB_KV_COUNT + 1];
+        const int nd = lb_x16_type((lb_type)t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast
+                           ? candidates(tuned, tables, ntab, (lb_type)t, cand)
+                           : 0;
+        for (int c = 0; c < nd && n < sizeof names; c++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s ", cand[c]->x16_name);
+        for (int x16 = 0; x16 < 2; x16++) {
+            const int np = pre_candidates(tuned, tables, ntab, (lb_type)t, x16, fn, nm);
+            for (int c = 0; c < np && n < sizeof names; c++)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s ", nm[c] ? nm[c] : "-");
+        }
+    }
+    return fnv1a(names);
+}
+
 void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *tables, int ntab) {
     const char *env = getenv("LB_TUNE");
     if (env && strcmp(env, "0") == 0) return;
@@ -366,8 +395,8 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
 
     static char chosen[LB_TYPE_COUNT_][CH_N][64]; /* once, under matmul.c's pthread_once */
     memset(chosen, 0, sizeof chosen);
-    char key[256], dir[4000], name[40], path[4100];
-    cache_key(tuned, key, sizeof key);
+    char key[320], dir[4000], name[40], path[4100];
+    cache_key(tuned, candidates_hash(tuned, tables, ntab), key, sizeof key);
     snprintf(name, sizeof name, "kernels-%016llx.txt", (unsigned long long)fnv1a(key));
     const bool have_dir = cache_dir(dir, sizeof dir) &&
                           snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path;
