@@ -29,6 +29,7 @@
 
 #define X16_VNNI 1
 #include "x16_b32_avx2.h"
+#include "kx16_avx2.c" /* its Q6_K / Q5_K / Q3_K prefill tiles (X16_VNNI) */
 
 void LB_KSYM(lb_mm_q4_0_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                       size_t as, int64_t nt, float *y, size_t ldy) {
@@ -63,4 +64,10 @@ void LB_KSYM(lb_kernels_fill_avx_vnni)(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q4_1].x16_name = "mm_q4_1_x16_avx_vnni";
     kt->w[LB_TYPE_Q5_1].mm_x16 = LB_KSYM(lb_mm_q5_1_x16_avx_vnni);
     kt->w[LB_TYPE_Q5_1].x16_name = "mm_q5_1_x16_avx_vnni";
+    kt->w[LB_TYPE_Q6_K].mm_x16 = LB_KSYM(lb_mm_q6_K_x16_avx_vnni);
+    kt->w[LB_TYPE_Q6_K].x16_name = "mm_q6_K_x16_avx_vnni";
+    kt->w[LB_TYPE_Q5_K].mm_x16 = LB_KSYM(lb_mm_q5_K_x16_avx_vnni);
+    kt->w[LB_TYPE_Q5_K].x16_name = "mm_q5_K_x16_avx_vnni";
+    kt->w[LB_TYPE_Q3_K].mm_x16 = LB_KSYM(lb_mm_q3_K_x16_avx_vnni);
+    kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_avx_vnni";
 }

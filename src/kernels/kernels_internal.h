@@ -439,6 +439,15 @@ void LB_KSYM(lb_mm_q4_1_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64
                                       size_t as, int64_t nt, float *y, size_t ldy);
 void LB_KSYM(lb_mm_q5_1_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
                                       size_t as, int64_t nt, float *y, size_t ldy);
+/* Q6_K / Q5_K / Q3_K (kx16_avx2.c built with X16_VNNI): prefill tiles
+ * (>= 16 tokens) with vpdpbusd + vpmulld by the sub-block scale, the
+ * reference's bits; fewer tokens run the AVX2 kernels */
+void LB_KSYM(lb_mm_q6_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q5_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
+void LB_KSYM(lb_mm_q3_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy);
 void LB_KSYM(lb_kernels_fill_avx_vnni)(lb_kernel_table *kt);
 
 /* ---- AVX-512 VNNI (kernels_avx512vnni.c) --------------------------------- */

@@ -43,6 +43,14 @@
 
 #include <immintrin.h>
 
+/* X16_VNNI 1: this file included by kernels_avx_vnni.c (-mavxvnni), which
+ * exports Q6_K / Q5_K / Q3_K kernels whose prefill tiles (>= KX_TILE_MIN
+ * tokens, "K-quant prefill" below) sum with vpdpbusd; 0 (default): the
+ * AVX2 build */
+#ifndef X16_VNNI
+#define X16_VNNI 0
+#endif
+
 #define LB_AI static inline __attribute__((always_inline))
 #define Q8K_BYTES 292 /* lb_block_q8_K: d (f32) at 0, qs at 4, bsums at 260 */
 
@@ -468,6 +476,7 @@ LB_AI void q6_K_x16_pass1(const uint8_t *gp, int64_t nb, const uint8_t *a, float
 }
 
 /* kind: 0 Q4_K, 1 Q6_K, 2 Q5_K */
+#if !X16_VNNI
 static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                     size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -497,6 +506,7 @@ static void mm_kx16(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
         (kind == 1 ? lb_mm_q6_K_x16_ref : kind == 2 ? lb_mm_q5_K_x16_ref : lb_mm_q4_K_x16_ref)(
             n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
+#endif
 
 /* ---- Q3_K / Q2_K ---------------------------------------------------------
  * The AVX-512 VNNI kernels' layout walk (kernels_avx512vnni.c, "X16
@@ -850,8 +860,11 @@ LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int ns
             }
         /* sub-blocks of SB elements (Q5_K 32, Q6_K / Q3_K 16), G vpmaddubsw
          * added in int16 before one vpmaddwd by the scale (Q6_K 2, Q5_K /
-         * Q3_K 4); both 8-row halves share each activation broadcast */
-        const int SB = kind == 2 ? 32 : 16, G = kind == 1 ? 2 : 4;
+         * Q3_K 4); both 8-row halves share each activation broadcast.
+         * AVX-VNNI: the sub-block's SB / 4 vpdpbusd in int32, then one
+         * vpmulld by the scale (the int16 scale pair's upper half, sign-
+         * extended): the same integers */
+        const int SB = kind == 2 ? 32 : 16, G = X16_VNNI ? SB / 4 : kind == 1 ? 2 : 4;
         for (int j = 0; j < 256 / SB; j++)
 #pragma GCC unroll 4
             for (int m0 = 0; m0 < SB / 4; m0 += G) {
@@ -859,8 +872,8 @@ LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int ns
 #pragma GCC unroll 4
                 for (int u = 0; u < U; u++) { /* Q3_K: the chain starts at -4 * bsums[j] (low int16) */
                     const int16_t *bs = (const int16_t *)(const void *)(ab + (size_t)u * as + 260);
-                    s[u][0] = s[u][1] = kind == 3 ? _mm256_set1_epi32((int)(uint16_t)(-4 * bs[j]))
-                                                  : _mm256_setzero_si256();
+                    const int s0 = X16_VNNI ? -4 * bs[j] : (int)(uint16_t)(-4 * bs[j]); /* int32 / low int16 */
+                    s[u][0] = s[u][1] = kind == 3 ? _mm256_set1_epi32(s0) : _mm256_setzero_si256();
                 }
 #pragma GCC unroll 8
                 for (int m = m0; m < m0 + G; m++) {
@@ -869,15 +882,28 @@ LB_AI void kx_tile_pass(const int U, const int kind, const kx_tile *tile, int ns
 #pragma GCC unroll 4
                     for (int u = 0; u < U; u++) {
                         const __m256i A = kbc(ab + (size_t)u * as + 4 + 4 * kd);
+#if X16_VNNI
+                        s[u][0] = _mm256_dpbusd_avx_epi32(s[u][0], c0, A);
+                        s[u][1] = _mm256_dpbusd_avx_epi32(s[u][1], c1, A);
+#else
                         s[u][0] = _mm256_add_epi16(s[u][0], _mm256_maddubs_epi16(c0, A));
                         s[u][1] = _mm256_add_epi16(s[u][1], _mm256_maddubs_epi16(c1, A));
+#endif
                     }
                 }
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++)
 #pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++)
+                for (int h = 0; h < 2; h++) {
+#if X16_VNNI
+                    const __m256i sc = _mm256_srai_epi32(o->sc[h][j], 16);
+#endif
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++)
+#if X16_VNNI
+                        isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_mullo_epi32(s[u][h], sc));
+#else
                         isum[u][h] = _mm256_add_epi32(isum[u][h], _mm256_madd_epi16(s[u][h], o->sc[h][j]));
+#endif
+                }
             }
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++)
@@ -922,6 +948,7 @@ LB_AI void kx_group_tiles(const int kind, const uint8_t *gp, int64_t nb, const u
     }
 }
 
+#if !X16_VNNI
 static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va,
                        size_t as, int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -946,6 +973,7 @@ static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr,
         (q3 ? lb_mm_q3_K_x16_ref : lb_mm_q2_K_x16_ref)(n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a,
                                                        as, nt, y + 16 * ng, ldy);
 }
+#endif
 
 /* Q2_K..Q6_K: 4-token passes that unpack as they read, or (Q6_K, Q5_K,
  * Q3_K from KX_TILE_MIN tokens on) decoded tiles. Q4_K and Q2_K keep their
@@ -953,11 +981,19 @@ static void mm_k23_x16(int q3, int64_t n, const void *vw, size_t ws, int64_t nr,
  * faster (docs/model.md) */
 static void kx16_mm(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
                     int64_t nt, float *y, size_t ldy) {
+#if X16_VNNI /* the AVX2 build's passes (kind 1-3 only) */
+    if (nt < KX_TILE_MIN) {
+        (kind == 1 ? lb_mm_q6_K_x16_avx2 : kind == 2 ? lb_mm_q5_K_x16_avx2 : lb_mm_q3_K_x16_avx2)(
+            n, vw, ws, nr, va, as, nt, y, ldy);
+        return;
+    }
+#else
     if (nt < KX_TILE_MIN || kind == 0 || kind == 4) {
         if (kind == 3 || kind == 4) mm_k23_x16(kind == 3, n, vw, ws, nr, va, as, nt, y, ldy);
         else mm_kx16(kind, n, vw, ws, nr, va, as, nt, y, ldy);
         return;
     }
+#endif
     const uint8_t *w = vw, *a = va;
     const int64_t ng = nr / 16;
     for (int64_t g = 0; g < ng; g++) {
@@ -971,6 +1007,25 @@ static void kx16_mm(int kind, int64_t n, const void *vw, size_t ws, int64_t nr, 
             n, w + (size_t)ng * 16 * ws, ws, nr - 16 * ng, a, as, nt, y + 16 * ng, ldy);
 }
 
+#if X16_VNNI
+/* AVX-VNNI (kernels_avx_vnni.c): Q6_K / Q5_K / Q3_K, tiles with vpdpbusd
+ * from KX_TILE_MIN tokens on, the AVX2 passes below it. (Q4_K's 4-token
+ * passes with vpdpbusd int32 chains ran slower than with vpmaddubsw int16
+ * ones: Zen 5, 8192x2048 at 128 tokens, 192-195 against 283-286 GFLOP/s;
+ * Q4_K keeps the AVX2 kernel.) */
+void LB_KSYM(lb_mm_q6_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy) {
+    kx16_mm(1, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void LB_KSYM(lb_mm_q5_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy) {
+    kx16_mm(2, n, w, ws, nr, a, as, nt, y, ldy);
+}
+void LB_KSYM(lb_mm_q3_K_x16_avx_vnni)(int64_t n, const void *w, size_t ws, int64_t nr, const void *a,
+                                      size_t as, int64_t nt, float *y, size_t ldy) {
+    kx16_mm(3, n, w, ws, nr, a, as, nt, y, ldy);
+}
+#else
 void lb_mm_q4_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const void *a, size_t as,
                          int64_t nt, float *y, size_t ldy) {
     kx16_mm(0, n, w, ws, nr, a, as, nt, y, ldy);
@@ -991,4 +1046,4 @@ void lb_mm_q2_K_x16_avx2(int64_t n, const void *w, size_t ws, int64_t nr, const 
                          int64_t nt, float *y, size_t ldy) {
     kx16_mm(4, n, w, ws, nr, a, as, nt, y, ldy);
 }
-
+#endif
