@@ -47,6 +47,39 @@
 /* the correction per (token, block): c * sum a (see above) */
 #define X16_CORR(q4, sum) ((q4) ? 8 * (sum) : X16_VNNI ? 128 * (sum) : 0)
 
+/* dword j of U tokens' activation blocks (token u's codes at ab + u * as)
+ * against the low (l0 / l1) and high (h0 / h1) nibble codes of the two
+ * 8-row halves: s[u][half] += AVX-VNNI: the int32 dot products (two
+ * vpdpbusd); AVX2: the two vpmaddubsw pair sums added in int16, widened to
+ * int32 by vpmaddwd first when wide */
+X16_AI void x16_nib_dot(const int U, const int wide, __m256i l0, __m256i l1, __m256i h0, __m256i h1,
+                        const uint8_t *ab, size_t as, int j, __m256i s[4][2]) {
+#if !X16_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++) {
+        const uint8_t *ap = ab + (size_t)u * as;
+        const __m256i al = _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)),
+                      ah = _mm256_set1_epi32((int)lb_rd_u32(ap + 16 + 4 * j));
+#if X16_VNNI
+        (void)wide;
+        s[u][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][0], l0, al), h0, ah);
+        s[u][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][1], l1, al), h1, ah);
+#else
+        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)),
+                      p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah));
+        if (wide) {
+            s[u][0] = _mm256_add_epi32(s[u][0], _mm256_madd_epi16(p0, ones));
+            s[u][1] = _mm256_add_epi32(s[u][1], _mm256_madd_epi16(p1, ones));
+        } else {
+            s[u][0] = _mm256_add_epi16(s[u][0], p0);
+            s[u][1] = _mm256_add_epi16(s[u][1], p1);
+        }
+#endif
+    }
+}
+
 X16_AI void
 x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t *at,
          size_t as, int32_t (*corr)[X16_KB], float (*da)[X16_KB], float *y, size_t ldy) {
@@ -84,21 +117,7 @@ x16_pass(const int U, const int q4, const uint8_t *gp, int64_t kb0, int kbn, con
                 const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4),
                               h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4),
                               h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#pragma GCC unroll 4
-                for (int u = 0; u < U; u++) {
-                    const uint8_t *ap = ab + (size_t)u * as;
-                    const __m256i al = _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)),
-                                  ah = _mm256_set1_epi32((int)lb_rd_u32(ap + 16 + 4 * j));
-#if X16_VNNI
-                    s[u][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][0], l0, al), h0, ah);
-                    s[u][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][1], l1, al), h1, ah);
-#else
-                    s[u][0] = _mm256_add_epi16(s[u][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al),
-                                                                         _mm256_maddubs_epi16(h0, ah)));
-                    s[u][1] = _mm256_add_epi16(s[u][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al),
-                                                                         _mm256_maddubs_epi16(h1, ah)));
-#endif
-                }
+                x16_nib_dot(U, 0, l0, l1, h0, h1, ab, as, j, s);
             }
         } else {
 #pragma GCC unroll 8
@@ -288,26 +307,7 @@ X16_AI void x5_pass(const int U, const int kind, const uint8_t *gp, int64_t kb0,
                 h0 = _mm256_or_si256(h0, k5_hbit(H0, j + 4));
                 h1 = _mm256_or_si256(h1, k5_hbit(H1, j + 4));
             }
-#pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
-                const uint8_t *ap = ab + (size_t)u * as;
-                const __m256i al = _mm256_set1_epi32((int)lb_rd_u32(ap + 4 * j)),
-                              ah = _mm256_set1_epi32((int)lb_rd_u32(ap + 16 + 4 * j));
-#if X16_VNNI
-                s[u][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][0], l0, al), h0, ah);
-                s[u][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(s[u][1], l1, al), h1, ah);
-#else
-                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)),
-                              p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah));
-                if (kind == X5_Q4_1) {
-                    s[u][0] = _mm256_add_epi16(s[u][0], p0);
-                    s[u][1] = _mm256_add_epi16(s[u][1], p1);
-                } else {
-                    s[u][0] = _mm256_add_epi32(s[u][0], _mm256_madd_epi16(p0, ones));
-                    s[u][1] = _mm256_add_epi32(s[u][1], _mm256_madd_epi16(p1, ones));
-                }
-#endif
-            }
+            x16_nib_dot(U, kind != X5_Q4_1, l0, l1, h0, h1, ab, as, j, s);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
