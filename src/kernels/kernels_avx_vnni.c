@@ -1,8 +1,8 @@
 /*
- * AVX-VNNI family: the AVX2 table plus X16 Q4_0 / Q8_0 kernels whose
- * integer dot products are VEX-encoded vpdpbusd (compiled with -mavx2 -mfma
- * -mf16c -mavxvnni; used only when lb_cpu_get() reports AVX2, FMA, F16C
- * and AVX_VNNI: CPUID.(EAX=7,ECX=1):EAX[4]).
+ * AVX-VNNI family: the AVX2 table plus X16 kernels whose integer dot
+ * products are VEX-encoded vpdpbusd (compiled with -mavx2 -mfma -mf16c
+ * -mavxvnni; used only when lb_cpu_get() reports AVX2, FMA, F16C and
+ * AVX_VNNI: CPUID.(EAX=7,ECX=1):EAX[4]).
  *
  * Who has it: Intel Alder Lake and later client cores and the E-core Xeons
  * (Sierra Forest, Grand Ridge), which have no AVX-512, and every CPU with
@@ -14,9 +14,12 @@
  * per 32 products and token where AVX2 spends vpmaddubsw + a share of
  * vpaddw / vpmaddwd (Q4_0, Q4_1, Q5_0, Q5_1) or vpsignb + vpmaddubsw +
  * vpmaddwd + vpaddd (Q8_0): the same exact integers, so the AVX2 kernels'
- * bits (Q4_0 / Q8_0) and the reference's (Q5_0 / Q4_1 / Q5_1). The
- * K-quants keep the AVX2 kernels: their int16 chains end in a vpmaddwd by
- * the sub-block scale that vpdpbusd's int32 sums would need a vpmulld for.
+ * bits (Q4_0 / Q8_0) and the reference's (Q5_0 / Q4_1 / Q5_1). And the
+ * Q6_K / Q5_K / Q3_K prefill tiles (kx16_avx2.c with X16_VNNI 1, 16 tokens
+ * and more): vpdpbusd per sub-block, then one vpmulld by its scale where
+ * AVX2 ends its int16 chains in a vpmaddwd (the reference's bits). Q4_K,
+ * Q2_K and every decode pass stay AVX2's (Q4_K's pass measured slower with
+ * vpdpbusd chains; docs/model.md "The AVX-VNNI family").
  */
 #include "kernels_internal.h"
 #include "simd_avx2.h"
