@@ -1003,7 +1003,7 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     SETW(LB_TYPE_F16, LB_TYPE_F32, mm_f16_avx2);
     SETW(LB_TYPE_BF16, LB_TYPE_F32, mm_bf16_avx2);
 #undef SETW
-    /* X16 Q4_K / Q5_K / Q6_K / Q5_0 (kx16_avx2.c): streamed, the reference's bits */
+    /* X16 Q4_K / Q5_K / Q6_K (kx16_avx2.c) and Q5_0 (x16_b32_avx2.h): streamed, the reference's bits */
     kt->w[LB_TYPE_Q4_K].mm_x16 = lb_mm_q4_K_x16_avx2;
     kt->w[LB_TYPE_Q4_K].x16_name = "mm_q4_K_x16_avx2";
     kt->w[LB_TYPE_Q4_K].x16_fast = true;
@@ -1016,7 +1016,7 @@ void lb_kernels_fill_avx2(lb_kernel_table *kt) {
     kt->w[LB_TYPE_Q5_0].mm_x16 = lb_mm_q5_0_x16_avx2;
     kt->w[LB_TYPE_Q5_0].x16_name = "mm_q5_0_x16_avx2";
     kt->w[LB_TYPE_Q5_0].x16_fast = true;
-    /* X16 Q3_K / Q2_K / Q5_1 / Q4_1 (kx16_avx2.c): streamed, the reference's bits */
+    /* X16 Q3_K / Q2_K (kx16_avx2.c) and Q5_1 / Q4_1 (x16_b32_avx2.h): streamed, the reference's bits */
     kt->w[LB_TYPE_Q3_K].mm_x16 = lb_mm_q3_K_x16_avx2;
     kt->w[LB_TYPE_Q3_K].x16_name = "mm_q3_K_x16_avx2";
     kt->w[LB_TYPE_Q3_K].x16_fast = true;

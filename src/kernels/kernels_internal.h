@@ -46,8 +46,7 @@ extern "C" {
  * small-block kernels (Q4_0/Q8_0/Q5_0/Q4_1/Q5_1: 5-9 lines per block) keep
  * their per-block prefetches (on the Zen 3 VM no distance from 4 to 32 KB
  * measured better than 8 blocks for Q4_0/Q8_0; on a Zen 5 VM, with twice its
- * bandwidth, Q4_0 24 blocks and Q5_0/Q4_1/Q5_1 16: kernels_avx2.c,
- * kx16_avx2.c). */
+ * bandwidth, Q4_0 24 blocks and Q5_0/Q4_1/Q5_1 16: x16_b32_avx2.h). */
 #define LB_PF_AHEAD 16384
 
 /* Quantize one activation row of n f32 values into the vec_dot_type. */

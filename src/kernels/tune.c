@@ -156,6 +156,12 @@ static double thread_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* type t is repacked (X16) and streamed in X16 by tuned's family: the
+ * types with a decode choice and an X16 prefill choice */
+static bool x16_tuned(const lb_kernel_table *tuned, lb_type t) {
+    return lb_x16_type(t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast;
+}
+
 /* distinct decode candidates for type t: the X16 kernels of the usable SIMD
  * tables up to base's family with base's activation type */
 static int candidates(const lb_kernel_table *base, const lb_kernel_table *const *tables, int ntab,
@@ -364,9 +370,7 @@ static uint64_t candidates_hash(const lb_kernel_table *tuned, const lb_kernel_ta
         const lb_wkernel *cand[LB_KV_COUNT];
         lb_mm_fn fn[LB_KV_COUNT + 1];
         const char *nm[LB_KV_COUNT + 1];
-        const int nd = lb_x16_type((lb_type)t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast
-                           ? candidates(tuned, tables, ntab, (lb_type)t, cand)
-                           : 0;
+        const int nd = x16_tuned(tuned, (lb_type)t) ? candidates(tuned, tables, ntab, (lb_type)t, cand) : 0;
         for (int c = 0; c < nd && n < sizeof names; c++)
             n += (size_t)snprintf(names + n, sizeof names - n, "%s ", cand[c]->x16_name);
         for (int x16 = 0; x16 < 2; x16++) {
@@ -387,8 +391,7 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
     const char *pnm[LB_KV_COUNT + 1];
     bool any = false;
     for (int t = 0; t < LB_TYPE_COUNT_ && !any; t++)
-        any = (lb_x16_type((lb_type)t) && tuned->w[t].mm_x16 && tuned->w[t].x16_fast &&
-               candidates(tuned, tables, ntab, (lb_type)t, cand) >= 2) ||
+        any = (x16_tuned(tuned, (lb_type)t) && candidates(tuned, tables, ntab, (lb_type)t, cand) >= 2) ||
               pre_candidates(tuned, tables, ntab, (lb_type)t, false, pfn, pnm) >= 2 ||
               pre_candidates(tuned, tables, ntab, (lb_type)t, true, pfn, pnm) >= 2;
     if (!any) return; /* one family's kernels only: nothing to choose */
@@ -405,7 +408,7 @@ void lb_kernels_tune(lb_kernel_table *tuned, const lb_kernel_table *const *table
     for (int t = 0; t < LB_TYPE_COUNT_; t++) {
         tune_prefill(tuned, tables, ntab, (lb_type)t, false, chosen[t][CH_ROWS], &wrote);
         lb_wkernel *wk = &tuned->w[t];
-        if (!lb_x16_type((lb_type)t) || !wk->mm_x16 || !wk->x16_fast) continue;
+        if (!x16_tuned(tuned, (lb_type)t)) continue;
         tune_prefill(tuned, tables, ntab, (lb_type)t, true, chosen[t][CH_X16], &wrote);
         const int nc = candidates(tuned, tables, ntab, (lb_type)t, cand);
         if (nc < 2) continue;

@@ -187,8 +187,8 @@ x16_tokens(const int q4, const uint8_t *gp, int64_t kb0, int kbn, const uint8_t 
 
 /* K-chunks of X16_KB blocks, tiles of 16 tokens (their corrections and
  * scales computed once per chunk), then each group's chunk for 4 tokens at
- * a time, as Q5_0's X16 kernel (kx16_avx2.c); rows after the last whole
- * group in row form (the AVX2 kernels: the same bits) */
+ * a time, as mm_x5 below; rows after the last whole group in row form
+ * (the AVX2 kernels: the same bits) */
 static void mm_x16(int q4, int64_t n, const void *vw, size_t ws, int64_t nr, const void *va, size_t as,
                    int64_t nt, float *y, size_t ldy) {
     const uint8_t *w = vw, *a = va;
@@ -357,7 +357,7 @@ X16_AI void mm_x5(const int kind, int64_t n, const void *vw, size_t ws, int64_t 
     const uint8_t *w = vw, *a = va;
     const int64_t nb = n / 32, ng = nr / 16;
     const size_t AB = kind == X5_Q5_0 ? 34 : 36;
-    x5_terms tm; /* 48 X16_KB */
+    x5_terms tm; /* 48 KiB */
     for (int64_t kb0 = 0; kb0 < nb; kb0 += X16_KB) {
         const int kbn = (int)LB_MIN(X16_KB, nb - kb0);
         for (int64_t t0 = 0; t0 < nt; t0 += 16) {
